@@ -1,0 +1,57 @@
+# voicefleet — every entry point a user or CI needs. `make run` and `make test` install what they need first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+REQS := requirements/dev.txt services/common/requirements.txt services/router/requirements.txt \
+        services/cosyvoice_tts/requirements-cpu.txt pyproject.toml
+STAMP := $(VENV)/.installed
+PROTOS := $(wildcard protos/voice/v1/*.proto)
+BUF := node_modules/.bin/buf
+
+.PHONY: install run test test-gpu proto proto-check lint bench clean
+
+$(STAMP): $(REQS)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements/dev.txt
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	@touch $@
+
+install: $(STAMP)  ## create .venv with the CPU fleet and test tools
+
+run: install  ## start the local CPU fleet (router on 127.0.0.1:50051); Ctrl-C stops it
+	$(BIN)/voicefleet up
+
+test: install  ## unit + integration tests on real servers over loopback (CPU only)
+	$(BIN)/python -m pytest
+
+test-gpu: install  ## GPU engine tests; each skips with its reason when no GPU or weights are mounted
+	$(BIN)/python -m pytest -m gpu -o addopts="-ra"
+
+proto: install  ## regenerate Python stubs from protos/ into gen/python
+	rm -rf gen/python/voice && mkdir -p gen/python
+	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=gen/python --pyi_out=gen/python \
+	    --grpc_python_out=gen/python $(PROTOS)
+	touch gen/python/voice/__init__.py gen/python/voice/v1/__init__.py
+
+proto-check: install  ## fail if committed stubs differ from what protos/ generates
+	@tmp=$$(mktemp -d); \
+	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=$$tmp --pyi_out=$$tmp --grpc_python_out=$$tmp $(PROTOS); \
+	touch $$tmp/voice/__init__.py $$tmp/voice/v1/__init__.py; \
+	diff -r $$tmp/voice gen/python/voice -x __pycache__ && echo "stubs match protos/" || \
+	  { echo "gen/python is stale: run 'make proto' and commit"; exit 1; }
+
+$(BUF):
+	npm install --no-audit --no-fund --silent
+
+lint: install $(BUF) proto-check  ## buf lint on the contracts, ruff on the code, stub drift
+	$(BUF) lint protos
+	$(BIN)/ruff check services tests bench
+	$(BIN)/ruff format --check services tests bench
+
+bench: install  ## latency benchmarks → bench/results/*.json + a markdown table
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf $(VENV) node_modules .pytest_cache

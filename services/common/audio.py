@@ -1,0 +1,137 @@
+"""Audio on the wire: s16le mono PCM, format checks, resampling (soxr), chunking, WAV files."""
+
+from __future__ import annotations
+
+import io
+import wave
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import soxr
+
+from services.common.errors import InvalidArgument
+from voice.v1 import audio_pb2
+
+MIN_RATE_HZ = 8_000
+MAX_RATE_HZ = 48_000
+BYTES_PER_SAMPLE = 2
+S16LE = audio_pb2.AUDIO_ENCODING_LINEAR_PCM_S16LE
+
+
+@dataclass(frozen=True)
+class PcmFormat:
+    """A validated s16le mono format."""
+
+    sample_rate_hz: int
+
+    def to_proto(self) -> audio_pb2.AudioFormat:
+        return audio_pb2.AudioFormat(encoding=S16LE, sample_rate_hz=self.sample_rate_hz, channels=1)
+
+    def duration_s(self, pcm: bytes) -> float:
+        return len(pcm) / BYTES_PER_SAMPLE / self.sample_rate_hz
+
+    def bytes_for_ms(self, ms: float) -> int:
+        return max(1, int(self.sample_rate_hz * ms / 1000)) * BYTES_PER_SAMPLE
+
+
+def check_rate(field: str, rate: int) -> None:
+    if not MIN_RATE_HZ <= rate <= MAX_RATE_HZ:
+        raise InvalidArgument(field, f"{rate} Hz is outside {MIN_RATE_HZ}..{MAX_RATE_HZ} Hz")
+
+
+def output_format(field: str, fmt: audio_pb2.AudioFormat | None, native_rate: int) -> PcmFormat:
+    """The format a client asked to receive. Unset rate means the engine's native rate."""
+    if fmt is None or (fmt.sample_rate_hz == 0 and fmt.encoding == 0 and fmt.channels == 0):
+        return PcmFormat(native_rate)
+    if fmt.encoding not in (0, S16LE):
+        raise InvalidArgument(f"{field}.encoding", "only AUDIO_ENCODING_LINEAR_PCM_S16LE is supported")
+    if fmt.channels not in (0, 1):
+        raise InvalidArgument(f"{field}.channels", f"only mono (1) is supported, got {fmt.channels}")
+    rate = fmt.sample_rate_hz or native_rate
+    check_rate(f"{field}.sample_rate_hz", rate)
+    return PcmFormat(rate)
+
+
+def input_format(field: str, fmt: audio_pb2.AudioFormat | None) -> PcmFormat:
+    """The format of audio a client sends: rate and encoding are required."""
+    if fmt is None or fmt.sample_rate_hz == 0:
+        raise InvalidArgument(f"{field}.sample_rate_hz", "is required (8000..48000) for audio you send")
+    if fmt.encoding != S16LE:
+        raise InvalidArgument(f"{field}.encoding", "must be AUDIO_ENCODING_LINEAR_PCM_S16LE")
+    if fmt.channels not in (0, 1):
+        raise InvalidArgument(f"{field}.channels", f"only mono (1) is supported, got {fmt.channels}")
+    check_rate(f"{field}.sample_rate_hz", fmt.sample_rate_hz)
+    return PcmFormat(fmt.sample_rate_hz)
+
+
+def check_pcm(field: str, pcm: bytes) -> None:
+    if len(pcm) % BYTES_PER_SAMPLE:
+        raise InvalidArgument(field, f"{len(pcm)} bytes is not a whole number of 16-bit samples")
+
+
+def to_int16(samples: np.ndarray) -> np.ndarray:
+    """Float audio in [-1, 1] (or any int) to int16 with clipping."""
+    if samples.dtype == np.int16:
+        return samples
+    if np.issubdtype(samples.dtype, np.floating):
+        return np.clip(np.round(samples * 32767.0), -32768, 32767).astype(np.int16)
+    return np.clip(samples, -32768, 32767).astype(np.int16)
+
+
+def resample(pcm: bytes, src_rate: int, dst_rate: int) -> bytes:
+    """Resample a whole s16le buffer (band-limited, soxr HQ)."""
+    if src_rate == dst_rate or not pcm:
+        return pcm
+    x = np.frombuffer(pcm, dtype=np.int16)
+    return soxr.resample(x, src_rate, dst_rate, quality="HQ").astype(np.int16).tobytes()
+
+
+class StreamResampler:
+    """Resamples a stream piece by piece with no seams between pieces (one soxr state per stream)."""
+
+    def __init__(self, src_rate: int, dst_rate: int):
+        self.src_rate, self.dst_rate = src_rate, dst_rate
+        self._stream = None if src_rate == dst_rate else soxr.ResampleStream(src_rate, dst_rate, 1, dtype="int16")
+
+    def feed(self, pcm: bytes, last: bool = False) -> bytes:
+        if self._stream is None:
+            return pcm
+        x = np.frombuffer(pcm, dtype=np.int16)
+        return self._stream.resample_chunk(x, last=last).tobytes()
+
+
+def split_pcm(pcm: bytes, max_bytes: int) -> Iterator[bytes]:
+    """Cut a buffer into chunks of at most max_bytes (a whole number of samples)."""
+    max_bytes -= max_bytes % BYTES_PER_SAMPLE
+    for start in range(0, len(pcm), max_bytes):
+        yield pcm[start : start + max_bytes]
+
+
+def wav_bytes(pcm: bytes, sample_rate: int) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(BYTES_PER_SAMPLE)
+        w.setframerate(sample_rate)
+        w.writeframes(pcm)
+    return buf.getvalue()
+
+
+def write_wav(path, pcm: bytes, sample_rate: int) -> None:
+    with open(path, "wb") as f:
+        f.write(wav_bytes(pcm, sample_rate))
+
+
+def read_wav(path_or_bytes) -> tuple[bytes, int]:
+    """Read a 16-bit PCM WAV; stereo is mixed down to mono. Returns (s16le mono pcm, rate)."""
+    src = io.BytesIO(path_or_bytes) if isinstance(path_or_bytes, (bytes, bytearray)) else path_or_bytes
+    with wave.open(src, "rb") as w:
+        if w.getsampwidth() != BYTES_PER_SAMPLE:
+            raise ValueError(f"only 16-bit PCM WAV is supported, this one has {8 * w.getsampwidth()}-bit samples")
+        rate, channels = w.getframerate(), w.getnchannels()
+        frames = w.readframes(w.getnframes())
+    if channels > 1:
+        x = np.frombuffer(frames, dtype=np.int16).reshape(-1, channels).astype(np.int32).mean(axis=1)
+        frames = x.astype(np.int16).tobytes()
+    return frames, rate

@@ -1,0 +1,250 @@
+"""Fleet configuration: one YAML file plus environment overrides, validated at start.
+
+Every service reads the same file (default: ``services/common/default_config.yaml``; ``--config PATH`` or
+``VOICEFLEET_CONFIG`` picks another) and takes its own section. Any field can be overridden from the environment:
+``VOICEFLEET_<SECTION>__<FIELD>[__<KEY>]``, e.g. ``VOICEFLEET_ROUTER__PORT=6000`` or
+``VOICEFLEET_ROUTER__BACKENDS__COSYVOICE_TTS=10.0.0.5:50052``. A bad value stops the process at start with a
+message naming the field (``router.port: must be 1..65535, got 70000``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENV_PREFIX = "VOICEFLEET_"
+DEFAULT_CONFIG_PATH = Path(__file__).with_name("default_config.yaml")
+MODEL_SERVICES = ("cosyvoice_tts", "qwen_tts", "asr", "moss_sts")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or invalid; the message names the field."""
+
+
+@dataclass
+class ServerConfig:
+    """What every gRPC service has."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    # Prometheus /metrics on this port (0 = no metrics endpoint).
+    metrics_port: int = 0
+    # SIGTERM: report NOT_SERVING, let in-flight streams finish for up to this long, then stop.
+    grace_seconds: float = 10.0
+    # Pause between NOT_SERVING and refusing new calls, so health watchers route away first.
+    drain_notice_seconds: float = 0.2
+    # Largest request message; bigger ones get RESOURCE_EXHAUSTED from gRPC itself.
+    max_message_bytes: int = 4 * 1024 * 1024
+    log_level: str = "INFO"
+
+    def validate(self, path: str) -> None:
+        _check(path, "port", 1 <= self.port <= 65535, f"must be 1..65535, got {self.port}")
+        _check(path, "metrics_port", 0 <= self.metrics_port <= 65535, f"must be 0..65535, got {self.metrics_port}")
+        _check(path, "grace_seconds", self.grace_seconds >= 0, f"must be >= 0, got {self.grace_seconds}")
+        _check(path, "drain_notice_seconds", self.drain_notice_seconds >= 0, "must be >= 0")
+        _check(path, "max_message_bytes", self.max_message_bytes >= 64 * 1024, "must be >= 65536")
+        _check(
+            path,
+            "log_level",
+            self.log_level.upper() in ("DEBUG", "INFO", "WARNING", "ERROR"),
+            f"must be DEBUG, INFO, WARNING or ERROR, got {self.log_level!r}",
+        )
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass
+class ChunkingConfig:
+    """How an engine cuts its output: a small first piece for time to first audio, bigger ones after."""
+
+    # A first sentence longer than this is cut at its first clause mark (, ; :) past min_first_chars,
+    # so the first audio does not wait for a long sentence. 0 disables the cut.
+    first_segment_max_chars: int = 60
+    min_first_chars: int = 12
+    # Audio is sent in chunks of at most this many ms (the engine's own pieces are cut to fit).
+    max_chunk_ms: int = 200
+
+    def validate(self, path: str) -> None:
+        _check(path, "first_segment_max_chars", self.first_segment_max_chars >= 0, "must be >= 0")
+        _check(path, "min_first_chars", self.min_first_chars >= 1, "must be >= 1")
+        _check(path, "max_chunk_ms", 10 <= self.max_chunk_ms <= 2000, f"must be 10..2000, got {self.max_chunk_ms}")
+
+
+@dataclass
+class TtsServiceConfig(ServerConfig):
+    """A model service that serves Synthesizer."""
+
+    # "cpu" (embedded engine, the default) or "gpu" (the real model; needs CUDA and mounted weights).
+    engine: str = "cpu"
+    max_text_chars: int = 5000
+    # Streams synthesized at once; more wait in line (their time counts in queue wait).
+    max_concurrent_syntheses: int = 4
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        _check(path, "engine", self.engine in ("cpu", "gpu"), f"must be 'cpu' or 'gpu', got {self.engine!r}")
+        _check(path, "max_text_chars", 1 <= self.max_text_chars <= 100_000, "must be 1..100000")
+        _check(path, "max_concurrent_syntheses", self.max_concurrent_syntheses >= 1, "must be >= 1")
+        self.chunking.validate(f"{path}.chunking")
+
+
+@dataclass
+class RouterConfig(ServerConfig):
+    """The front door."""
+
+    # Backend name -> host:port. Filled from the enabled services' sections when left empty.
+    backends: dict[str, str] = field(default_factory=dict)
+    # Backend for text-to-speech when neither engine, voice nor mode picks one.
+    default_tts_backend: str = "cosyvoice_tts"
+    # Time kept back from the caller's deadline when calling a backend, so the router can still answer in time.
+    deadline_margin_ms: int = 50
+    # Deadline for calls that came without one (a hung backend must not hang the client forever).
+    default_deadline_seconds: float = 120.0
+    # How long a backend's voice list is reused before asking again.
+    voices_cache_seconds: float = 5.0
+    max_text_chars: int = 5000
+
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        for name, address in self.backends.items():
+            host, sep, port = address.rpartition(":")
+            _check(
+                f"{path}.backends", name, bool(sep and host and port.isdigit()), f"must be host:port, got {address!r}"
+            )
+        _check(path, "deadline_margin_ms", 0 <= self.deadline_margin_ms <= 5000, "must be 0..5000")
+        _check(path, "default_deadline_seconds", self.default_deadline_seconds > 0, "must be > 0")
+        _check(path, "voices_cache_seconds", self.voices_cache_seconds >= 0, "must be >= 0")
+        _check(path, "max_text_chars", 1 <= self.max_text_chars <= 100_000, "must be 1..100000")
+
+
+@dataclass
+class FleetConfig:
+    """What `voicefleet up` starts, in this order (the router last, once its backends are up)."""
+
+    services: list[str] = field(default_factory=lambda: ["cosyvoice_tts", "router"])
+    # Seconds to wait for every service to report SERVING.
+    start_timeout_seconds: float = 120.0
+
+    def validate(self, path: str) -> None:
+        known = (*MODEL_SERVICES, "router")
+        for name in self.services:
+            _check(path, "services", name in known, f"unknown service {name!r}; known: {', '.join(known)}")
+        _check(path, "start_timeout_seconds", self.start_timeout_seconds > 0, "must be > 0")
+
+
+@dataclass
+class Config:
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    router: RouterConfig = field(default_factory=lambda: RouterConfig(port=50051, metrics_port=9301))
+    cosyvoice_tts: TtsServiceConfig = field(default_factory=lambda: TtsServiceConfig(port=50052, metrics_port=9302))
+
+    def validate(self) -> None:
+        for f in dataclasses.fields(self):
+            getattr(self, f.name).validate(f.name)
+        if not self.router.backends:
+            self.router.backends = {
+                name: getattr(self, name).address
+                for name in self.fleet.services
+                if name != "router" and hasattr(self, name)
+            }
+
+
+def _check(path: str, name: str, ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{path}.{name}: {message}")
+
+
+def load_config(path: str | os.PathLike | None = None, env: typing.Mapping[str, str] | None = None) -> Config:
+    """Read the file, apply env overrides, validate. Raises ConfigError naming the bad field."""
+    env = os.environ if env is None else env
+    path = Path(path or env.get("VOICEFLEET_CONFIG") or DEFAULT_CONFIG_PATH)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path}: top level must be a mapping of sections")
+    _apply_env(raw, env)
+    config = _build(Config, raw, "")
+    config.validate()
+    return config
+
+
+def _apply_env(raw: dict, env: typing.Mapping[str, str]) -> None:
+    for key, value in env.items():
+        if not key.startswith(ENV_PREFIX) or key == "VOICEFLEET_CONFIG":
+            continue
+        parts = [p.lower() for p in key[len(ENV_PREFIX) :].split("__")]
+        node = raw
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{key}: {'.'.join(parts)} does not name a config field")
+        node[parts[-1]] = yaml.safe_load(value) if value != "" else ""
+
+
+def _build(cls: type, raw: Any, path: str) -> Any:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path or 'config'}: must be a mapping, got {type(raw).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        where = f"{path}.{unknown[0]}" if path else unknown[0]
+        raise ConfigError(f"{where}: unknown field; known fields: {', '.join(sorted(fields))}")
+    kwargs = {}
+    for name, value in raw.items():
+        kwargs[name] = _coerce(hints[name], value, f"{path}.{name}" if path else name)
+    default = cls()
+    for name, value in kwargs.items():
+        setattr(default, name, value)
+    return default
+
+
+def _coerce(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: must be a mapping, got {value!r}")
+        _, vt = typing.get_args(tp)
+        return {str(k): _coerce(vt, v, f"{path}.{k}") for k, v in value.items()}
+    if origin is list:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: must be a list, got {value!r}")
+        (it,) = typing.get_args(tp)
+        return [_coerce(it, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin in (typing.Union, types.UnionType):
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}: must be true or false, got {value!r}")
+    if tp in (int, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{path}: must be a number, got {value!r}")
+        if tp is int and float(value) != int(value):
+            raise ConfigError(f"{path}: must be a whole number, got {value!r}")
+        return tp(value)
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{path}: must be a string, got {value!r}")
+        return str(value)
+    return value

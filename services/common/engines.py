@@ -1,0 +1,109 @@
+"""Engine interfaces, declared once. Servicers talk only to these; engines are local models or remote services.
+
+A TTS engine streams audio pieces for a text. Cancellation is the caller stopping its iteration
+(``aclose()`` or task cancel): an engine must not start another step after that.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from services.common.errors import FailedPrecondition
+
+
+@dataclass(frozen=True)
+class VoiceInfo:
+    id: str
+    display_name: str
+    languages: tuple[str, ...]
+    native_sample_rate_hz: int
+    service: str
+    engine: str
+    cloned: bool = False
+    description: str = ""
+
+    def speaks(self, language: str) -> bool:
+        """BCP-47 prefix match, case-insensitive: 'en' matches 'en-US'; 'en-us' matches 'en-US'."""
+        lang = language.lower()
+        return any(lang == v.lower() or v.lower().startswith(lang + "-") for v in self.languages)
+
+
+@dataclass(frozen=True)
+class Routing:
+    mode: int = 0
+    engine: str = ""
+    latency_budget_ms: int = 0
+
+
+@dataclass(frozen=True)
+class SynthesisOptions:
+    voice: str
+    language: str = ""
+    speaking_rate: float = 1.0
+    seed: int = 0
+    # The rate the caller wants. Local engines produce their native rate (the servicer resamples);
+    # remote engines ask their backend for this rate so audio crosses the network once, already resampled.
+    sample_rate_hz: int = 0
+    request_id: str = ""
+    routing: Routing = field(default_factory=Routing)
+    # Seconds left before the caller's deadline (None: no deadline).
+    time_remaining: float | None = None
+
+
+@dataclass(frozen=True)
+class AudioPiece:
+    """A piece of synthesized speech: s16le mono PCM and the text span it speaks."""
+
+    pcm: bytes
+    sample_rate_hz: int
+    text_start: int
+    text_end: int
+    served_by: str
+
+
+class TtsEngine(abc.ABC):
+    """Text to speech. One instance serves many concurrent streams."""
+
+    #: Short engine name, e.g. "piper".
+    name: str
+    #: Service this engine belongs to, e.g. "cosyvoice_tts".
+    service: str
+
+    @property
+    @abc.abstractmethod
+    def native_sample_rate(self) -> int: ...
+
+    async def start(self) -> None:
+        """Load weights and warm up. The service reports SERVING only after this returns."""
+
+    async def close(self) -> None:
+        """Release resources (threads, channels)."""
+
+    @abc.abstractmethod
+    async def voices(self) -> list[VoiceInfo]: ...
+
+    @abc.abstractmethod
+    def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+        """Stream speech for ``text``. Stops work when the caller stops iterating."""
+
+    async def register_voice(
+        self, voice_id: str, prompt_pcm: bytes, prompt_rate: int, transcript: str, language: str
+    ) -> VoiceInfo:
+        raise FailedPrecondition(
+            f"engine {self.service}/{self.name} cannot clone voices; use a voice from ListVoices"
+            " or a cloning engine (cosyvoice_tts with engine: gpu)"
+        )
+
+    # Residency (GPU engines move weights; CPU engines load once and hold no GPU memory).
+    def resident_bytes(self) -> int:
+        return 0
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    @property
+    def served_by(self) -> str:
+        return f"{self.service}/{self.name}"

@@ -1,0 +1,66 @@
+"""Every metric voicefleet exports, defined once. Dashboards and alert rules refer to these names.
+
+Labels: ``service`` (router, cosyvoice_tts, ...), ``engine`` (piper, remote:cosyvoice_tts, ...), ``method`` (the
+RPC), ``code`` (the gRPC status name). Latency buckets resolve 10 ms .. 2 s and go on to 10 s for slow paths.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 5.0)
+
+REQUESTS = Counter(
+    "voicefleet_requests_total", "Finished RPCs by final gRPC status code.", ["service", "method", "code"]
+)
+ACTIVE_STREAMS = Gauge("voicefleet_active_streams", "RPCs being served now.", ["service", "method"])
+QUEUE_WAIT = Histogram(
+    "voicefleet_queue_wait_seconds",
+    "Time a request waited for an engine slot.",
+    ["service", "engine"],
+    buckets=LATENCY_BUCKETS,
+)
+
+# Text to speech.
+TTS_TTFA = Histogram(
+    "voicefleet_tts_time_to_first_audio_seconds",
+    "Request received to first audio chunk sent to the caller.",
+    ["service", "engine", "method"],
+    buckets=LATENCY_BUCKETS,
+)
+TTS_ENGINE_FIRST_CHUNK = Histogram(
+    "voicefleet_tts_engine_first_chunk_seconds",
+    "Engine started to engine's first audio piece (excludes queueing and transport).",
+    ["service", "engine"],
+    buckets=LATENCY_BUCKETS,
+)
+TTS_RTF = Histogram(
+    "voicefleet_tts_real_time_factor",
+    "Synthesis wall time divided by audio duration, per completed request.",
+    ["service", "engine"],
+    buckets=RTF_BUCKETS,
+)
+TTS_AUDIO_SECONDS = Counter(
+    "voicefleet_tts_audio_seconds_total", "Seconds of audio produced by engines.", ["service", "engine"]
+)
+ENGINE_STEPS = Counter(
+    "voicefleet_engine_steps_total",
+    "Engine work units done (a sentence for piper). Stops growing when a cancelled stream stops its engine.",
+    ["service", "engine"],
+)
+TTS_CANCEL_TO_STOP = Histogram(
+    "voicefleet_tts_cancel_to_engine_stop_seconds",
+    "Caller cancelled to the engine's last step finishing.",
+    ["service", "engine"],
+    buckets=LATENCY_BUCKETS,
+)
+
+# Router.
+BACKEND_UP = Gauge("voicefleet_backend_serving", "1 when a backend's health says SERVING.", ["backend"])
+
+
+def start_metrics_server(port: int, host: str = "127.0.0.1") -> None:
+    """Serve /metrics (Prometheus text format) from a background thread."""
+    if port:
+        start_http_server(port, addr=host)

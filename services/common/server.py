@@ -1,0 +1,129 @@
+"""Server bootstrap shared by every service: grpc.aio server, grpc.health.v1, reflection, /metrics, drain.
+
+Life of a service process:
+  1. config loaded and validated (a bad field stops the process here, exit code 2, message naming it);
+  2. port bound, health NOT_SERVING, reflection and metrics up;
+  3. ``start()`` loads and warms the engines; then health SERVING for the service and each gRPC service name;
+  4. SIGTERM/SIGINT: health NOT_SERVING at once, a short notice for watchers, then in-flight streams get up to
+     ``grace_seconds`` to finish before the server stops and ``stop()`` releases the engines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from services.common.config import Config, ConfigError, ServerConfig, load_config
+from services.common.metrics import start_metrics_server
+
+log = logging.getLogger("voicefleet.server")
+
+
+@dataclass
+class Servicer:
+    """One gRPC service implementation and how to add it to a server."""
+
+    add_to_server: Callable[[object, grpc.aio.Server], None]
+    implementation: object
+    full_name: str  # e.g. "voice.v1.Synthesizer"
+
+
+async def _noop() -> None:
+    return None
+
+
+@dataclass
+class ServiceParts:
+    """What a service brings to the shared bootstrap."""
+
+    servicers: list[Servicer]
+    start: Callable[[], Awaitable[None]] = _noop
+    stop: Callable[[], Awaitable[None]] = _noop
+    extra: dict = field(default_factory=dict)
+
+
+def setup_logging(service: str, level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format=f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+async def serve(name: str, server_config: ServerConfig, parts: ServiceParts) -> None:
+    options = [
+        ("grpc.max_receive_message_length", server_config.max_message_bytes),
+        ("grpc.max_send_message_length", server_config.max_message_bytes),
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.aio.server(options=options)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = [s.full_name for s in parts.servicers]
+    for s in parts.servicers:
+        s.add_to_server(s.implementation, server)
+    for n in ("", *names):
+        await health_servicer.set(n, health_pb2.HealthCheckResponse.NOT_SERVING)
+    reflection.enable_server_reflection(
+        (*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
+    try:
+        server.add_insecure_port(server_config.address)
+    except RuntimeError as e:
+        raise SystemExit(f"{name}: cannot listen on {server_config.address} ({e}); is the port in use? set {name}.port")
+    await server.start()
+    start_metrics_server(server_config.metrics_port, server_config.host)
+    log.info("%s listening on %s (metrics :%s); warming up", name, server_config.address, server_config.metrics_port)
+
+    stop_requested = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop_requested.set)
+
+    starting = asyncio.create_task(parts.start())
+    waiting = asyncio.create_task(stop_requested.wait())
+    done, _ = await asyncio.wait({starting, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    if starting in done:
+        starting.result()  # a failed warm-up stops the process with its error
+        for n in ("", *names):
+            await health_servicer.set(n, health_pb2.HealthCheckResponse.SERVING)
+        log.info("%s SERVING on %s", name, server_config.address)
+        await waiting
+    else:
+        starting.cancel()
+
+    log.info("%s draining: NOT_SERVING, %.1fs grace for in-flight streams", name, server_config.grace_seconds)
+    await health_servicer.enter_graceful_shutdown()
+    await asyncio.sleep(server_config.drain_notice_seconds)
+    await server.stop(server_config.grace_seconds)
+    await parts.stop()
+    log.info("%s stopped", name)
+
+
+def run_service(name: str, build: Callable[[Config], ServiceParts], argv: list[str] | None = None) -> None:
+    """Entry point of a service process: ``python -m services.<name> [--config PATH]``."""
+    parser = argparse.ArgumentParser(prog=f"python -m services.{name}", description=f"voicefleet {name} service")
+    parser.add_argument("--config", help="fleet config file (default: VOICEFLEET_CONFIG or the bundled default)")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        print(f"{name}: bad configuration: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    section: ServerConfig = getattr(config, name)
+    setup_logging(name, section.log_level)
+
+    async def main() -> None:
+        parts = build(config)
+        await serve(name, section, parts)
+
+    asyncio.run(main())

