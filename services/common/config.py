@@ -9,6 +9,7 @@ message naming the field (``router.port: must be 1..65535, got 70000``).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import types
@@ -195,7 +196,8 @@ def _apply_env(raw: dict, env: typing.Mapping[str, str]) -> None:
         node[parts[-1]] = yaml.safe_load(value) if value != "" else ""
 
 
-def _build(cls: type, raw: Any, path: str) -> Any:
+def _build(cls: type, raw: Any, path: str, base: Any = None) -> Any:
+    """``cls`` from ``raw``, over ``base`` (the enclosing default, e.g. router's port 50051) or cls()."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -206,13 +208,15 @@ def _build(cls: type, raw: Any, path: str) -> Any:
     if unknown:
         where = f"{path}.{unknown[0]}" if path else unknown[0]
         raise ConfigError(f"{where}: unknown field; known fields: {', '.join(sorted(fields))}")
-    kwargs = {}
+    result = copy.deepcopy(base) if base is not None else cls()
     for name, value in raw.items():
-        kwargs[name] = _coerce(hints[name], value, f"{path}.{name}" if path else name)
-    default = cls()
-    for name, value in kwargs.items():
-        setattr(default, name, value)
-    return default
+        where = f"{path}.{name}" if path else name
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            setattr(result, name, _build(tp, value, where, base=getattr(result, name)))
+        else:
+            setattr(result, name, _coerce(tp, value, where))
+    return result
 
 
 def _coerce(tp: Any, value: Any, path: str) -> Any:

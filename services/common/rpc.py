@@ -7,6 +7,7 @@ Anything else becomes INTERNAL with the request id, and the traceback goes to th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
@@ -44,14 +45,18 @@ def rpc(service: str, method: str):
             )
 
         if inspect.isasyncgenfunction(fn):
-
+            # Streaming handlers are written as async generators but served as coroutines that write each item:
+            # a client cancel then lands inside our code (at the write or at an engine await), so the generator
+            # chain is closed at once and engines stop. grpc iterating the generator itself would leave it
+            # suspended at a yield until garbage collection, with its engine still running.
             @functools.wraps(fn)
             async def stream_handler(self, request, context):
                 active.inc()
                 code = grpc.StatusCode.OK
                 try:
-                    async for item in fn(self, request, context):
-                        yield item
+                    async with contextlib.aclosing(fn(self, request, context)) as items:
+                        async for item in items:
+                            await context.write(item)
                 except asyncio.CancelledError:
                     code = grpc.StatusCode.CANCELLED
                     raise

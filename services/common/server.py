@@ -79,7 +79,9 @@ async def serve(name: str, server_config: ServerConfig, parts: ServiceParts) -> 
     try:
         server.add_insecure_port(server_config.address)
     except RuntimeError as e:
-        raise SystemExit(f"{name}: cannot listen on {server_config.address} ({e}); is the port in use? set {name}.port")
+        raise SystemExit(
+            f"{name}: cannot listen on {server_config.address} ({e}); is the port in use? set {name}.port"
+        ) from None
     await server.start()
     start_metrics_server(server_config.metrics_port, server_config.host)
     log.info("%s listening on %s (metrics :%s); warming up", name, server_config.address, server_config.metrics_port)

@@ -13,18 +13,21 @@ import time
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
+
 from services.common import audio, metrics
 from services.common.engines import AudioPiece, Routing, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import InvalidArgument, NotFound
 from services.common.rpc import new_request_id, rpc
-from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 VOICE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MIN_PROMPT_S, MAX_PROMPT_S = 3.0, 30.0
 
 
 class EngineResolver(Protocol):
-    async def resolve(self, voice: str, language: str, routing: Routing) -> tuple[TtsEngine, VoiceInfo]:
+    async def resolve(
+        self, voice: str, language: str, routing: Routing, time_remaining: float | None
+    ) -> tuple[TtsEngine, VoiceInfo]:
         """The engine and voice for a request; raises NotFound / InvalidArgument / Unavailable."""
 
     async def voices(self, service: str) -> list[VoiceInfo]:
@@ -39,7 +42,9 @@ class LocalEngineResolver:
     def __init__(self, engine: TtsEngine):
         self.engine = engine
 
-    async def resolve(self, voice: str, language: str, routing: Routing) -> tuple[TtsEngine, VoiceInfo]:
+    async def resolve(
+        self, voice: str, language: str, routing: Routing, time_remaining: float | None
+    ) -> tuple[TtsEngine, VoiceInfo]:
         voices = await self.engine.voices()
         return self.engine, pick_voice(voices, voice, language, where=self.engine.service)
 
@@ -164,11 +169,11 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
         if not 0.5 <= rate <= 2.0:
             raise InvalidArgument("config.speaking_rate", f"{config.speaking_rate} is outside 0.5..2.0 (0 means 1.0)")
         routing = routing_from_proto(config.routing)
-        engine, voice = await self.resolver.resolve(config.voice, config.language, routing)
-        fmt = audio.output_format("config.output_format", fmt_in, voice.native_sample_rate_hz)
         remaining = context.time_remaining()
         if remaining is None:
             remaining = self.default_deadline_s
+        engine, voice = await self.resolver.resolve(config.voice, config.language, routing, remaining)
+        fmt = audio.output_format("config.output_format", fmt_in, voice.native_sample_rate_hz)
         options = SynthesisOptions(
             voice=voice.id,
             language=config.language or voice.languages[0],

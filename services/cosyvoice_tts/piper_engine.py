@@ -8,6 +8,7 @@ inside a segment, so a cancelled stream finishes at most the step in flight and 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -70,19 +71,23 @@ class PiperTtsEngine(TtsEngine):
         config = SynthesisConfig(length_scale=1.0 / speaking_rate)
         return b"".join(chunk.audio_int16_bytes for chunk in self._voice.synthesize(segment, config))
 
+    def _step_done_after_cancel(self, cancelled_at: float, _future) -> None:
+        self._steps.inc()
+        self._cancel_to_stop.observe(time.monotonic() - cancelled_at)
+
     async def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
         loop = asyncio.get_running_loop()
         segments = speech_segments(text, self.chunking.first_segment_max_chars, self.chunking.min_first_chars)
         rate = self.native_sample_rate
         for start, end in segments:
-            future = loop.run_in_executor(self._executor, self._synthesize_segment, text[start:end], options.speaking_rate)
+            future = loop.run_in_executor(
+                self._executor, self._synthesize_segment, text[start:end], options.speaking_rate
+            )
             try:
                 pcm = await asyncio.shield(future)
             except (asyncio.CancelledError, GeneratorExit):
                 # The caller went away mid-step: this step runs to its end in its thread; no other starts.
-                cancelled_at = time.monotonic()
-                future.add_done_callback(lambda _f: self._cancel_to_stop.observe(time.monotonic() - cancelled_at))
-                future.add_done_callback(lambda _f: self._steps.inc())
+                future.add_done_callback(functools.partial(self._step_done_after_cancel, time.monotonic()))
                 raise
             self._steps.inc()
             self._audio_seconds.inc(len(pcm) / 2 / rate)

@@ -1,0 +1,125 @@
+"""The local fleet as processes: start every enabled service, wait for SERVING, stop them all cleanly.
+
+Used by ``voicefleet up`` and by the integration tests, so tests start the fleet the way users do.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.common.config import Config
+
+
+class FleetError(RuntimeError):
+    pass
+
+
+@dataclass
+class Member:
+    name: str
+    address: str
+    metrics_port: int
+    process: subprocess.Popen
+    log_path: Path | None
+
+    def log_tail(self, lines: int = 30) -> str:
+        if self.log_path and self.log_path.exists():
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return "(output went to the terminal)"
+
+
+def health_status(address: str, timeout: float = 1.0, service: str = "") -> str:
+    """SERVING / NOT_SERVING / UNREACHABLE / ... for one address."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            )
+        except grpc.RpcError as e:
+            return (
+                "UNREACHABLE"
+                if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+                else e.code().name
+            )
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+
+class LocalFleet:
+    def __init__(self, config: Config, config_path: str | None = None, log_dir: Path | None = None, env=None):
+        self.config = config
+        self.config_path = config_path
+        self.log_dir = log_dir
+        self.env = dict(os.environ if env is None else env)
+        self.members: dict[str, Member] = {}
+
+    def spawn(self, name: str) -> Member:
+        section = getattr(self.config, name)
+        cmd = [sys.executable, "-m", f"services.{name}"]
+        if self.config_path:
+            cmd += ["--config", str(self.config_path)]
+        log_path = None
+        out = None
+        if self.log_dir:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = self.log_dir / f"{name}.log"
+            out = open(log_path, "ab")  # noqa: SIM115 - owned by the child for its life
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None, env=self.env)
+        if out:
+            out.close()
+        member = Member(name, section.address, section.metrics_port, process, log_path)
+        self.members[name] = member
+        return member
+
+    def start(self) -> None:
+        """Start every enabled service and wait until each reports SERVING (or fail with its log)."""
+        for name in self.config.fleet.services:
+            self.spawn(name)
+        try:
+            self.wait_serving(list(self.members), self.config.fleet.start_timeout_seconds)
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_serving(self, names: list[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = set(names)
+        while pending:
+            for name in sorted(pending):
+                m = self.members[name]
+                if m.process.poll() is not None:
+                    raise FleetError(f"{name} exited with code {m.process.returncode} while starting:\n{m.log_tail()}")
+                if health_status(m.address, timeout=0.5) == "SERVING":
+                    pending.discard(name)
+            if pending and time.monotonic() > deadline:
+                raise FleetError(f"not SERVING after {timeout:.0f}s: {', '.join(sorted(pending))}")
+            if pending:
+                time.sleep(0.1)
+
+    def dead_members(self) -> list[Member]:
+        return [m for m in self.members.values() if m.process.poll() is not None]
+
+    def stop(self, timeout: float | None = None) -> dict[str, int]:
+        """SIGTERM all (router first, so it stops taking requests), wait, SIGKILL what is left. Exit codes."""
+        order = sorted(self.members.values(), key=lambda m: m.name != "router")
+        for m in order:
+            if m.process.poll() is None:
+                m.process.send_signal(signal.SIGTERM)
+        grace = timeout if timeout is not None else max(getattr(self.config, m.name).grace_seconds for m in order) + 5
+        deadline = time.monotonic() + grace
+        codes = {}
+        for m in order:
+            try:
+                codes[m.name] = m.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                m.process.kill()
+                codes[m.name] = m.process.wait()
+        return codes

@@ -1,0 +1,181 @@
+"""``voicefleet``: start the local fleet and talk to it.
+
+voicefleet up                          start the CPU fleet (router on 127.0.0.1:50051); Ctrl-C stops it
+voicefleet speak "TEXT" -o out.wav     synthesize through the router; prints time to first audio and RTF
+voicefleet status                      health of the router and every backend
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+
+import grpc
+from voice.v1 import audio_pb2, fleet_pb2, fleet_pb2_grpc, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
+
+from services.common import audio
+from services.common.config import ConfigError, load_config
+
+
+def _config(args):
+    try:
+        return load_config(args.config)
+    except ConfigError as e:
+        sys.exit(f"voicefleet: bad configuration: {e}")
+
+
+def _router_address(args, config) -> str:
+    return args.router or config.router.address
+
+
+def _fail(e: grpc.RpcError) -> None:
+    sys.exit(f"error: {e.code().name}: {e.details()}")
+
+
+# --- up ---------------------------------------------------------------------------------------------------------
+def cmd_up(args) -> int:
+    from services.cli.fleet import FleetError, LocalFleet
+
+    config = _config(args)
+    fleet = LocalFleet(config, args.config)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    names = ", ".join(config.fleet.services)
+    print(f"voicefleet: starting {names} ...", flush=True)
+    t0 = time.monotonic()
+    try:
+        for name in config.fleet.services:
+            fleet.spawn(name)
+        fleet.wait_serving(list(fleet.members), config.fleet.start_timeout_seconds)
+    except FleetError as e:
+        print(f"voicefleet: {e}", file=sys.stderr)
+        fleet.stop()
+        return 1
+    print(f"\nvoicefleet is up in {time.monotonic() - t0:.1f}s (CPU engines):")
+    for m in fleet.members.values():
+        front = "  <- the front door" if m.name == "router" else ""
+        print(f"  {m.name:<14} grpc {m.address:<16} metrics http://127.0.0.1:{m.metrics_port}/metrics{front}")
+    print('\nTry:  voicefleet speak "hello world this is a test" -o out.wav')
+    print("Ctrl-C stops the fleet.\n", flush=True)
+    code = 0
+    while not stop.wait(0.5):
+        dead = fleet.dead_members()
+        if dead:
+            for m in dead:
+                print(
+                    f"voicefleet: {m.name} exited with code {m.process.returncode}; stopping the fleet", file=sys.stderr
+                )
+            code = 1
+            break
+    print("voicefleet: stopping (draining in-flight streams) ...", flush=True)
+    codes = fleet.stop()
+    print("voicefleet: stopped " + ", ".join(f"{n} ({c})" for n, c in codes.items()), flush=True)
+    return code
+
+
+# --- speak -------------------------------------------------------------------------------------------------------
+MODES = {"realtime": routing_pb2.ROUTE_MODE_REALTIME, "broadcast": routing_pb2.ROUTE_MODE_BROADCAST}
+
+
+def cmd_speak(args) -> int:
+    config = _config(args)
+    request = synthesizer_pb2.SynthesizeRequest(
+        text=args.text,
+        config=synthesizer_pb2.SynthesisConfig(
+            voice=args.voice or "",
+            language=args.language or "",
+            output_format=audio_pb2.AudioFormat(encoding=audio.S16LE, sample_rate_hz=args.rate or 0, channels=1),
+            speaking_rate=args.speaking_rate or 0.0,
+            routing=routing_pb2.Routing(mode=MODES.get(args.mode, 0), engine=args.engine or ""),
+        ),
+    )
+    with grpc.insecure_channel(_router_address(args, config)) as channel:
+        stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
+        t0 = time.monotonic()
+        first = None
+        pcm = bytearray()
+        rate = 0
+        served_by = ""
+        try:
+            for reply in stub.Synthesize(request, timeout=args.timeout):
+                if first is None:
+                    first = time.monotonic() - t0
+                pcm += reply.audio.data
+                rate = reply.audio.format.sample_rate_hz
+                served_by = reply.served_by
+        except grpc.RpcError as e:
+            _fail(e)
+        wall = time.monotonic() - t0
+    if not pcm:
+        sys.exit("error: the service returned no audio")
+    audio.write_wav(args.output, bytes(pcm), rate)
+    seconds = len(pcm) / 2 / rate
+    print(
+        f"wrote {args.output}: {seconds:.2f} s at {rate} Hz, served by {served_by}\n"
+        f"time to first audio: {first * 1000:.0f} ms; total {wall * 1000:.0f} ms; RTF {wall / seconds:.3f}"
+    )
+    return 0
+
+
+# --- status ------------------------------------------------------------------------------------------------------
+def cmd_status(args) -> int:
+    from services.cli.fleet import health_status
+
+    config = _config(args)
+    address = _router_address(args, config)
+    router = health_status(address)
+    print(f"{'router':<14} {address:<18} {router}")
+    if router == "UNREACHABLE":
+        print("router is down; asking each configured service directly:")
+        ok = False
+        for name, backend in config.router.backends.items():
+            print(f"  {name:<12} {backend:<18} {health_status(backend)}")
+        return 1
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = fleet_pb2_grpc.FleetStub(channel).GetFleetStatus(fleet_pb2.GetFleetStatusRequest(), timeout=5)
+        except grpc.RpcError as e:
+            _fail(e)
+    ok = router == "SERVING"
+    for b in reply.backends:
+        health = fleet_pb2.BackendHealth.Name(b.health).removeprefix("BACKEND_HEALTH_")
+        ok &= b.health == fleet_pb2.BACKEND_HEALTH_SERVING
+        extra = f"  {b.consecutive_failures} consecutive failures" if b.consecutive_failures else ""
+        print(f"{b.name:<14} {b.address:<18} {health}{extra}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="voicefleet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", help="fleet config file (default: VOICEFLEET_CONFIG or the bundled default)")
+    parser.add_argument("--router", help="router address host:port (default: router.host:router.port from config)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("up", help="start the local CPU fleet; Ctrl-C stops it").set_defaults(fn=cmd_up)
+
+    speak = sub.add_parser("speak", help="synthesize text through the router into a WAV file")
+    speak.add_argument("text")
+    speak.add_argument("-o", "--output", default="out.wav", help="WAV file to write (default out.wav)")
+    speak.add_argument("--voice", help="voice id (see ListVoices); default: the route's default voice")
+    speak.add_argument("--rate", type=int, help="output sample rate in Hz, 8000..48000 (default: the voice's own)")
+    speak.add_argument("--language", help="BCP-47 language, e.g. en-US")
+    speak.add_argument("--speaking-rate", type=float, help="speed multiplier 0.5..2.0")
+    speak.add_argument("--mode", choices=sorted(MODES), help="routing mode")
+    speak.add_argument("--engine", help="pin a backend, e.g. cosyvoice_tts")
+    speak.add_argument("--timeout", type=float, default=60.0, help="deadline in seconds (default 60)")
+    speak.set_defaults(fn=cmd_speak)
+
+    sub.add_parser("status", help="health of the router and its backends").set_defaults(fn=cmd_status)
+
+    args = parser.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

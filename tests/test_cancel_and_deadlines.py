@@ -1,0 +1,139 @@
+"""Cancel stops the engine (not just the reader); a dead or hung backend gives a status within the deadline."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import grpc
+import pytest
+from voice.v1 import synthesizer_pb2, synthesizer_pb2_grpc
+
+from tests.conftest import start_fleet, wait_until
+
+LONG_TEXT = " ".join(f"This is sentence number {i} of a long announcement." for i in range(1, 31))
+
+
+def steps(fleet):
+    return fleet.metric("cosyvoice_tts", "voicefleet_engine_steps_total", service="cosyvoice_tts")
+
+
+def backend_codes(fleet):
+    return {
+        code: fleet.metric(
+            "cosyvoice_tts", "voicefleet_requests_total", service="cosyvoice_tts", method="Synthesize", code=code
+        )
+        for code in ("OK", "CANCELLED", "DEADLINE_EXCEEDED", "UNKNOWN", "INTERNAL")
+    }
+
+
+def settled_steps(fleet, quiet: float = 0.5, timeout: float = 10.0) -> float:
+    """Engine steps once they stop changing for ``quiet`` seconds (the step in flight may finish after a cancel)."""
+    deadline = time.monotonic() + timeout
+    last = steps(fleet)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = steps(fleet)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError("engine steps never settled: the engine kept working")
+
+
+def test_client_cancel_through_router_stops_the_engine(cpu_fleet, router_tts):
+    before_steps = settled_steps(cpu_fleet)
+    before = backend_codes(cpu_fleet)
+    call = router_tts.Synthesize(synthesizer_pb2.SynthesizeRequest(text=LONG_TEXT), timeout=60)
+    next(call)  # first audio arrived
+    call.cancel()
+
+    # The backend saw the cancel: its stream ended as CANCELLED and nothing is being served there.
+    assert wait_until(lambda: backend_codes(cpu_fleet)["CANCELLED"] == before["CANCELLED"] + 1), (
+        before,
+        backend_codes(cpu_fleet),
+    )
+    assert wait_until(
+        lambda: (
+            cpu_fleet.metric("cosyvoice_tts", "voicefleet_active_streams", service="cosyvoice_tts", method="Synthesize")
+            == 0
+        )
+    )
+    # The engine stopped: the first step and at most the one in flight, far from all 30 sentences.
+    after_steps = settled_steps(cpu_fleet)
+    assert after_steps - before_steps <= 3, f"{after_steps - before_steps} engine steps ran for a cancelled stream"
+    time.sleep(1.0)
+    assert steps(cpu_fleet) == after_steps, "engine kept working after the cancel"
+    assert (
+        cpu_fleet.metric("router", "voicefleet_requests_total", service="router", method="Synthesize", code="CANCELLED")
+        >= 1
+    )
+
+
+def test_deadline_is_propagated_to_the_backend(cpu_fleet, router_tts):
+    with pytest.raises(grpc.RpcError) as err:
+        list(router_tts.Synthesize(synthesizer_pb2.SynthesizeRequest(text=LONG_TEXT), timeout=0.3))
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    # The backend got the deadline too and stopped (no stream left running there).
+    assert wait_until(
+        lambda: (
+            cpu_fleet.metric("cosyvoice_tts", "voicefleet_active_streams", service="cosyvoice_tts", method="Synthesize")
+            == 0
+        )
+    )
+
+
+def test_backend_down_gives_unavailable_quickly(tmp_path):
+    dead_port = socket.socket()
+    dead_port.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    address = f"127.0.0.1:{dead_port.getsockname()[1]}"
+    fleet = start_fleet(tmp_path, services=("router",), router={"backends": {"cosyvoice_tts": address}})
+    try:
+        with fleet.channel("router") as channel:
+            stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
+            t0 = time.monotonic()
+            with pytest.raises(grpc.RpcError) as err:
+                list(stub.Synthesize(synthesizer_pb2.SynthesizeRequest(text="Hello."), timeout=10))
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "cosyvoice_tts" in err.value.details()
+            assert time.monotonic() - t0 < 5, "must fail fast, not wait out the deadline"
+    finally:
+        fleet.fleet.stop()
+        dead_port.close()
+
+
+def test_hung_backend_is_bounded_by_the_callers_deadline(tmp_path):
+    # A backend that accepts connections and never answers (like a SIGSTOPped process).
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)
+    accepted = []
+    stop = threading.Event()
+
+    def accept_forever():
+        hung.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(hung.accept()[0])
+            except OSError:
+                pass
+
+    threading.Thread(target=accept_forever, daemon=True).start()
+    address = f"127.0.0.1:{hung.getsockname()[1]}"
+    fleet = start_fleet(tmp_path, services=("router",), router={"backends": {"cosyvoice_tts": address}})
+    try:
+        with fleet.channel("router") as channel:
+            stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
+            request = synthesizer_pb2.SynthesizeRequest(text="Hello.", config=synthesizer_pb2.SynthesisConfig(voice=""))
+            t0 = time.monotonic()
+            with pytest.raises(grpc.RpcError) as err:
+                list(stub.Synthesize(request, timeout=1.5))
+            elapsed = time.monotonic() - t0
+            assert err.value.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
+            assert elapsed < 3.0, f"client waited {elapsed:.1f}s on a 1.5s deadline"
+    finally:
+        stop.set()
+        fleet.fleet.stop()
+        for s in accepted:
+            s.close()
+        hung.close()

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import pytest
+
+from services.common.config import ConfigError, load_config
+
+
+def write(tmp_path, text):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_are_the_local_cpu_fleet():
+    c = load_config(env={})
+    assert c.router.address == "127.0.0.1:50051"
+    assert c.cosyvoice_tts.engine == "cpu"
+    assert c.router.backends == {"cosyvoice_tts": "127.0.0.1:50052"}
+
+
+def test_env_overrides_file(tmp_path):
+    p = write(tmp_path, "router: {port: 6000}\n")
+    c = load_config(
+        p, env={"VOICEFLEET_ROUTER__PORT": "6001", "VOICEFLEET_COSYVOICE_TTS__CHUNKING__MAX_CHUNK_MS": "100"}
+    )
+    assert c.router.port == 6001
+    assert c.cosyvoice_tts.chunking.max_chunk_ms == 100
+
+
+def test_explicit_backends_via_env(tmp_path):
+    c = load_config(write(tmp_path, "{}"), env={"VOICEFLEET_ROUTER__BACKENDS__COSYVOICE_TTS": "10.1.2.3:7000"})
+    assert c.router.backends == {"cosyvoice_tts": "10.1.2.3:7000"}
+
+
+@pytest.mark.parametrize(
+    "text,env,message",
+    [
+        ("router: {port: 0}", {}, "router.port: must be 1..65535, got 0"),
+        ("router: {prot: 1}", {}, "router.prot: unknown field"),
+        ("nonsense: {}", {}, "nonsense: unknown field"),
+        ("router: {port: fast}", {}, "router.port: must be a number"),
+        ("router: {port: 1.5}", {}, "router.port: must be a whole number"),
+        ("cosyvoice_tts: {chunking: {max_chunk_ms: 5}}", {}, "cosyvoice_tts.chunking.max_chunk_ms: must be 10..2000"),
+        ("router: {backends: {cosyvoice_tts: nowhere}}", {}, "router.backends.cosyvoice_tts: must be host:port"),
+        ("fleet: {services: [router, tortoise]}", {}, "fleet.services: unknown service 'tortoise'"),
+        ("{}", {"VOICEFLEET_ROUTER__GRACE_SECONDS": "-1"}, "router.grace_seconds: must be >= 0"),
+        ("router: [1, 2]", {}, "router: must be a mapping"),
+        ("router: {port: 1", {}, "is not valid YAML"),
+    ],
+)
+def test_bad_values_name_the_field(tmp_path, text, env, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, text), env=env)
+    assert message in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml", env={})
