@@ -3,8 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-REQS := requirements/dev.txt services/common/requirements.txt services/router/requirements.txt \
-        services/cosyvoice_tts/requirements-cpu.txt pyproject.toml
+REQS := requirements/dev.txt $(wildcard services/*/requirements*.txt) pyproject.toml
 STAMP := $(VENV)/.installed
 PROTOS := $(wildcard protos/voice/v1/*.proto)
 BUF := node_modules/.bin/buf

@@ -2,38 +2,15 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
 import grpc
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from voice.v1 import synthesizer_pb2_grpc
 
 from services.cli.fleet import LocalFleet
-from services.common.config import load_config
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def write_fleet_config(directory: Path, services=("cosyvoice_tts", "router"), **sections) -> Path:
-    """A config file with free ports for every service; ``sections`` merge over the defaults."""
-    raw = {
-        "fleet": {"services": list(services), "start_timeout_seconds": 90},
-        "router": {"port": free_port(), "metrics_port": free_port(), "grace_seconds": 5},
-        "cosyvoice_tts": {"port": free_port(), "metrics_port": free_port(), "grace_seconds": 10},
-    }
-    for name, values in sections.items():
-        raw.setdefault(name, {}).update(values)
-    path = directory / "voicefleet.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
+from voice.v1 import synthesizer_pb2_grpc
 
 
 class RunningFleet:
@@ -63,10 +40,8 @@ class RunningFleet:
 
 
 def start_fleet(directory: Path, services=("cosyvoice_tts", "router"), **sections) -> RunningFleet:
-    path = write_fleet_config(directory, services, **sections)
-    fleet = LocalFleet(load_config(path), str(path), log_dir=directory / "logs")
-    fleet.start()
-    return RunningFleet(fleet, path)
+    fleet = LocalFleet.on_free_ports(directory, services, **sections)
+    return RunningFleet(fleet, Path(fleet.config_path))
 
 
 @pytest.fixture(scope="session")

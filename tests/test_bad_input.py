@@ -6,10 +6,10 @@ import threading
 
 import grpc
 import pytest
-from voice.v1 import audio_pb2, routing_pb2, synthesizer_pb2
 
 from services.common import audio
 from tests.speech import DISTRACTORS, transcribe, wer, words
+from voice.v1 import audio_pb2, routing_pb2, synthesizer_pb2
 
 
 def call(stub, text="Hello there.", **config):

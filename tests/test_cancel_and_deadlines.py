@@ -8,9 +8,9 @@ import time
 
 import grpc
 import pytest
-from voice.v1 import synthesizer_pb2, synthesizer_pb2_grpc
 
 from tests.conftest import start_fleet, wait_until
+from voice.v1 import synthesizer_pb2, synthesizer_pb2_grpc
 
 LONG_TEXT = " ".join(f"This is sentence number {i} of a long announcement." for i in range(1, 31))
 

@@ -10,9 +10,10 @@ import threading
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from voice.v1 import synthesizer_pb2, synthesizer_pb2_grpc
 
-from tests.conftest import start_fleet, wait_until, write_fleet_config
+from services.cli.fleet import write_ephemeral_config
+from tests.conftest import start_fleet, wait_until
+from voice.v1 import synthesizer_pb2, synthesizer_pb2_grpc
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -66,7 +67,7 @@ def test_sigterm_drains_in_flight_streams_then_exits(tmp_path):
 
 
 def test_bad_config_fails_fast_naming_the_field(tmp_path):
-    path = write_fleet_config(tmp_path, cosyvoice_tts={"port": 70000})
+    path = write_ephemeral_config(tmp_path, cosyvoice_tts={"port": 70000})
     result = subprocess.run(
         [sys.executable, "-m", "services.cosyvoice_tts", "--config", str(path)],
         capture_output=True,
@@ -80,7 +81,7 @@ def test_bad_config_fails_fast_naming_the_field(tmp_path):
 def test_env_override_reaches_the_process(tmp_path):
     import os
 
-    path = write_fleet_config(tmp_path)
+    path = write_ephemeral_config(tmp_path)
     env = {**os.environ, "VOICEFLEET_COSYVOICE_TTS__ENGINE": "tpu"}
     result = subprocess.run(
         [sys.executable, "-m", "services.cosyvoice_tts", "--config", str(path)],

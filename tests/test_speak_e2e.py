@@ -7,10 +7,10 @@ import sys
 
 import numpy as np
 import pytest
-from voice.v1 import audio_pb2, synthesizer_pb2
 
 from services.common import audio
 from tests.speech import DISTRACTORS, speech_like, transcribe, wer
+from voice.v1 import audio_pb2, synthesizer_pb2
 
 SENTENCE = "hello world this is a test"
 

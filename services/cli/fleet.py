@@ -5,8 +5,10 @@ Used by ``voicefleet up`` and by the integration tests, so tests start the fleet
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.common.config import Config
+from services.common.config import Config, load_config
 
 
 class FleetError(RuntimeError):
@@ -51,6 +54,26 @@ def health_status(address: str, timeout: float = 1.0, service: str = "") -> str:
                 else e.code().name
             )
     return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_ephemeral_config(directory: Path, services=("cosyvoice_tts", "router"), **sections) -> Path:
+    """A config file giving every service free loopback ports (tests, benchmarks); ``sections`` merge over it."""
+    raw = {"fleet": {"services": list(services), "start_timeout_seconds": 90}}
+    for f in dataclasses.fields(Config):
+        if f.name != "fleet":
+            grace = 5 if f.name == "router" else 10
+            raw[f.name] = {"port": free_port(), "metrics_port": free_port(), "grace_seconds": grace}
+    for name, values in sections.items():
+        raw.setdefault(name, {}).update(values)
+    path = Path(directory) / "voicefleet.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
 
 
 class LocalFleet:
@@ -103,6 +126,14 @@ class LocalFleet:
                 raise FleetError(f"not SERVING after {timeout:.0f}s: {', '.join(sorted(pending))}")
             if pending:
                 time.sleep(0.1)
+
+    @classmethod
+    def on_free_ports(cls, directory: Path, services=("cosyvoice_tts", "router"), **sections) -> LocalFleet:
+        """Start a fleet on free loopback ports with logs under ``directory/logs`` (tests and benchmarks)."""
+        path = write_ephemeral_config(directory, services, **sections)
+        fleet = cls(load_config(path), str(path), log_dir=Path(directory) / "logs")
+        fleet.start()
+        return fleet
 
     def dead_members(self) -> list[Member]:
         return [m for m in self.members.values() if m.process.poll() is not None]

@@ -14,10 +14,10 @@ import threading
 import time
 
 import grpc
-from voice.v1 import audio_pb2, fleet_pb2, fleet_pb2_grpc, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 from services.common import audio
 from services.common.config import ConfigError, load_config
+from voice.v1 import audio_pb2, fleet_pb2, fleet_pb2_grpc, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 
 def _config(args):

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import soxr
-from voice.v1 import audio_pb2
 
 from services.common.errors import InvalidArgument
+from voice.v1 import audio_pb2
 
 MIN_RATE_HZ = 8_000
 MAX_RATE_HZ = 48_000

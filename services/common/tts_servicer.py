@@ -13,12 +13,11 @@ import time
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
-
 from services.common import audio, metrics
 from services.common.engines import AudioPiece, Routing, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import InvalidArgument, NotFound
 from services.common.rpc import new_request_id, rpc
+from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 VOICE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MIN_PROMPT_S, MAX_PROMPT_S = 3.0, 30.0

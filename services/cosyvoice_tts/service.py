@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from voice.v1 import synthesizer_pb2_grpc
-
 from services.common.config import Config
 from services.common.engines import TtsEngine
 from services.common.errors import FailedPrecondition
 from services.common.server import ServiceParts, Servicer
 from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, instrument
+from voice.v1 import synthesizer_pb2_grpc
 
 SERVICE = "cosyvoice_tts"
 

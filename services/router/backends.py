@@ -9,9 +9,9 @@ import time
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from voice.v1 import fleet_pb2
 
 from services.common import metrics
+from voice.v1 import fleet_pb2
 
 log = logging.getLogger("voicefleet.router.backends")
 

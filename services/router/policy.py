@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from voice.v1 import routing_pb2
-
 from services.common.engines import Routing, TtsEngine, VoiceInfo
 from services.common.errors import InvalidArgument, NotFound, Unavailable, VoiceError
 from services.common.tts_servicer import pick_voice
 from services.router.remote import RemoteTtsEngine
+from voice.v1 import routing_pb2
 
 log = logging.getLogger("voicefleet.router.policy")
 

@@ -11,12 +11,12 @@ import time
 from collections.abc import AsyncIterator
 
 import grpc
-from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 from services.common.audio import S16LE
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import DeadlineExceeded, from_rpc_error
 from services.router.backends import Backend
+from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 
 class RemoteTtsEngine(TtsEngine):

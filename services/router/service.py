@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-from voice.v1 import fleet_pb2, fleet_pb2_grpc, synthesizer_pb2_grpc
-
 from services.common.config import Config
 from services.common.rpc import new_request_id, rpc
 from services.common.server import ServiceParts, Servicer
@@ -13,6 +11,7 @@ from services.common.tts_servicer import SynthesizerServicer, instrument
 from services.router.backends import Backend
 from services.router.policy import RouterTtsResolver
 from services.router.remote import RemoteTtsEngine
+from voice.v1 import fleet_pb2, fleet_pb2_grpc, synthesizer_pb2_grpc
 
 SERVICE = "router"
 
