@@ -57,6 +57,12 @@ TTS_CANCEL_TO_STOP = Histogram(
 )
 
 # Router.
+LEASE_EVENTS = Counter(
+    "voicefleet_gpu_lease_events_total",
+    "GPU lease grants, revocations, releases and expiries, by holder service.",
+    ["event", "holder"],
+)
+LEASE_GRANTED_BYTES = Gauge("voicefleet_gpu_lease_granted_bytes", "GPU bytes granted to lease holders now.")
 BACKEND_UP = Gauge("voicefleet_backend_serving", "1 when a backend's health says SERVING.", ["backend"])
 
 

@@ -1,0 +1,173 @@
+"""GpuLeases over gRPC: one bidi stream per holder, driven by the lease table in services/router/leases.py."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+
+from services.common import metrics
+from services.common.errors import InvalidArgument, VoiceError
+from services.common.rpc import new_request_id, rpc
+from services.router.leases import Ended, Event, Granted, LeaseManager, LeaseRequest, Queued, Revoke
+from voice.v1 import gpu_pb2, gpu_pb2_grpc
+
+log = logging.getLogger("voicefleet.router.leases")
+SERVICE = "router"
+
+
+class GpuLeasesServicer(gpu_pb2_grpc.GpuLeasesServicer):
+    def __init__(self, manager: LeaseManager, tick_s: float = 0.25):
+        self.manager = manager
+        self.tick_s = tick_s
+        self._outboxes: dict[str, asyncio.Queue] = {}
+        self._ticker: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self._ticker = asyncio.create_task(self._tick_forever(), name="lease-ticker")
+
+    async def stop(self) -> None:
+        if self._ticker:
+            self._ticker.cancel()
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_s)
+            self._deliver(self.manager.tick())
+
+    def _deliver(self, events: list[Event], request_id: str = "") -> None:
+        policy = self.manager.policy
+        for event in events:
+            lease = getattr(event, "lease", None)
+            holder = lease.request.holder if lease else ""
+            if isinstance(event, Granted):
+                metrics.LEASE_EVENTS.labels("granted", holder).inc()
+                reply = gpu_pb2.LeaseResponse(
+                    request_id=request_id,
+                    granted=gpu_pb2.LeaseGranted(
+                        epoch=lease.epoch,
+                        bytes=lease.bytes,
+                        ttl_ms=int(policy.ttl_s * 1000),
+                        renew_deadline_ms=int(policy.renew_deadline_s * 1000),
+                    ),
+                )
+                log.info("granted %s %d bytes, epoch %d", holder, lease.bytes, lease.epoch)
+            elif isinstance(event, Revoke):
+                metrics.LEASE_EVENTS.labels("revoked", holder).inc()
+                reply = gpu_pb2.LeaseResponse(
+                    revoke=gpu_pb2.LeaseRevoke(
+                        epoch=lease.epoch, reason=event.reason, deadline_ms=int(policy.revoke_deadline_s * 1000)
+                    )
+                )
+                log.info("revoking %s epoch %d: %s", holder, lease.epoch, event.reason)
+            elif isinstance(event, Ended):
+                metrics.LEASE_EVENTS.labels(event.reason, holder).inc()
+                reply = gpu_pb2.LeaseResponse(
+                    request_id=request_id if event.reason == "released" else "",
+                    ended=gpu_pb2.LeaseEnded(epoch=lease.epoch, reason=event.reason),
+                )
+                log.info("lease %d of %s ended: %s", lease.epoch, holder, event.reason)
+            elif isinstance(event, Queued):
+                reply = gpu_pb2.LeaseResponse(
+                    request_id=request_id, queued=gpu_pb2.LeaseQueued(position=event.position, reason=event.reason)
+                )
+            else:  # pragma: no cover - the manager makes no other events
+                continue
+            outbox = self._outboxes.get(event.stream)
+            if outbox is not None:
+                outbox.put_nowait(reply)
+        metrics.LEASE_GRANTED_BYTES.set(self.manager.granted_bytes)
+
+    @rpc(SERVICE, "Lease")
+    async def Lease(self, requests, context):
+        stream = uuid.uuid4().hex
+        outbox: asyncio.Queue = asyncio.Queue()
+        self._outboxes[stream] = outbox
+        failure: list[BaseException] = []
+
+        async def read() -> None:
+            try:
+                async for message in requests:
+                    self._handle(stream, message, outbox)
+            except VoiceError as e:
+                failure.append(e)
+            finally:
+                self._deliver(self.manager.disconnect(stream))
+                outbox.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while True:
+                reply = await outbox.get()
+                if reply is None:
+                    break
+                yield reply
+            if failure:
+                raise failure[0]
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            self._outboxes.pop(stream, None)
+
+    def _handle(self, stream: str, message: gpu_pb2.LeaseRequest, outbox: asyncio.Queue) -> None:
+        rid = message.request_id
+        kind = message.WhichOneof("payload")
+        if kind == "acquire":
+            a = message.acquire
+            if not a.holder:
+                raise InvalidArgument("acquire.holder", "is required (the service name, e.g. moss_sts)")
+            request = LeaseRequest(
+                a.holder, a.model, a.bytes, a.priority or gpu_pb2.LEASE_PRIORITY_BATCH, a.swap_in_ms, a.swap_out_ms
+            )
+            self._deliver(self.manager.acquire(stream, request), rid)
+        elif kind == "renew":
+            try:
+                lease = self.manager.renew(stream, message.renew.epoch, message.renew.busy)
+            except VoiceError as e:
+                # Expired or revoked: tell the holder the lease is over; it must stop GPU work.
+                outbox.put_nowait(
+                    gpu_pb2.LeaseResponse(
+                        request_id=rid, ended=gpu_pb2.LeaseEnded(epoch=message.renew.epoch, reason=e.message)
+                    )
+                )
+                return
+            remaining = self.manager.expires_at(lease) - self.manager.clock()
+            outbox.put_nowait(
+                gpu_pb2.LeaseResponse(
+                    request_id=rid, renewed=gpu_pb2.LeaseRenewed(epoch=lease.epoch, ttl_ms=int(remaining * 1000))
+                )
+            )
+        elif kind == "release":
+            self._deliver(self.manager.release(stream, message.release.epoch), rid)
+        else:
+            raise InvalidArgument("payload", "set one of acquire, renew, release")
+
+    @rpc(SERVICE, "ListLeases")
+    async def ListLeases(self, request, context):
+        now = self.manager.clock()
+        return gpu_pb2.ListLeasesResponse(
+            request_id=request.request_id or new_request_id(),
+            capacity_bytes=self.manager.policy.capacity_bytes,
+            granted_bytes=self.manager.granted_bytes,
+            leases=[
+                gpu_pb2.LeaseInfo(
+                    holder=lease.request.holder,
+                    model=lease.request.model,
+                    bytes=lease.bytes,
+                    epoch=lease.epoch,
+                    priority=lease.request.priority,
+                    expires_in_ms=max(0, int((self.manager.expires_at(lease) - now) * 1000)),
+                    busy=lease.busy,
+                    revoking=lease.revoking,
+                )
+                for lease in self.manager.leases.values()
+            ],
+            waiting=[
+                gpu_pb2.LeaseAcquire(
+                    holder=w.request.holder, model=w.request.model, bytes=w.request.bytes, priority=w.request.priority
+                )
+                for w in self.manager._ordered_waiters()
+            ],
+        )
