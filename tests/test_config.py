@@ -45,6 +45,11 @@ def test_explicit_backends_via_env(tmp_path):
         ("fleet: {services: [router, tortoise]}", {}, "fleet.services: unknown service 'tortoise'"),
         ("{}", {"VOICEFLEET_ROUTER__GRACE_SECONDS": "-1"}, "router.grace_seconds: must be >= 0"),
         ("router: [1, 2]", {}, "router: must be a mapping"),
+        (
+            "router: {leases: {ttl_seconds: 3, renew_deadline_seconds: 3}}",
+            {},
+            "router.leases.renew_deadline_seconds: must be > 0 and < ttl_seconds",
+        ),
         ("router: {port: 1", {}, "is not valid YAML"),
     ],
 )

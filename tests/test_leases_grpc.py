@@ -127,3 +127,33 @@ async def test_killed_holder_bytes_come_back_within_ttl(lease_router):
     finally:
         if holder.returncode is None:
             holder.kill()
+
+
+def test_router_of_the_fleet_grants_leases(cpu_fleet):
+    """The fleet's router serves GpuLeases on its port, with the configured card (24 GiB by default)."""
+    import subprocess
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "services.common.lease_client",
+            "--router",
+            cpu_fleet.address("router"),
+            "--holder",
+            "ops-check",
+            "--gb",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().startswith("GRANTED")
+        with cpu_fleet.channel("router") as channel:
+            t = gpu_pb2_grpc.GpuLeasesStub(channel).ListLeases(gpu_pb2.ListLeasesRequest(), timeout=5)
+        assert t.capacity_bytes == 24 * GB
+        assert [(lease.holder, lease.bytes) for lease in t.leases] == [("ops-check", 2 * GB)]
+    finally:
+        holder.kill()
+        holder.wait()

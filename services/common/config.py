@@ -114,6 +114,7 @@ class RouterConfig(ServerConfig):
     # How long a backend's voice list is reused before asking again.
     voices_cache_seconds: float = 5.0
     max_text_chars: int = 5000
+    leases: LeaseConfig = field(default_factory=LeaseConfig)
 
     def validate(self, path: str) -> None:
         super().validate(path)
@@ -126,6 +127,7 @@ class RouterConfig(ServerConfig):
         _check(path, "default_deadline_seconds", self.default_deadline_seconds > 0, "must be > 0")
         _check(path, "voices_cache_seconds", self.voices_cache_seconds >= 0, "must be >= 0")
         _check(path, "max_text_chars", 1 <= self.max_text_chars <= 100_000, "must be 1..100000")
+        self.leases.validate(f"{path}.leases")
 
 
 @dataclass

@@ -8,6 +8,7 @@ import logging
 import uuid
 
 from services.common import metrics
+from services.common.config import ConfigError
 from services.common.errors import InvalidArgument, VoiceError
 from services.common.rpc import new_request_id, rpc
 from services.router.leases import Ended, Event, Granted, LeaseManager, LeaseRequest, Queued, Revoke
@@ -15,6 +16,24 @@ from voice.v1 import gpu_pb2, gpu_pb2_grpc
 
 log = logging.getLogger("voicefleet.router.leases")
 SERVICE = "router"
+GIB = 1 << 30
+
+
+def card_capacity_bytes(capacity_gb: float, reserve_gb: float) -> int:
+    """Grantable bytes: the configured size, or (capacity_gb 0) the card's total memory from NVML less the reserve."""
+    if capacity_gb:
+        return int(capacity_gb * GIB)
+    try:
+        import pynvml  # only in GPU images (nvidia-ml-py)
+
+        pynvml.nvmlInit()
+        total = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total
+    except Exception as e:  # noqa: BLE001 - any NVML failure means "no card to read"
+        raise ConfigError(
+            f"router.leases.capacity_gb: 0 means 'read the card from NVML', but NVML is not available here ({e});"
+            " set the card's size in GiB (24 or 48)"
+        ) from None
+    return int(total - reserve_gb * GIB)
 
 
 class GpuLeasesServicer(gpu_pb2_grpc.GpuLeasesServicer):

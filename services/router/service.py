@@ -9,9 +9,11 @@ from services.common.rpc import new_request_id, rpc
 from services.common.server import ServiceParts, Servicer
 from services.common.tts_servicer import SynthesizerServicer, instrument
 from services.router.backends import Backend
+from services.router.lease_servicer import GpuLeasesServicer, card_capacity_bytes
+from services.router.leases import LeaseManager, LeasePolicy
 from services.router.policy import RouterTtsResolver
 from services.router.remote import RemoteTtsEngine
-from voice.v1 import fleet_pb2, fleet_pb2_grpc, synthesizer_pb2_grpc
+from voice.v1 import fleet_pb2, fleet_pb2_grpc, gpu_pb2_grpc, synthesizer_pb2_grpc
 
 SERVICE = "router"
 
@@ -45,19 +47,36 @@ def build(config: Config) -> ServiceParts:
         )
     )
 
+    lc = rc.leases
+    leases = GpuLeasesServicer(
+        LeaseManager(
+            LeasePolicy(
+                capacity_bytes=card_capacity_bytes(lc.capacity_gb, lc.reserve_gb),
+                ttl_s=lc.ttl_seconds,
+                renew_deadline_s=lc.renew_deadline_seconds,
+                min_residency_s=lc.min_residency_seconds,
+                revoke_deadline_s=lc.revoke_deadline_seconds,
+                max_waiters=lc.max_waiters,
+            )
+        )
+    )
+
     async def start() -> None:
+        await leases.start()
         for b in backends.values():
             b.start()
         # Route with real health from the first request on (a backend that never answers stays UNKNOWN).
         await asyncio.gather(*(b.first_answer(wait_s=2.0) for b in backends.values()))
 
     async def stop() -> None:
+        await leases.stop()
         await asyncio.gather(*(b.close() for b in backends.values()))
 
     return ServiceParts(
         servicers=[
             Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, synthesizer, "voice.v1.Synthesizer"),
             Servicer(fleet_pb2_grpc.add_FleetServicer_to_server, FleetServicer(backends), "voice.v1.Fleet"),
+            Servicer(gpu_pb2_grpc.add_GpuLeasesServicer_to_server, leases, "voice.v1.GpuLeases"),
         ],
         start=start,
         stop=stop,
