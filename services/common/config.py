@@ -100,6 +100,38 @@ class TtsServiceConfig(ServerConfig):
 
 
 @dataclass
+class LeaseConfig:
+    """GPU time-sharing leases the router grants to model services (docs/leases.md)."""
+
+    # Card memory that can be granted, in GiB (24 or 48 for the cards we target); 0 = read the card's total
+    # memory from NVML and keep reserve_gb back for CUDA contexts.
+    capacity_gb: float = 24.0
+    reserve_gb: float = 1.0
+    # A lease expires this long after its last renew; holders stop GPU work at renew_deadline (shorter).
+    ttl_seconds: float = 6.0
+    renew_deadline_seconds: float = 4.0
+    # Anti-thrash: a holder is not revoked before it has been resident this long.
+    min_residency_seconds: float = 10.0
+    # A revoked holder should offload and release within this long.
+    revoke_deadline_seconds: float = 10.0
+    # Acquires waiting for room; more are refused with RESOURCE_EXHAUSTED.
+    max_waiters: int = 16
+
+    def validate(self, path: str) -> None:
+        _check(path, "capacity_gb", 0 <= self.capacity_gb <= 1024, f"must be 0..1024, got {self.capacity_gb}")
+        _check(path, "reserve_gb", self.reserve_gb >= 0, "must be >= 0")
+        _check(
+            path,
+            "renew_deadline_seconds",
+            0 < self.renew_deadline_seconds < self.ttl_seconds,
+            f"must be > 0 and < ttl_seconds ({self.ttl_seconds}), got {self.renew_deadline_seconds}",
+        )
+        _check(path, "min_residency_seconds", self.min_residency_seconds >= 0, "must be >= 0")
+        _check(path, "revoke_deadline_seconds", self.revoke_deadline_seconds > 0, "must be > 0")
+        _check(path, "max_waiters", self.max_waiters >= 1, "must be >= 1")
+
+
+@dataclass
 class RouterConfig(ServerConfig):
     """The front door."""
 
