@@ -100,6 +100,82 @@ class TtsServiceConfig(ServerConfig):
 
 
 @dataclass
+class EspeakConfig:
+    """qwen_tts CPU engine: espeak-ng (formant synthesis) from the espeakng-loader wheel."""
+
+    # Voice used when a request names none (an espeak voice id from ListVoices, or a Qwen preset name).
+    default_voice: str = "en-US"
+    # Audio per espeak callback (espeak_Initialize's buflength): the first audio piece of a stream, one engine
+    # step, and how much audio at most is synthesized after a cancel. espeak-ng 1.52 never goes below 60 ms.
+    callback_ms: int = 60
+    # Load libespeak-ng afresh for every segment (~5 ms) so the same text, voice, rate and seed give bit-identical
+    # PCM; espeak-ng otherwise carries pitch/phase state from one utterance to the next (see docs/tts.md).
+    deterministic: bool = True
+
+    def validate(self, path: str) -> None:
+        _check(path, "callback_ms", 10 <= self.callback_ms <= 1000, f"must be 10..1000, got {self.callback_ms}")
+        _check(path, "default_voice", bool(self.default_voice.strip()), "must name a voice, e.g. en-US")
+
+
+@dataclass
+class QwenGpuConfig:
+    """qwen_tts GPU engines: Qwen3-TTS CustomVoice (9 preset speakers, 24 kHz) from mounted weights."""
+
+    # "vllm_omni": true streaming through a vLLM-Omni OpenAI-compatible sidecar (/v1/audio/speech, SSE);
+    # "qwen_tts": the qwen-tts package in process, one sentence per generate call (no streaming inside a sentence).
+    backend: str = "vllm_omni"
+    # Weights directory (mounted; nothing is downloaded at run time).
+    model_dir: str = "/models/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+    # qwen-tts backend: torch device and dtype.
+    device: str = "cuda:0"
+    dtype: str = "bfloat16"
+    # vLLM-Omni backend: where the sidecar listens (loopback), and whether this service starts it itself.
+    base_url: str = "http://127.0.0.1:8091"
+    launch_sidecar: bool = True
+    # Extra arguments for `vllm-omni serve MODEL_DIR --omni ...` when the service launches the sidecar.
+    sidecar_args: list[str] = field(default_factory=list)
+    sidecar_start_timeout_seconds: float = 900.0
+    # Codec frames (12.5 Hz: 80 ms each) in the first streamed chunk; small = early first audio. Later chunks
+    # use the sidecar deploy config's codec_chunk_frames.
+    initial_codec_chunk_frames: int = 2
+    # Text per sidecar request (cut at sentence ends); long texts become several requests streamed in order.
+    max_request_chars: int = 400
+    # Sampling seed sent when the request gives none (reproducible output).
+    default_seed: int = 1234
+
+    def validate(self, path: str) -> None:
+        _check(
+            path,
+            "backend",
+            self.backend in ("vllm_omni", "qwen_tts"),
+            f"must be 'vllm_omni' or 'qwen_tts', got {self.backend!r}",
+        )
+        _check(path, "model_dir", bool(self.model_dir.strip()), "must be the mounted weights directory")
+        _check(
+            path,
+            "base_url",
+            self.base_url.startswith(("http://", "https://")),
+            f"must be an http(s) URL, got {self.base_url!r}",
+        )
+        _check(path, "initial_codec_chunk_frames", 1 <= self.initial_codec_chunk_frames <= 50, "must be 1..50")
+        _check(path, "max_request_chars", 20 <= self.max_request_chars <= 5000, "must be 20..5000")
+        _check(path, "sidecar_start_timeout_seconds", self.sidecar_start_timeout_seconds > 0, "must be > 0")
+
+
+@dataclass
+class QwenTtsConfig(TtsServiceConfig):
+    """qwen_tts: espeak-ng on CPU, Qwen3-TTS on GPU."""
+
+    espeak: EspeakConfig = field(default_factory=EspeakConfig)
+    gpu: QwenGpuConfig = field(default_factory=QwenGpuConfig)
+
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        self.espeak.validate(f"{path}.espeak")
+        self.gpu.validate(f"{path}.gpu")
+
+
+@dataclass
 class LeaseConfig:
     """GPU time-sharing leases the router grants to model services (docs/leases.md)."""
 
@@ -166,7 +242,7 @@ class RouterConfig(ServerConfig):
 class FleetConfig:
     """What `voicefleet up` starts, in this order (the router last, once its backends are up)."""
 
-    services: list[str] = field(default_factory=lambda: ["cosyvoice_tts", "router"])
+    services: list[str] = field(default_factory=lambda: ["cosyvoice_tts", "qwen_tts", "router"])
     # Seconds to wait for every service to report SERVING.
     start_timeout_seconds: float = 120.0
 
@@ -182,6 +258,7 @@ class Config:
     fleet: FleetConfig = field(default_factory=FleetConfig)
     router: RouterConfig = field(default_factory=lambda: RouterConfig(port=50051, metrics_port=9301))
     cosyvoice_tts: TtsServiceConfig = field(default_factory=lambda: TtsServiceConfig(port=50052, metrics_port=9302))
+    qwen_tts: QwenTtsConfig = field(default_factory=lambda: QwenTtsConfig(port=50053, metrics_port=9303))
 
     def validate(self) -> None:
         for f in dataclasses.fields(self):

@@ -1,0 +1,61 @@
+"""qwen_tts: Qwen3-TTS CustomVoice on GPU (vLLM-Omni streaming sidecar, or the qwen-tts package), espeak-ng on CPU.
+
+Every engine serves the shared Synthesizer servicer. The resolver differs from the stock local one in one way:
+a request that names a language but no voice gets the first voice that speaks that language (this service is
+multilingual; its default voice speaks only one).
+"""
+
+from __future__ import annotations
+
+from services.common.config import Config
+from services.common.engines import Routing, TtsEngine, VoiceInfo
+from services.common.server import ServiceParts, Servicer
+from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, instrument, pick_voice
+from voice.v1 import synthesizer_pb2_grpc
+
+SERVICE = "qwen_tts"
+
+
+class QwenResolver(LocalEngineResolver):
+    async def resolve(
+        self, voice: str, language: str, routing: Routing, time_remaining: float | None, **where
+    ) -> tuple[TtsEngine, VoiceInfo]:
+        voices = await self.engine.voices()
+        if not voice and language:
+            speaking = [v for v in voices if v.speaks(language)]
+            voices = speaking or voices
+        return self.engine, pick_voice(voices, voice, language, where=self.engine.service, **where)
+
+
+def make_engine(config: Config) -> TtsEngine:
+    section = config.qwen_tts
+    if section.engine == "cpu":
+        from services.qwen_tts.espeak_engine import EspeakTtsEngine
+
+        return EspeakTtsEngine(SERVICE, section.chunking, section.espeak)
+    if section.gpu.backend == "vllm_omni":
+        from services.qwen_tts.vllm_omni_engine import VllmOmniTtsEngine
+
+        return VllmOmniTtsEngine(SERVICE, section.chunking, section.gpu)
+    from services.qwen_tts.qwen_engine import QwenTtsEngine
+
+    return QwenTtsEngine(SERVICE, section.chunking, section.gpu)
+
+
+def build(config: Config) -> ServiceParts:
+    section = config.qwen_tts
+    engine = make_engine(config)
+    servicer = instrument(
+        SynthesizerServicer(
+            SERVICE,
+            QwenResolver(engine),
+            max_text_chars=section.max_text_chars,
+            max_chunk_ms=section.chunking.max_chunk_ms,
+            max_concurrent=section.max_concurrent_syntheses,
+        )
+    )
+    return ServiceParts(
+        servicers=[Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, servicer, "voice.v1.Synthesizer")],
+        start=engine.start,
+        stop=engine.close,
+    )
