@@ -7,6 +7,8 @@ A TTS engine streams audio pieces for a text. Cancellation is the caller stoppin
 from __future__ import annotations
 
 import abc
+import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -63,6 +65,25 @@ class AudioPiece:
     served_by: str
 
 
+@dataclass(frozen=True)
+class TextEvent:
+    """One message of streaming text input: a delta of text, a flush, or the end of the text."""
+
+    text: str = ""
+    flush: bool = False
+    end: bool = False
+
+
+@dataclass(frozen=True)
+class BufferPolicy:
+    """When buffered streaming text is spoken (TextBufferPolicy in the contract)."""
+
+    # A clause ending in , ; : is spoken once it has this many characters, before its sentence ends.
+    min_chars: int = 60
+    # Whatever complete words are buffered are spoken once no new text came for this long.
+    max_wait_s: float = 0.4
+
+
 class TtsEngine(abc.ABC):
     """Text to speech. One instance serves many concurrent streams."""
 
@@ -87,6 +108,30 @@ class TtsEngine(abc.ABC):
     @abc.abstractmethod
     def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
         """Stream speech for ``text``. Stops work when the caller stops iterating."""
+
+    async def synthesize_text_stream(
+        self, events: AsyncIterator[TextEvent], options: SynthesisOptions, policy: BufferPolicy
+    ) -> AsyncIterator[AudioPiece]:
+        """Speak text that arrives in pieces. Spans index the concatenation of every delta.
+
+        The default cuts the text into segments as they complete (services.common.text.stream_segments: sentence
+        ends, the min-chars clause rule, the max-wait timer, flush and end) and speaks each with ``synthesize``
+        while more text arrives. Engines that take streaming text natively, or remote engines, override it.
+        """
+        from services.common.text import stream_segments
+
+        async with contextlib.aclosing(stream_segments(events, policy)) as segments:
+            async for segment in segments:
+                async with contextlib.aclosing(self.synthesize(segment.text, options)) as pieces:
+                    async for piece in pieces:
+                        yield dataclasses.replace(
+                            piece, text_start=piece.text_start + segment.start, text_end=piece.text_end + segment.start
+                        )
+
+    #: True for engines that register zero-shot voices themselves (the servicer then checks the prompt's content
+    #: first). Engines that cannot clone keep the default ``register_voice``, which answers FAILED_PRECONDITION;
+    #: remote engines forward the request and leave the checks to their backend.
+    clones_voices: bool = False
 
     async def register_voice(
         self, voice_id: str, prompt_pcm: bytes, prompt_rate: int, transcript: str, language: str

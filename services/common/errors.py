@@ -33,6 +33,10 @@ class NotFound(VoiceError):
     code = grpc.StatusCode.NOT_FOUND
 
 
+class AlreadyExists(VoiceError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
 class FailedPrecondition(VoiceError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 

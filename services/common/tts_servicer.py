@@ -13,21 +13,38 @@ import time
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+import numpy as np
+
 from services.common import audio, metrics
-from services.common.engines import AudioPiece, Routing, SynthesisOptions, TtsEngine, VoiceInfo
-from services.common.errors import InvalidArgument, NotFound
+from services.common.engines import (
+    AudioPiece,
+    BufferPolicy,
+    Routing,
+    SynthesisOptions,
+    TextEvent,
+    TtsEngine,
+    VoiceInfo,
+)
+from services.common.errors import AlreadyExists, InvalidArgument, NotFound
 from services.common.rpc import new_request_id, rpc
 from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 VOICE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MIN_PROMPT_S, MAX_PROMPT_S = 3.0, 30.0
+# A prompt must hold this much audio louder than SPEECH_DBFS (20 ms frames); below is silence or room noise.
+MIN_VOICED_S, SPEECH_DBFS = 1.0, -45.0
+# Streaming text buffering (TextBufferPolicy): defaults for 0, and the accepted ranges.
+DEFAULT_MIN_CHARS, DEFAULT_MAX_WAIT_MS = 60, 400
+MAX_MIN_CHARS, MAX_MAX_WAIT_MS = 1000, 10_000
 
 
 class EngineResolver(Protocol):
     async def resolve(
-        self, voice: str, language: str, routing: Routing, time_remaining: float | None
+        self, voice: str, language: str, routing: Routing, time_remaining: float | None, field: str = "config"
     ) -> tuple[TtsEngine, VoiceInfo]:
-        """The engine and voice for a request; raises NotFound / InvalidArgument / Unavailable."""
+        """The engine and voice for a request; raises NotFound / InvalidArgument / Unavailable.
+
+        ``field`` is where the request holds its SynthesisConfig ("config" or "config.synthesis"), for messages."""
 
     async def voices(self, service: str) -> list[VoiceInfo]:
         """Every voice this process can reach (``service`` filters, router only)."""
@@ -42,10 +59,10 @@ class LocalEngineResolver:
         self.engine = engine
 
     async def resolve(
-        self, voice: str, language: str, routing: Routing, time_remaining: float | None
+        self, voice: str, language: str, routing: Routing, time_remaining: float | None, field: str = "config"
     ) -> tuple[TtsEngine, VoiceInfo]:
         voices = await self.engine.voices()
-        return self.engine, pick_voice(voices, voice, language, where=self.engine.service)
+        return self.engine, pick_voice(voices, voice, language, where=self.engine.service, field=field)
 
     async def voices(self, service: str) -> list[VoiceInfo]:
         return await self.engine.voices()
@@ -54,7 +71,7 @@ class LocalEngineResolver:
         return self.engine
 
 
-def pick_voice(voices: list[VoiceInfo], voice: str, language: str, where: str) -> VoiceInfo:
+def pick_voice(voices: list[VoiceInfo], voice: str, language: str, where: str, field: str = "config") -> VoiceInfo:
     """The requested voice (or the default, the first one), checked to speak ``language``."""
     if not voices:
         raise NotFound(f"{where} has no voices loaded")
@@ -62,12 +79,12 @@ def pick_voice(voices: list[VoiceInfo], voice: str, language: str, where: str) -
         found = next((v for v in voices if v.id == voice), None)
         if found is None:
             known = ", ".join(v.id for v in voices[:20])
-            raise NotFound(f"config.voice: {voice!r} is not a voice of {where}; ListVoices shows: {known}")
+            raise NotFound(f"{field}.voice: {voice!r} is not a voice of {where}; ListVoices shows: {known}")
     else:
         found = voices[0]
     if language and not found.speaks(language):
         raise InvalidArgument(
-            "config.language",
+            f"{field}.language",
             f"voice {found.id!r} does not speak {language!r}; it speaks {', '.join(found.languages)}",
         )
     return found
@@ -90,6 +107,26 @@ def voice_to_proto(v: VoiceInfo) -> synthesizer_pb2.Voice:
     )
 
 
+def check_prompt_audio(field: str, pcm: bytes, rate: int) -> None:
+    """Prompt audio must hold speech: at least MIN_VOICED_S of 20 ms frames louder than SPEECH_DBFS."""
+    x = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
+    frame = max(1, rate // 50)
+    n = len(x) // frame
+    if n == 0:
+        raise InvalidArgument(field, "is empty")
+    rms = np.sqrt(np.mean(x[: n * frame].reshape(n, frame) ** 2, axis=1))
+    threshold = 10 ** (SPEECH_DBFS / 20)
+    voiced_s = float(np.sum(rms > threshold)) * frame / rate
+    if voiced_s < MIN_VOICED_S:
+        peak = float(np.max(np.abs(x))) if len(x) else 0.0
+        peak_db = 20 * np.log10(peak) if peak > 0 else float("-inf")
+        raise InvalidArgument(
+            field,
+            f"is silent: only {voiced_s:.1f} s of it is louder than {SPEECH_DBFS:.0f} dBFS (peak {peak_db:.0f} dBFS);"
+            f" record at least {MIN_VOICED_S:.0f} s of clear speech",
+        )
+
+
 class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
     def __init__(
         self,
@@ -99,12 +136,18 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
         max_chunk_ms: int | None = None,
         max_concurrent: int | None = None,
         default_deadline_s: float | None = None,
+        first_chunk_ms: int | None = None,
+        max_stream_text_chars: int | None = None,
     ):
         self.service = service
         self.resolver = resolver
         self.max_text_chars = max_text_chars
         # None: pass engine pieces on as they come (the router: backends already chunked them).
         self.max_chunk_ms = max_chunk_ms
+        # The first chunk of a stream is cut to at most this (a small first chunk lets playback start early).
+        self.first_chunk_ms = first_chunk_ms
+        # Streaming text may add up to more than one Synthesize request (an LLM answer); default 10x.
+        self.max_stream_text_chars = max_stream_text_chars or 10 * max_text_chars
         self._slots = asyncio.Semaphore(max_concurrent) if max_concurrent else None
         self.default_deadline_s = default_deadline_s
 
@@ -113,12 +156,86 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
         received = time.monotonic()
         request_id = request.request_id or new_request_id()
         self._check_text("text", request.text)
-        options, fmt, engine = await self._prepare(request.config, request_id, context)
-        async for chunk, span, served_by in self._stream(engine, request.text, options, fmt, received, "Synthesize"):
+        options, fmt, engine = await self._prepare(request.config, request_id, context, "config")
+        pieces = engine.synthesize(request.text, options)
+        async for chunk, span, served_by in self._stream(engine, pieces, fmt, received, "Synthesize"):
             yield synthesizer_pb2.SynthesizeResponse(
                 request_id=request_id, audio=chunk, text_span=span, served_by=served_by
             )
 
+    # --- StreamingSynthesize ----------------------------------------------------------------------------------
+    async def StreamingSynthesize(self, request_iterator, context):
+        """Config first, then text deltas; speech starts at the first complete segment (see text.stream_segments).
+
+        Every process runs the same handler: a model service segments and speaks; the router validates the same
+        way and forwards the events to the backend (RemoteTtsEngine.synthesize_text_stream).
+        """
+        received = time.monotonic()
+        messages = aiter(request_iterator)
+        first = await anext(messages, None)
+        if first is None:
+            raise InvalidArgument(
+                "config", "the stream ended before any message; send a StreamingSynthesisConfig as the first message"
+            )
+        kind = first.WhichOneof("payload")
+        if kind != "config":
+            raise InvalidArgument(
+                "config",
+                f"the first message must carry config (a StreamingSynthesisConfig); it carried {kind or 'nothing'}",
+            )
+        request_id = first.request_id or new_request_id()
+        policy = self._buffer_policy(first.config.buffering)
+        options, fmt, engine = await self._prepare(first.config.synthesis, request_id, context, "config.synthesis")
+        pieces = engine.synthesize_text_stream(self._text_events(messages), options, policy)
+        async for chunk, span, served_by in self._stream(engine, pieces, fmt, received, "StreamingSynthesize"):
+            yield synthesizer_pb2.StreamingSynthesizeResponse(
+                request_id=request_id, audio=chunk, text_span=span, served_by=served_by
+            )
+
+    @staticmethod
+    def _buffer_policy(buffering) -> BufferPolicy:
+        min_chars = buffering.min_chars or DEFAULT_MIN_CHARS
+        max_wait_ms = buffering.max_wait_ms or DEFAULT_MAX_WAIT_MS
+        if min_chars > MAX_MIN_CHARS:
+            raise InvalidArgument(
+                "config.buffering.min_chars", f"{min_chars} is over {MAX_MIN_CHARS} (0 means {DEFAULT_MIN_CHARS})"
+            )
+        if max_wait_ms > MAX_MAX_WAIT_MS:
+            raise InvalidArgument(
+                "config.buffering.max_wait_ms",
+                f"{max_wait_ms} is over {MAX_MAX_WAIT_MS} (0 means {DEFAULT_MAX_WAIT_MS})",
+            )
+        return BufferPolicy(min_chars=min_chars, max_wait_s=max_wait_ms / 1000)
+
+    async def _text_events(self, messages) -> AsyncIterator[TextEvent]:
+        """The messages after the config as engine events, each checked; a client half-close ends the text."""
+        total = 0
+        ended = False
+        async for message in messages:
+            kind = message.WhichOneof("payload")
+            if kind == "config":
+                raise InvalidArgument("config", "was sent twice; send exactly one config, as the first message")
+            if kind is None:
+                raise InvalidArgument("payload", "a message carried nothing; set text_delta, flush or end_of_text")
+            if ended:
+                raise InvalidArgument(kind, "arrived after end_of_text; nothing may follow end_of_text")
+            if kind == "text_delta":
+                total += len(message.text_delta)
+                if total > self.max_stream_text_chars:
+                    raise InvalidArgument(
+                        "text_delta",
+                        f"the text so far is {total} characters, over the limit of {self.max_stream_text_chars}"
+                        " per stream; end this stream (end_of_text) and continue in a new one",
+                    )
+                if message.text_delta:
+                    yield TextEvent(text=message.text_delta)
+            elif kind == "flush" and message.flush:
+                yield TextEvent(flush=True)
+            elif kind == "end_of_text" and message.end_of_text:
+                ended = True
+                yield TextEvent(end=True)
+
+    # --- ListVoices / RegisterVoice ---------------------------------------------------------------------------
     async def ListVoices(self, request, context):
         voices = await self.resolver.voices(request.service)
         if request.language:
@@ -130,6 +247,8 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
         )
 
     async def RegisterVoice(self, request, context):
+        """Checks, in order: the request's fields, the id is free (on every backend, for the router), the engine
+        can clone (FAILED_PRECONDITION otherwise), the prompt holds speech; then the engine registers it."""
         if not VOICE_ID_RE.match(request.voice_id):
             raise InvalidArgument("voice_id", "must be 1..64 characters of A-Z a-z 0-9 _ . -")
         if not request.prompt_transcript.strip():
@@ -141,7 +260,16 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
             raise InvalidArgument(
                 "prompt_audio", f"is {seconds:.1f} s long; give {MIN_PROMPT_S:.0f}..{MAX_PROMPT_S:.0f} s of speech"
             )
+        taken = next((v for v in await self.resolver.voices("") if v.id == request.voice_id), None)
+        if taken is not None:
+            kind = "a registered voice" if taken.cloned else "a preset voice"
+            raise AlreadyExists(
+                f"voice_id: {request.voice_id!r} is already {kind} of {taken.service}/{taken.engine};"
+                " pick another id (ids are unique across the fleet)"
+            )
         engine = self.resolver.engine_for_registration(routing_from_proto(request.routing))
+        if engine.clones_voices:
+            check_prompt_audio("prompt_audio", request.prompt_audio, fmt.sample_rate_hz)
         voice = await engine.register_voice(
             request.voice_id, request.prompt_audio, fmt.sample_rate_hz, request.prompt_transcript, request.language
         )
@@ -160,19 +288,21 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
                 " split it into several requests or stream it with StreamingSynthesize",
             )
 
-    async def _prepare(self, config, request_id: str, context) -> tuple[SynthesisOptions, audio.PcmFormat, TtsEngine]:
+    async def _prepare(
+        self, config, request_id: str, context, field: str
+    ) -> tuple[SynthesisOptions, audio.PcmFormat, TtsEngine]:
         fmt_in = config.output_format
         if fmt_in.sample_rate_hz:  # range first: a bad rate is a bad request whatever the voice
-            audio.check_rate("config.output_format.sample_rate_hz", fmt_in.sample_rate_hz)
+            audio.check_rate(f"{field}.output_format.sample_rate_hz", fmt_in.sample_rate_hz)
         rate = config.speaking_rate or 1.0
         if not 0.5 <= rate <= 2.0:
-            raise InvalidArgument("config.speaking_rate", f"{config.speaking_rate} is outside 0.5..2.0 (0 means 1.0)")
+            raise InvalidArgument(f"{field}.speaking_rate", f"{config.speaking_rate} is outside 0.5..2.0 (0 means 1.0)")
         routing = routing_from_proto(config.routing)
         remaining = context.time_remaining()
         if remaining is None:
             remaining = self.default_deadline_s
-        engine, voice = await self.resolver.resolve(config.voice, config.language, routing, remaining)
-        fmt = audio.output_format("config.output_format", fmt_in, voice.native_sample_rate_hz)
+        engine, voice = await self.resolver.resolve(config.voice, config.language, routing, remaining, field=field)
+        fmt = audio.output_format(f"{field}.output_format", fmt_in, voice.native_sample_rate_hz)
         options = SynthesisOptions(
             voice=voice.id,
             language=config.language or voice.languages[0],
@@ -188,22 +318,24 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
     async def _stream(
         self,
         engine: TtsEngine,
-        text: str,
-        options: SynthesisOptions,
+        pieces: AsyncIterator[AudioPiece],
         fmt: audio.PcmFormat,
         received: float,
         method: str,
     ) -> AsyncIterator[tuple[audio_pb2.AudioChunk, audio_pb2.TextSpan, str]]:
+        """Engine pieces -> chunks in the caller's format: resampled (one seamless resampler per stream), cut to the
+        chunking policy (first chunk <= first_chunk_ms, later ones <= max_chunk_ms), counted in metrics.
+        RTF is observed for Synthesize only: a streaming-text call's wall time is mostly waiting for text."""
         labels = (self.service, engine.served_by if self.service != engine.service else engine.name)
         async with self._slot(labels):
             started = time.monotonic()
             resampler: audio.StreamResampler | None = None
             max_bytes = fmt.bytes_for_ms(self.max_chunk_ms) if self.max_chunk_ms else None
+            first_bytes = fmt.bytes_for_ms(self.first_chunk_ms) if self.first_chunk_ms else max_bytes
             samples_sent = sequence = 0
             first = True
             span = audio_pb2.TextSpan()
             served_by = engine.served_by
-            pieces = engine.synthesize(text, options)
             async with contextlib.aclosing(pieces):
                 async for piece in pieces:
                     piece: AudioPiece
@@ -214,7 +346,7 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
                     pcm = resampler.feed(piece.pcm)
                     span = audio_pb2.TextSpan(start_char=piece.text_start, end_char=piece.text_end)
                     served_by = piece.served_by
-                    for part in audio.split_pcm(pcm, max_bytes) if max_bytes else ([pcm] if pcm else []):
+                    for part in self._parts(pcm, first_bytes if sequence == 0 else None, max_bytes):
                         yield self._chunk(part, fmt, samples_sent, sequence), span, served_by
                         if first:
                             metrics.TTS_TTFA.labels(*labels, method).observe(time.monotonic() - received)
@@ -225,9 +357,18 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
             if tail:
                 yield self._chunk(tail, fmt, samples_sent, sequence), span, served_by
                 samples_sent += len(tail) // audio.BYTES_PER_SAMPLE
-            if samples_sent:
+            if samples_sent and method == "Synthesize":
                 seconds = samples_sent / fmt.sample_rate_hz
                 metrics.TTS_RTF.labels(*labels).observe((time.monotonic() - started) / seconds)
+
+    @staticmethod
+    def _parts(pcm: bytes, first_bytes: int | None, max_bytes: int | None):
+        if not pcm:
+            return
+        if first_bytes and len(pcm) > first_bytes:
+            yield pcm[:first_bytes]
+            pcm = pcm[first_bytes:]
+        yield from audio.split_pcm(pcm, max_bytes) if max_bytes else [pcm]
 
     @staticmethod
     def _chunk(pcm: bytes, fmt: audio.PcmFormat, offset: int, sequence: int) -> audio_pb2.AudioChunk:
@@ -246,7 +387,7 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
 
 def instrument(servicer: SynthesizerServicer) -> SynthesizerServicer:
     """Wrap the servicer's RPCs with the shared error/metric handling, labelled with its service name."""
-    for method in ("Synthesize", "ListVoices", "RegisterVoice"):
+    for method in ("Synthesize", "StreamingSynthesize", "ListVoices", "RegisterVoice"):
         bound = getattr(type(servicer), method)
         setattr(servicer, method, rpc(servicer.service, method)(bound).__get__(servicer))
     return servicer

@@ -50,21 +50,23 @@ class RouterTtsResolver:
         return engine
 
     async def resolve(
-        self, voice: str, language: str, routing: Routing, time_remaining: float | None
+        self, voice: str, language: str, routing: Routing, time_remaining: float | None, field: str = "config"
     ) -> tuple[TtsEngine, VoiceInfo]:
         if routing.engine:
-            engine = self._by_name(routing.engine)
+            engine = self._by_name(routing.engine, field=f"{field}.routing.engine")
             self._check_usable(engine)
-            return engine, pick_voice(await engine.voices(time_remaining), voice, language, where=engine.service)
+            voices = await engine.voices(time_remaining)
+            return engine, pick_voice(voices, voice, language, where=engine.service, field=field)
         if voice:
-            return await self._owner_of(voice, language, routing.mode, time_remaining)
+            return await self._owner_of(voice, language, routing.mode, time_remaining, field)
         route = self._route(routing.mode)
         engine = next((e for e in route if e.backend.usable()), route[0])
         self._check_usable(engine)
-        return engine, pick_voice(await engine.voices(time_remaining), "", language, where=engine.service)
+        voices = await engine.voices(time_remaining)
+        return engine, pick_voice(voices, "", language, where=engine.service, field=field)
 
     async def _owner_of(
-        self, voice: str, language: str, mode: int, time_remaining: float | None
+        self, voice: str, language: str, mode: int, time_remaining: float | None, field: str = "config"
     ) -> tuple[TtsEngine, VoiceInfo]:
         """The backend that has ``voice`` (mode's route first, then any)."""
         order = [e.service for e in self._route(mode)] if mode in MODE_ROUTES else []
@@ -76,13 +78,13 @@ class RouterTtsResolver:
                 down.append(f"{name}: {voices.message}")
                 continue
             if any(v.id == voice for v in voices):
-                return self.engines[name], pick_voice(voices, voice, language, where=name)
+                return self.engines[name], pick_voice(voices, voice, language, where=name, field=field)
         if down:
             raise Unavailable(
                 f"voice {voice!r} was not found on the reachable backends; unreachable: {'; '.join(down)}"
             )
         known = sorted({v.id for vs in lists if isinstance(vs, list) for v in vs})
-        raise NotFound(f"config.voice: {voice!r} is not a voice of any backend; ListVoices shows: {', '.join(known)}")
+        raise NotFound(f"{field}.voice: {voice!r} is not a voice of any backend; ListVoices shows: {', '.join(known)}")
 
     @staticmethod
     def _check_usable(engine: RemoteTtsEngine) -> None:

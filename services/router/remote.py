@@ -3,18 +3,27 @@
 Deadlines: a call to a backend gets the caller's remaining time minus a margin, so the router can still answer
 DEADLINE_EXCEEDED itself. Cancel: when our caller goes away, the backend call is cancelled at once, which
 cancels the backend's handler and stops its engine.
+
+Streaming text (StreamingSynthesize) is forwarded as a stream: the router checks each message (its own servicer
+runs the same checks as a backend's), then passes config and every delta/flush/end on to ONE backend stream,
+and the backend segments and speaks. So the backend's engine sees the text as it arrives (an engine that takes
+streaming text natively gets it), the buffering policy is applied once, in one place, and audio text spans need no
+translation. (The alternative, segmenting in the router and calling Synthesize per segment, would pay one RPC
+per sentence and hide the text stream from engines that could use it.)
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
 import grpc
 
 from services.common.audio import S16LE
-from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
-from services.common.errors import DeadlineExceeded, from_rpc_error
+from services.common.engines import AudioPiece, BufferPolicy, SynthesisOptions, TextEvent, TtsEngine, VoiceInfo
+from services.common.errors import DeadlineExceeded, VoiceError, from_rpc_error
 from services.router.backends import Backend
 from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
@@ -73,19 +82,81 @@ class RemoteTtsEngine(TtsEngine):
         self._voices_at = time.monotonic()
         return self._voices
 
+    @staticmethod
+    def _config(options: SynthesisOptions) -> synthesizer_pb2.SynthesisConfig:
+        return synthesizer_pb2.SynthesisConfig(
+            voice=options.voice,
+            language=options.language,
+            output_format=audio_pb2.AudioFormat(encoding=S16LE, sample_rate_hz=options.sample_rate_hz, channels=1),
+            speaking_rate=options.speaking_rate,
+            seed=options.seed,
+        )
+
     async def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
         request = synthesizer_pb2.SynthesizeRequest(
-            request_id=options.request_id,
-            text=text,
-            config=synthesizer_pb2.SynthesisConfig(
-                voice=options.voice,
-                language=options.language,
-                output_format=audio_pb2.AudioFormat(encoding=S16LE, sample_rate_hz=options.sample_rate_hz, channels=1),
-                speaking_rate=options.speaking_rate,
-                seed=options.seed,
-            ),
+            request_id=options.request_id, text=text, config=self._config(options)
         )
         call = self.stub.Synthesize(request, timeout=self._timeout(options.time_remaining))
+        async with contextlib.aclosing(self._pieces(call)) as pieces:
+            async for piece in pieces:
+                yield piece
+
+    async def synthesize_text_stream(
+        self, events: AsyncIterator[TextEvent], options: SynthesisOptions, policy: BufferPolicy
+    ) -> AsyncIterator[AudioPiece]:
+        call = self.stub.StreamingSynthesize(timeout=self._timeout(options.time_remaining))
+        config = synthesizer_pb2.StreamingSynthesisConfig(
+            synthesis=self._config(options),
+            buffering=synthesizer_pb2.TextBufferPolicy(
+                min_chars=policy.min_chars, max_wait_ms=round(policy.max_wait_s * 1000)
+            ),
+        )
+        rejected: list[VoiceError] = []
+
+        async def forward() -> None:
+            """Our caller's checked events -> the backend stream. A bad message (raised by our caller's checks)
+            ends the backend call; the reader below then raises it to our caller."""
+            try:
+                await call.write(
+                    synthesizer_pb2.StreamingSynthesizeRequest(request_id=options.request_id, config=config)
+                )
+                done = False
+                async for event in events:
+                    if done:
+                        continue  # after end_of_text: keep reading, only so that a bad message is still caught
+                    if event.text:
+                        await call.write(synthesizer_pb2.StreamingSynthesizeRequest(text_delta=event.text))
+                    if event.flush:
+                        await call.write(synthesizer_pb2.StreamingSynthesizeRequest(flush=True))
+                    if event.end:
+                        await call.write(synthesizer_pb2.StreamingSynthesizeRequest(end_of_text=True))
+                        await call.done_writing()
+                        done = True
+                if not done:  # our caller half-closed without end_of_text: so do we
+                    await call.done_writing()
+            except VoiceError as e:
+                rejected.append(e)
+                call.cancel()
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                pass  # the backend call already ended; the reader reports why
+
+        writer = asyncio.create_task(forward(), name=f"forward-text-{self.backend.name}")
+        try:
+            async with contextlib.aclosing(self._pieces(call)) as pieces:
+                async for piece in pieces:
+                    yield piece
+            if rejected:
+                raise rejected[0]
+        except (asyncio.CancelledError, VoiceError):
+            if rejected:  # we cancelled the backend call because our caller sent a bad message
+                raise rejected[0] from None
+            raise
+        finally:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+
+    async def _pieces(self, call) -> AsyncIterator[AudioPiece]:
         try:
             async for reply in call:
                 yield AudioPiece(
