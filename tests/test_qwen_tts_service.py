@@ -1,0 +1,260 @@
+"""qwen_tts (espeak-ng CPU engine) as a user meets it: through the router and directly, over real gRPC on loopback.
+
+Intelligibility bound: espeak's formant speech is robotic and pocketsphinx (trained on human speech) drops or swaps
+short function words in it ("the" -> "that"). With a word-loop grammar of the expected words plus distractors,
+espeak's en-US voice must get at least 7 of the 9 words of the test sentence (WER <= 0.25); the same oracle scores
+other speech and noise far above that bound (checked below).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from services.common import audio
+from tests.conftest import start_fleet, wait_until
+from tests.speech import DISTRACTORS, speech_like, transcribe, wer
+from voice.v1 import audio_pb2, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
+
+SENTENCE = "the quick brown fox jumps over the lazy dog"
+VOCABULARY = SENTENCE.split() + DISTRACTORS
+LONG_TEXT = " ".join(f"This is sentence number {i} of a long announcement." for i in range(1, 31))
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    running = start_fleet(tmp_path_factory.mktemp("qwen_fleet"), services=("cosyvoice_tts", "qwen_tts", "router"))
+    yield running
+    running.fleet.stop()
+
+
+@pytest.fixture(scope="module")
+def router(fleet):
+    with fleet.channel("router") as channel:
+        yield synthesizer_pb2_grpc.SynthesizerStub(channel)
+
+
+@pytest.fixture(scope="module")
+def direct(fleet):
+    with fleet.channel("qwen_tts") as channel:
+        yield synthesizer_pb2_grpc.SynthesizerStub(channel)
+
+
+def fmt(rate: int) -> audio_pb2.AudioFormat:
+    return audio_pb2.AudioFormat(encoding=audio.S16LE, sample_rate_hz=rate, channels=1)
+
+
+def synthesize(stub, text, rate=0, request_id="", **config):
+    request = synthesizer_pb2.SynthesizeRequest(
+        request_id=request_id,
+        text=text,
+        config=synthesizer_pb2.SynthesisConfig(output_format=fmt(rate) if rate else None, **config),
+    )
+    replies = list(stub.Synthesize(request, timeout=30))
+    return replies, b"".join(r.audio.data for r in replies)
+
+
+@pytest.mark.parametrize("target", ["router", "direct"])
+def test_speaks_intelligibly(router, direct, target):
+    stub = router if target == "router" else direct
+    replies, pcm = synthesize(stub, SENTENCE, rate=16000, request_id="q-1", voice="en-US")
+    assert {r.served_by for r in replies} == {"qwen_tts/espeak"}
+    assert {r.request_id for r in replies} == {"q-1"}
+    assert {r.audio.format.sample_rate_hz for r in replies} == {16000}
+    heard = transcribe(pcm, 16000, vocabulary=VOCABULARY)
+    assert wer(SENTENCE, heard) <= 0.25, heard
+    figures = speech_like(pcm, 16000)
+    assert figures["rms"] > 0.02 and figures["clipped"] < 0.001 and figures["modulation"] > 0.8
+
+
+def test_the_oracle_rejects_other_speech_and_noise(direct):
+    _, other = synthesize(direct, "seven red dogs stop and go home", rate=16000, voice="en-US")
+    noise = (np.random.default_rng(0).normal(0, 0.1, 16000 * 3) * 32767).astype(np.int16).tobytes()
+    for pcm in (other, noise, bytes(16000 * 2 * 2)):
+        assert wer(SENTENCE, transcribe(pcm, 16000, vocabulary=VOCABULARY)) > 0.5
+
+
+def test_native_rate_and_identical_audio_direct_and_via_router(router, direct):
+    _, via_router = synthesize(router, SENTENCE, voice="en-US")
+    _, straight = synthesize(direct, SENTENCE, voice="en-US")
+    assert via_router == straight, "espeak output is deterministic; the router passes it through untouched"
+    assert 2.0 < len(straight) / 2 / 22050 < 4.5
+
+
+def test_streams_first_chunk_before_the_last(router):
+    text = "The first sentence is short. The second one is a little longer than the first. And a third."
+    call = router.Synthesize(
+        synthesizer_pb2.SynthesizeRequest(text=text, config=synthesizer_pb2.SynthesisConfig(voice="en-US")), timeout=30
+    )
+    first = next(call)
+    # The first chunk is one espeak callback (60 ms) of the first sentence only: audio flows before the text is done.
+    assert first.audio.sequence == 0 and first.audio.offset_samples == 0
+    assert len(first.audio.data) // 2 <= 0.065 * 22050
+    assert first.text_span.end_char < len(text)
+    rest = list(call)
+    replies = [first, *rest]
+    assert len(rest) >= 3
+    assert [r.audio.sequence for r in replies] == list(range(len(replies)))
+    sizes = [len(r.audio.data) // 2 for r in replies]
+    assert [r.audio.offset_samples for r in replies] == [sum(sizes[:i]) for i in range(len(sizes))]
+    assert replies[-1].text_span.end_char == len(text)
+
+
+def test_list_voices_includes_mandarin_and_the_presets(router, direct):
+    for stub in (router, direct):
+        mandarin = {
+            v.id: v for v in stub.ListVoices(synthesizer_pb2.ListVoicesRequest(language="cmn"), timeout=10).voices
+        }
+        assert mandarin["cmn"].service == "qwen_tts" and mandarin["cmn"].engine == "espeak"
+        assert "Vivian" in mandarin and "Ryan" in mandarin  # presets read every Qwen language
+        assert "zh" in mandarin["cmn"].languages
+    everything = router.ListVoices(synthesizer_pb2.ListVoicesRequest(), timeout=10).voices
+    by_service = {}
+    for v in everything:
+        by_service.setdefault(v.service, set()).add(v.id)
+    assert "joe" in by_service["cosyvoice_tts"] and {"en-US", "fr", "Sohee"} <= by_service["qwen_tts"]
+    only_qwen = router.ListVoices(synthesizer_pb2.ListVoicesRequest(service="qwen_tts"), timeout=10).voices
+    assert {v.service for v in only_qwen} == {"qwen_tts"} and len(only_qwen) > 100
+
+
+def test_router_routes_each_voice_to_its_owner(router):
+    for voice, owner in [("en-US", "qwen_tts/espeak"), ("Vivian", "qwen_tts/espeak"), ("joe", "cosyvoice_tts/piper")]:
+        replies, pcm = synthesize(router, "Hello there.", voice=voice)
+        assert {r.served_by for r in replies} == {owner}, voice
+        assert len(pcm) > 0
+    # Precedence: an explicit engine beats the voice's owner (cosyvoice_tts has no espeak voice).
+    with pytest.raises(grpc.RpcError) as err:
+        synthesize(router, "Hello.", voice="en-US", routing=routing_pb2.Routing(engine="cosyvoice_tts"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "config.voice: 'en-US' is not a voice of cosyvoice_tts" in err.value.details()
+    # No voice, engine named: qwen_tts's default voice.
+    replies, _ = synthesize(router, "Hello.", routing=routing_pb2.Routing(engine="qwen_tts"))
+    assert {r.served_by for r in replies} == {"qwen_tts/espeak"}
+
+
+def test_mandarin_through_the_router_is_speech(router):
+    for config in (dict(voice="cmn"), dict(voice="Vivian"), dict(voice="Ryan", language="zh")):
+        replies, pcm = synthesize(router, "你好，世界。今天天气很好。", rate=16000, **config)
+        assert {r.served_by for r in replies} == {"qwen_tts/espeak"}
+        figures = speech_like(pcm, 16000)
+        assert len(pcm) / 2 / 16000 > 1.5, config
+        assert figures["rms"] > 0.02 and figures["modulation"] > 0.8, (config, figures)
+
+
+BAD = [
+    ("unknown voice", dict(voice="nobody"), grpc.StatusCode.NOT_FOUND, "config.voice: 'nobody'"),
+    (
+        "language the voice lacks",
+        dict(voice="cmn", language="fr"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "config.language: voice 'cmn' does not speak 'fr'",
+    ),
+    (
+        "preset without that language",
+        dict(voice="Vivian", language="sw"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "config.language",
+    ),
+    ("speaking rate", dict(voice="en-US", speaking_rate=3.0), grpc.StatusCode.INVALID_ARGUMENT, "config.speaking_rate"),
+    (
+        "50,000-char text",
+        dict(voice="en-US", text="a" * 50_000),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "text: 50000 characters is over the limit of 5000",
+    ),
+]
+
+
+@pytest.mark.parametrize("target", ["router", "direct"])
+@pytest.mark.parametrize("name,config,code,message", BAD, ids=[b[0] for b in BAD])
+def test_bad_input(router, direct, target, name, config, code, message):
+    stub = router if target == "router" else direct
+    config = dict(config)
+    text = config.pop("text", "Hello there.")
+    with pytest.raises(grpc.RpcError) as err:
+        synthesize(stub, text, **config)
+    assert err.value.code() == code
+    assert message in err.value.details()
+    assert synthesize(stub, "Still here.", voice="en-US")[1], "the service keeps serving"
+
+
+@pytest.mark.parametrize("target", ["router", "direct"])
+def test_register_voice_is_refused_honestly(router, direct, target):
+    _, prompt = synthesize(direct, LONG_TEXT[:120], voice="en-US")  # ~7 s of speech at 22.05 kHz
+    request = synthesizer_pb2.RegisterVoiceRequest(
+        voice_id="my_clone",
+        prompt_audio=prompt[: 22050 * 2 * 6],
+        prompt_format=fmt(22050),
+        prompt_transcript="This is sentence number one of a long announcement.",
+        routing=routing_pb2.Routing(engine="qwen_tts"),
+    )
+    stub = router if target == "router" else direct
+    with pytest.raises(grpc.RpcError) as err:
+        stub.RegisterVoice(request, timeout=10)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "engine qwen_tts/espeak cannot clone voices" in err.value.details()
+
+
+def steps(fleet) -> float:
+    return fleet.metric("qwen_tts", "voicefleet_engine_steps_total", service="qwen_tts", engine="espeak")
+
+
+def settled_steps(fleet, quiet: float = 0.4, timeout: float = 10.0) -> float:
+    deadline = time.monotonic() + timeout
+    last = steps(fleet)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = steps(fleet)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError("espeak steps never settled: the engine kept working")
+
+
+def qwen_codes(fleet) -> dict[str, float]:
+    return {
+        code: fleet.metric("qwen_tts", "voicefleet_requests_total", service="qwen_tts", method="Synthesize", code=code)
+        for code in ("OK", "CANCELLED")
+    }
+
+
+def test_cancel_through_router_stops_espeak(fleet, router):
+    request = synthesizer_pb2.SynthesizeRequest(text=LONG_TEXT, config=synthesizer_pb2.SynthesisConfig(voice="en-US"))
+    before = settled_steps(fleet)
+    list(router.Synthesize(request, timeout=30))
+    full = settled_steps(fleet) - before  # deterministic: the same count every run (about 1500 callbacks)
+
+    before, codes = settled_steps(fleet), qwen_codes(fleet)
+    call = router.Synthesize(request, timeout=30)
+    next(call)
+    call.cancel()
+    assert wait_until(lambda: qwen_codes(fleet)["CANCELLED"] == codes["CANCELLED"] + 1), qwen_codes(fleet)
+    assert wait_until(
+        lambda: fleet.metric("qwen_tts", "voicefleet_active_streams", service="qwen_tts", method="Synthesize") == 0
+    )
+    ran = settled_steps(fleet) - before
+    # The first sentence or two of 30, not the whole text: the engine stopped.
+    assert ran < full / 5, (ran, full)
+    time.sleep(0.8)
+    assert steps(fleet) - before == ran, "espeak kept working after the cancel"
+
+
+def test_cli_speak_reaches_qwen_tts_by_voice(fleet, tmp_path):
+    out = tmp_path / "out.wav"
+    cli = [sys.executable, "-m", "services.cli.main", "--config", str(fleet.config_path)]
+    result = subprocess.run(
+        [*cli, "speak", SENTENCE, "--voice", "en-US", "-o", str(out), "--rate", "16000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "served by qwen_tts/espeak" in result.stdout
+    pcm, rate = audio.read_wav(str(out))
+    assert rate == 16000
+    assert wer(SENTENCE, transcribe(pcm, rate, vocabulary=VOCABULARY)) <= 0.25
