@@ -1,10 +1,9 @@
-"""cosyvoice_tts: Fun-CosyVoice3-0.5B on GPU (its own issue), piper with the bundled joe voice on CPU."""
+"""cosyvoice_tts: Fun-CosyVoice3-0.5B on GPU (cosyvoice_engine.py), piper with the bundled joe voice on CPU."""
 
 from __future__ import annotations
 
 from services.common.config import Config
 from services.common.engines import TtsEngine
-from services.common.errors import FailedPrecondition
 from services.common.server import ServiceParts, Servicer
 from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, instrument
 from voice.v1 import synthesizer_pb2_grpc
@@ -18,7 +17,9 @@ def make_engine(config: Config) -> TtsEngine:
         from services.cosyvoice_tts.piper_engine import PiperTtsEngine
 
         return PiperTtsEngine(SERVICE, section.chunking, max_workers=section.max_concurrent_syntheses)
-    raise FailedPrecondition("cosyvoice_tts.engine: 'gpu' (Fun-CosyVoice3) is not available in this build yet")
+    from services.cosyvoice_tts.cosyvoice_engine import CosyVoice3Engine
+
+    return CosyVoice3Engine(SERVICE, section.gpu, section.chunking)
 
 
 def build(config: Config) -> ServiceParts:
@@ -30,6 +31,7 @@ def build(config: Config) -> ServiceParts:
             LocalEngineResolver(engine),
             max_text_chars=section.max_text_chars,
             max_chunk_ms=section.chunking.max_chunk_ms,
+            first_chunk_ms=section.chunking.first_chunk_ms or None,
             max_concurrent=section.max_concurrent_syntheses,
         )
     )

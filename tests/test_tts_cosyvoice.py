@@ -1,0 +1,294 @@
+"""cosyvoice_tts GPU engine (CosyVoice3).
+
+CPU tests: the engine's own logic (prompt rules, speaker persistence across a restart, chunk streaming, cancel,
+RegisterVoice bad input over a real gRPC server) with FakeAutoModel, a test double at the CosyVoice library boundary
+(tests/cosyvoice_double.py). GPU tests (`make test-gpu`): the real library and weights; skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from services.common import audio
+from services.common.config import ChunkingConfig, CosyVoiceGpuConfig
+from services.common.engines import SynthesisOptions
+from services.common.errors import AlreadyExists, InvalidArgument
+from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, instrument
+from services.cosyvoice_tts.cosyvoice_engine import PROMPT_PREFIX, CosyVoice3Engine
+from tests.cosyvoice_double import FakeAutoModel
+from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
+
+RATE = 16000
+TRANSCRIPT = "hello there this is my voice and I am reading a prompt for the test"
+
+
+def prompt(seconds=5.0, rate=RATE, level=0.3):
+    """A voiced stand-in for speech: syllable-rate bursts of a tone (the double does not listen to it)."""
+    t = np.arange(int(rate * seconds)) / rate
+    bursts = (np.sin(2 * np.pi * 4 * t) > 0).astype(float)
+    return audio.to_int16(level * bursts * np.sin(2 * np.pi * 180 * t)).tobytes()
+
+
+def make_config(tmp_path: Path, **overrides) -> CosyVoiceGpuConfig:
+    weights = tmp_path / "weights"
+    if not weights.exists():
+        weights.mkdir()
+        for name in ("cosyvoice3.yaml", "llm.pt", "flow.pt", "hift.pt", "campplus.onnx", "speech_tokenizer_v3.onnx"):
+            (weights / name).write_text("weights stand-in")
+        (weights / "CosyVoice-BlankEN").mkdir()
+        weights.chmod(0o555)  # mounted read-only: the engine must write elsewhere
+    repo = tmp_path / "repo"
+    (repo / "asset").mkdir(parents=True, exist_ok=True)
+    audio.write_wav(repo / "asset" / "zero_shot_prompt.wav", prompt(4.0, 16000), 16000)
+    values = dict(model_dir=str(weights), state_dir=str(tmp_path / "state"), repo_dir=str(repo), device="cpu")
+    values.update(overrides)
+    return CosyVoiceGpuConfig(**values)
+
+
+async def started(config) -> CosyVoice3Engine:
+    engine = CosyVoice3Engine("cosyvoice_tts", config, ChunkingConfig(), auto_model=FakeAutoModel)
+    await engine.start()
+    return engine
+
+
+async def collect(engine, text, **options):
+    pieces = [p async for p in engine.synthesize(text, SynthesisOptions(**options))]
+    return pieces
+
+
+async def test_loads_through_an_overlay_with_config_flags(tmp_path):
+    config = make_config(tmp_path, load_vllm=True, load_trt=True, fp16=True)
+    engine = await started(config)
+    model = FakeAutoModel.instances[-1]
+    assert model.kwargs == {"load_trt": True, "load_vllm": True, "fp16": True, "trt_concurrent": 1}
+    overlay = Path(model.model_dir)
+    assert overlay == Path(config.state_dir) / "model"
+    assert (overlay / "llm.pt").is_symlink() and (overlay / "CosyVoice-BlankEN").is_symlink()
+    # The preset voice from the CosyVoice checkout's prompt was registered and saved in the overlay.
+    assert [v.id for v in await engine.voices()] == ["cosyvoice_zh_prompt"]
+    assert (overlay / "spk2info.pt").exists() and not (Path(config.model_dir) / "spk2info.pt").exists()
+    assert model.spk2info["cosyvoice_zh_prompt"]["prompt_text"].startswith(PROMPT_PREFIX)
+
+
+async def test_registered_voice_persists_across_restart_and_features_are_computed_once(tmp_path):
+    config = make_config(tmp_path)
+    engine = await started(config)
+    voice = await engine.register_voice("alice", prompt(6.0), RATE, TRANSCRIPT, "")
+    assert voice.cloned and voice.languages[0] == "en-US" and voice.native_sample_rate_hz == 24000
+    first = FakeAutoModel.instances[-1]
+    assert first.feature_computations.count("alice") == 1
+    # The library got the CosyVoice3 prompt: instruction prefix + the exact transcript, and a >= 16 kHz WAV.
+    assert first.spk2info["alice"]["prompt_text"] == PROMPT_PREFIX + TRANSCRIPT
+    assert abs(first.spk2info["alice"]["prompt_seconds"] - 6.0) < 0.01
+    await engine.close()
+
+    restarted = await started(config)
+    second = FakeAutoModel.instances[-1]
+    assert second is not first
+    assert {v.id for v in await restarted.voices()} == {"cosyvoice_zh_prompt", "alice"}
+    assert second.feature_computations == [], "features were computed again after a restart"
+    assert await collect(restarted, "Hello from a restarted engine.", voice="alice")
+
+
+async def test_lost_features_are_recomputed_from_the_kept_prompt(tmp_path):
+    config = make_config(tmp_path)
+    engine = await started(config)
+    await engine.register_voice("bob", prompt(5.0), RATE, TRANSCRIPT, "en-US")
+    (Path(config.state_dir) / "model" / "spk2info.pt").unlink()
+    await started(config)
+    assert sorted(FakeAutoModel.instances[-1].feature_computations) == ["bob", "cosyvoice_zh_prompt"]
+
+
+@pytest.mark.parametrize(
+    "transcript,problem",
+    [
+        ("<|en|>hello there this is my voice", "without <|...|> tokens"),
+        ("yes", "cannot be the exact words spoken"),  # 1 syllable for 6 s
+        (" ".join(["supercalifragilistic"] * 12), "cannot be the exact words spoken"),  # 84 syllables in 6 s
+    ],
+)
+async def test_prompt_text_rules(tmp_path, transcript, problem):
+    engine = await started(make_config(tmp_path))
+    with pytest.raises(InvalidArgument) as err:
+        await engine.register_voice("carol", prompt(6.0), RATE, transcript, "")
+    assert err.value.field == "prompt_transcript" and problem in err.value.message
+    assert "carol" not in {v.id for v in await engine.voices()}
+
+
+async def test_clash_with_registered_and_preset_voice(tmp_path):
+    engine = await started(make_config(tmp_path))
+    await engine.register_voice("dave", prompt(), RATE, TRANSCRIPT, "")
+    for taken in ("dave", "cosyvoice_zh_prompt"):
+        with pytest.raises(AlreadyExists, match=f"voice_id: '{taken}'"):
+            await engine.register_voice(taken, prompt(), RATE, TRANSCRIPT, "")
+
+
+async def test_streams_small_first_chunk_then_bigger_and_resets_per_segment(tmp_path):
+    engine = await started(make_config(tmp_path))
+    text = "one two three four five six seven eight nine ten eleven twelve. " * 2
+    for _ in range(2):  # the hop must start small again on the next request (the library never resets it)
+        pieces = await collect(engine, text.strip(), voice="cosyvoice_zh_prompt")
+        sizes = [len(p.pcm) // 2 for p in pieces if p.text_start == 0]
+        assert sizes[0] == 24000  # first hop: 25 tokens = 1 s
+        assert sizes[1] == 48000  # then 50 tokens
+        assert all(p.sample_rate_hz == 24000 for p in pieces)
+    sentence = "one two three four five six seven eight nine ten eleven twelve."
+    spans = sorted({(p.text_start, p.text_end) for p in pieces})
+    assert [text.strip()[a:b] for a, b in spans] == [sentence, sentence]
+
+
+async def test_speaking_rate_uses_non_streaming_mode(tmp_path):
+    engine = await started(make_config(tmp_path))
+    normal = await collect(engine, "one two three four", voice="cosyvoice_zh_prompt")
+    fast = await collect(engine, "one two three four", voice="cosyvoice_zh_prompt", speaking_rate=1.5)
+    assert len(fast) == 1 and sum(len(p.pcm) for p in fast) < 0.8 * sum(len(p.pcm) for p in normal)
+
+
+async def test_cancel_closes_the_library_generator_and_stops_its_work(tmp_path):
+    engine = await started(make_config(tmp_path))
+    model = FakeAutoModel.instances[-1]
+    model.step_s = 0.05
+    long_text = " ".join(["word"] * 400)  # ~120 s of audio: many pieces
+    stream = engine.synthesize(long_text, SynthesisOptions(voice="cosyvoice_zh_prompt"))
+    await anext(stream)
+    await stream.aclose()
+    assert await asyncio.to_thread(model.closed_early.wait, 5), "the library generator was not closed"
+    made = model.pieces_made
+    await asyncio.sleep(0.3)
+    assert model.pieces_made == made <= 3, "the library kept producing audio after the cancel"
+
+
+# --- RegisterVoice over gRPC (real server, double at the library boundary) ---------------------------------------
+@contextlib.asynccontextmanager
+async def serving(engine):
+    servicer = instrument(
+        SynthesizerServicer(
+            "cosyvoice_tts", LocalEngineResolver(engine), max_text_chars=5000, max_chunk_ms=200, first_chunk_ms=100
+        )
+    )
+    server = grpc.aio.server()
+    synthesizer_pb2_grpc.add_SynthesizerServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield synthesizer_pb2_grpc.SynthesizerStub(channel)
+    finally:
+        await server.stop(0)
+
+
+def register_request(voice_id="erin", pcm=None, rate=RATE, transcript=TRANSCRIPT):
+    return synthesizer_pb2.RegisterVoiceRequest(
+        voice_id=voice_id,
+        prompt_audio=prompt() if pcm is None else pcm,
+        prompt_format=audio_pb2.AudioFormat(encoding=audio.S16LE, sample_rate_hz=rate, channels=1),
+        prompt_transcript=transcript,
+    )
+
+
+BAD_REGISTRATIONS = [
+    ("silent audio", dict(pcm=bytes(RATE * 2 * 5)), grpc.StatusCode.INVALID_ARGUMENT, "prompt_audio: is silent"),
+    ("room noise", dict(pcm=prompt(level=0.002)), grpc.StatusCode.INVALID_ARGUMENT, "prompt_audio: is silent"),
+    ("empty transcript", dict(transcript="  "), grpc.StatusCode.INVALID_ARGUMENT, "prompt_transcript: is empty"),
+    ("too short", dict(pcm=prompt(2.0)), grpc.StatusCode.INVALID_ARGUMENT, "prompt_audio: is 2.0 s long"),
+    ("too long", dict(pcm=prompt(31.0)), grpc.StatusCode.INVALID_ARGUMENT, "prompt_audio: is 31.0 s long"),
+    ("bad id", dict(voice_id="no spaces"), grpc.StatusCode.INVALID_ARGUMENT, "voice_id:"),
+    ("preset clash", dict(voice_id="cosyvoice_zh_prompt"), grpc.StatusCode.ALREADY_EXISTS, "voice_id: 'cosyvoice_zh_prompt'"),
+    ("wrong transcript", dict(transcript="hi"), grpc.StatusCode.INVALID_ARGUMENT, "prompt_transcript: has ~1 syllables"),
+]
+
+
+async def test_register_voice_over_grpc_and_its_bad_input(tmp_path):
+    engine = await started(make_config(tmp_path))
+    async with serving(engine) as stub:
+        for name, args, code, message in BAD_REGISTRATIONS:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.RegisterVoice(register_request(**args), timeout=10)
+            assert err.value.code() == code, name
+            assert message in err.value.details(), (name, err.value.details())
+        # Any input rate: a 44.1 kHz prompt registers; the new voice is listed and speaks.
+        reply = await stub.RegisterVoice(register_request("erin", prompt(5.0, 44100), 44100), timeout=10)
+        assert reply.voice.id == "erin" and reply.voice.kind == synthesizer_pb2.VOICE_KIND_CLONED
+        listed = await stub.ListVoices(synthesizer_pb2.ListVoicesRequest(), timeout=10)
+        assert {v.id for v in listed.voices} == {"cosyvoice_zh_prompt", "erin"}
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.RegisterVoice(register_request("erin"), timeout=10)
+        assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS and "voice_id: 'erin'" in err.value.details()
+        request = synthesizer_pb2.SynthesizeRequest(
+            text="Hello there, Erin speaking.",
+            config=synthesizer_pb2.SynthesisConfig(
+                voice="erin", output_format=audio_pb2.AudioFormat(encoding=audio.S16LE, sample_rate_hz=16000)
+            ),
+        )
+        replies = [r async for r in stub.Synthesize(request, timeout=10)]
+        assert {r.audio.format.sample_rate_hz for r in replies} == {16000}
+        assert len(replies[0].audio.data) == 16000 * 2 // 10  # first_chunk_ms 100
+
+
+# --- GPU: the real library and weights ----------------------------------------------------------------------------
+MODEL_DIR = os.environ.get("VOICEFLEET_COSYVOICE_MODEL_DIR", "/models/Fun-CosyVoice3-0.5B")
+
+
+def _cuda_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed (GPU image: services/cosyvoice_tts/requirements-gpu.txt)"
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    return None
+
+
+@pytest.mark.gpu
+def test_gpu_stream_resampler_equals_whole_signal_resampling():
+    reason = _cuda_reason()
+    if reason:
+        pytest.skip(reason)
+    import torch
+    import torchaudio.functional as F
+
+    from services.cosyvoice_tts.cosyvoice_engine import GpuStreamResampler
+
+    x = torch.randn(24000 * 3, device="cuda") * 0.1
+    for dst in (8000, 16000, 22050):
+        whole = F.resample(x, 24000, dst)
+        r = GpuStreamResampler(24000, dst, "cuda")
+        parts = [r.feed(x[i : i + 7001]) for i in range(0, len(x), 7001)] + [r.feed(None, last=True)]
+        streamed = torch.cat([p for p in parts if p is not None])
+        assert streamed.numel() == whole.numel(), dst
+        assert torch.max(torch.abs(streamed - whole)).item() < 1e-4, dst
+
+
+@pytest.mark.gpu
+async def test_gpu_cosyvoice3_clones_and_speaks_intelligibly(tmp_path):
+    reason = _cuda_reason() or (
+        None if os.path.exists(os.path.join(MODEL_DIR, "cosyvoice3.yaml")) else f"no Fun-CosyVoice3 weights at {MODEL_DIR}"
+    )
+    if reason:
+        pytest.skip(reason)
+    from services.common.config import ChunkingConfig as Chunking
+    from services.cosyvoice_tts.piper_engine import PiperTtsEngine
+    from tests.speech import transcribe, wer
+
+    piper = PiperTtsEngine("test", Chunking())
+    await piper.start()
+    said = "the quick brown fox jumps over the lazy dog near the river bank today"
+    pcm = b"".join([p.pcm async for p in piper.synthesize(said, SynthesisOptions(voice="joe"))])
+    config = CosyVoice3Engine(
+        "cosyvoice_tts",
+        CosyVoiceGpuConfig(model_dir=MODEL_DIR, state_dir=str(tmp_path / "state")),
+        ChunkingConfig(),
+    )
+    await config.start()
+    await config.register_voice("joe_clone", pcm, 22050, said, "en-US")
+    text = "hello world this is a test"
+    out = await collect(config, text, voice="joe_clone", sample_rate_hz=16000)
+    assert {p.sample_rate_hz for p in out} == {16000}
+    assert wer(text, transcribe(b"".join(p.pcm for p in out), 16000)) <= 0.34
