@@ -200,8 +200,18 @@ BAD_REGISTRATIONS = [
     ("too short", dict(pcm=prompt(2.0)), grpc.StatusCode.INVALID_ARGUMENT, "prompt_audio: is 2.0 s long"),
     ("too long", dict(pcm=prompt(31.0)), grpc.StatusCode.INVALID_ARGUMENT, "prompt_audio: is 31.0 s long"),
     ("bad id", dict(voice_id="no spaces"), grpc.StatusCode.INVALID_ARGUMENT, "voice_id:"),
-    ("preset clash", dict(voice_id="cosyvoice_zh_prompt"), grpc.StatusCode.ALREADY_EXISTS, "voice_id: 'cosyvoice_zh_prompt'"),
-    ("wrong transcript", dict(transcript="hi"), grpc.StatusCode.INVALID_ARGUMENT, "prompt_transcript: has ~1 syllables"),
+    (
+        "preset clash",
+        dict(voice_id="cosyvoice_zh_prompt"),
+        grpc.StatusCode.ALREADY_EXISTS,
+        "voice_id: 'cosyvoice_zh_prompt'",
+    ),
+    (
+        "wrong transcript",
+        dict(transcript="hi"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "prompt_transcript: has ~1 syllables",
+    ),
 ]
 
 
@@ -246,6 +256,12 @@ def _cuda_reason() -> str | None:
     return None
 
 
+def _weights_reason() -> str | None:
+    if os.path.exists(os.path.join(MODEL_DIR, "cosyvoice3.yaml")):
+        return None
+    return f"no Fun-CosyVoice3 weights at {MODEL_DIR} (set VOICEFLEET_COSYVOICE_MODEL_DIR)"
+
+
 @pytest.mark.gpu
 def test_gpu_stream_resampler_equals_whole_signal_resampling():
     reason = _cuda_reason()
@@ -268,9 +284,7 @@ def test_gpu_stream_resampler_equals_whole_signal_resampling():
 
 @pytest.mark.gpu
 async def test_gpu_cosyvoice3_clones_and_speaks_intelligibly(tmp_path):
-    reason = _cuda_reason() or (
-        None if os.path.exists(os.path.join(MODEL_DIR, "cosyvoice3.yaml")) else f"no Fun-CosyVoice3 weights at {MODEL_DIR}"
-    )
+    reason = _cuda_reason() or _weights_reason()
     if reason:
         pytest.skip(reason)
     from services.common.config import ChunkingConfig as Chunking
