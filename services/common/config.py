@@ -198,6 +198,8 @@ class QwenGpuConfig:
     # vLLM-Omni backend: where the sidecar listens (loopback), and whether this service starts it itself.
     base_url: str = "http://127.0.0.1:8091"
     launch_sidecar: bool = True
+    # Python of the sidecar's own virtualenv (vllm-omni pins transformers 5.x, qwen-tts 4.57.3); empty: this one.
+    sidecar_python: str = ""
     # Extra arguments for `vllm-omni serve MODEL_DIR --omni ...` when the service launches the sidecar.
     sidecar_args: list[str] = field(default_factory=list)
     sidecar_start_timeout_seconds: float = 900.0

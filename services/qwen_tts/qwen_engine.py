@@ -1,0 +1,158 @@
+"""GPU engine of qwen_tts (simple): the official ``qwen-tts`` package in process, one sentence per call.
+
+``Qwen3TTSModel.from_pretrained(model_dir, device_map=..., dtype=...)`` loads a CustomVoice checkpoint from the
+mounted directory (its ``speech_tokenizer/`` and ``generation_config.json`` included; nothing is downloaded:
+HF_HUB_OFFLINE is set). ``generate_custom_voice(text, speaker, language)`` returns whole waveforms (24 kHz) - the
+package has no streaming output - so this engine streams at sentence granularity: the text is cut into segments
+(a long first sentence at its first clause, for earlier first audio) and each segment is one engine step. A
+cancelled stream finishes the step in flight (the GPU call cannot be interrupted) and starts no other.
+
+Voices and languages come from the checkpoint itself (``get_supported_speakers`` / ``get_supported_languages``),
+so a 1.7B or a fine-tuned checkpoint lists what it really has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from services.common import metrics
+from services.common.config import ChunkingConfig, QwenGpuConfig
+from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
+from services.common.errors import FailedPrecondition, NotFound
+from services.common.text import speech_segments
+from services.qwen_tts import presets
+from services.qwen_tts.vllm_omni_engine import check_rate, qwen_language_name, qwen_voice_info
+
+log = logging.getLogger("voicefleet.qwen_tts.qwen")
+
+
+class QwenTtsEngine(TtsEngine):
+    name = "qwen_tts"
+
+    def __init__(self, service: str, chunking: ChunkingConfig, gpu: QwenGpuConfig):
+        self.service = service
+        self.chunking = chunking
+        self.config = gpu
+        # One GPU worker: generate calls run one after another (the model is not re-entrant).
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen-tts")
+        self._model = None
+        self._rate = 24000
+        self._voices: list[VoiceInfo] = []
+        self._steps = metrics.ENGINE_STEPS.labels(service, self.name)
+        self._audio_seconds = metrics.TTS_AUDIO_SECONDS.labels(service, self.name)
+        self._cancel_to_stop = metrics.TTS_CANCEL_TO_STOP.labels(service, self.name)
+
+    @property
+    def native_sample_rate(self) -> int:
+        return self._rate
+
+    @property
+    def device(self) -> str:
+        return self.config.device
+
+    def resident_bytes(self) -> int:
+        if self._model is None:
+            return 0
+        return sum(p.numel() * p.element_size() for p in self._model.model.parameters())
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
+        self._model = await loop.run_in_executor(self._executor, self._load)
+        speakers = [str(s) for s in (self._model.get_supported_speakers() or [])]
+        if not speakers:
+            raise FailedPrecondition(
+                f"qwen_tts.gpu.model_dir: {self.config.model_dir} is not a CustomVoice checkpoint (no preset speakers)"
+            )
+        supported = {str(lang).lower() for lang in (self._model.get_supported_languages() or [])}
+        infos = []
+        for speaker in speakers:
+            info = qwen_voice_info(self.service, self.name, speaker, " (qwen-tts, sentence by sentence)")
+            p = presets.preset(speaker)
+            langs = presets.languages_for(p) if p else presets.LANGUAGES
+            spoken = [lang for lang in langs if lang.name.lower() in supported] if supported else list(langs)
+            infos.append(
+                dataclasses.replace(info, languages=tuple(t for lang in spoken for t in lang.tags)) if spoken else info
+            )
+        order = {p.id: i for i, p in enumerate(presets.PRESETS)}
+        self._voices = sorted(infos, key=lambda v: order.get(v.id, len(order)))
+        await loop.run_in_executor(
+            self._executor, self._generate, "Warm up.", self._voices[0].id, "English", self.config.default_seed
+        )
+        log.info(
+            "qwen-tts %s loaded on %s with speakers %s in %.1fs",
+            self.config.model_dir,
+            self.config.device,
+            ", ".join(v.id for v in self._voices),
+            time.monotonic() - t0,
+        )
+
+    def _load(self):
+        model_dir = Path(self.config.model_dir)
+        if not (model_dir / "config.json").exists():
+            raise FailedPrecondition(
+                f"qwen_tts.gpu.model_dir: {model_dir} holds no Qwen3-TTS checkpoint (config.json missing);"
+                " mount the weights there"
+            )
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import torch
+        from qwen_tts import Qwen3TTSModel
+
+        dtype = getattr(torch, self.config.dtype)
+        return Qwen3TTSModel.from_pretrained(str(model_dir), device_map=self.config.device, dtype=dtype)
+
+    def _generate(self, text: str, speaker: str, language: str, seed: int) -> tuple[bytes, int]:
+        import numpy as np
+        import torch
+
+        from services.common import audio
+
+        torch.manual_seed(seed)  # sampling (do_sample) is seeded: same request, same audio
+        wavs, rate = self._model.generate_custom_voice(text=text, speaker=speaker, language=language)
+        self._rate = int(rate)
+        return audio.to_int16(np.asarray(wavs[0], dtype=np.float32)).tobytes(), int(rate)
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._model = None
+
+    async def voices(self) -> list[VoiceInfo]:
+        if not self._voices:
+            raise FailedPrecondition("qwen-tts engine is still loading; retry when the service reports SERVING")
+        return list(self._voices)
+
+    def _step_done_after_cancel(self, cancelled_at: float, _future) -> None:
+        self._steps.inc()
+        self._cancel_to_stop.observe(time.monotonic() - cancelled_at)
+
+    async def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+        info = next((v for v in self._voices if v.id.lower() == (options.voice or self._voices[0].id).lower()), None)
+        if info is None:
+            raise NotFound(f"config.voice: {options.voice!r} is not a voice of {self.served_by}")
+        language = qwen_language_name(info, options.language)
+        check_rate(self.served_by, options.speaking_rate)
+        seed = options.seed or self.config.default_seed
+        loop = asyncio.get_running_loop()
+        for start, end in speech_segments(text, self.chunking.first_segment_max_chars, self.chunking.min_first_chars):
+            future = loop.run_in_executor(self._executor, self._generate, text[start:end], info.id, language, seed)
+            try:
+                pcm, rate = await asyncio.shield(future)
+            except (asyncio.CancelledError, GeneratorExit):
+                future.add_done_callback(functools.partial(self._step_done_after_cancel, time.monotonic()))
+                raise
+            self._steps.inc()
+            self._audio_seconds.inc(len(pcm) / 2 / rate)
+            try:
+                yield AudioPiece(pcm=pcm, sample_rate_hz=rate, text_start=start, text_end=end, served_by=self.served_by)
+            except GeneratorExit:
+                self._cancel_to_stop.observe(0.0)
+                raise

@@ -1,0 +1,342 @@
+"""GPU engine of qwen_tts (streaming): Qwen3-TTS CustomVoice served by a vLLM-Omni sidecar on loopback.
+
+Why a sidecar and not vLLM-Omni in process: vllm-omni 0.30 needs vllm and transformers 5.x and runs its own
+multi-stage engine (talker -> code2wav over shared memory, its own processes and CUDA graphs); qwen-tts pins
+transformers 4.57.3. One process cannot hold both, and the sidecar's OpenAI-compatible server is vLLM-Omni's
+supported, documented surface (``vllm-omni serve MODEL --omni``). The price is one loopback HTTP hop (well under
+a millisecond per chunk) and a second process to supervise, which this engine does itself when
+``qwen_tts.gpu.launch_sidecar`` is true.
+
+Wire format (vllm-omni 0.30, ``POST /v1/audio/speech``): JSON ``{input, voice, language, task_type:
+"CustomVoice", response_format: "pcm", stream: true, stream_format: "sse", initial_codec_chunk_frames, seed}``;
+the answer is Server-Sent Events: ``speech.audio.delta`` (``audio``: base64 s16le mono PCM at 24 kHz),
+then ``speech.audio.done``, or ``speech.audio.error``. ``GET /v1/audio/voices`` lists the speakers, ``GET
+/health`` says when the server is up.
+
+Chunking: ``initial_codec_chunk_frames`` (default 2 frames = 160 ms of audio at 12.5 Hz) makes the first chunk
+small; later chunks are the sidecar deploy config's ``codec_chunk_frames`` (25 in vllm-omni's qwen3_tts.yaml).
+Text longer than ``max_request_chars`` is sent as several requests, cut at sentence ends, streamed in order.
+
+Cancellation: when our caller stops iterating, the HTTP response is closed; vLLM-Omni's streaming response closes
+its generator on disconnect and aborts the request. One engine step here is one SSE audio delta (one codec chunk).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+from services.common import metrics
+from services.common.config import ChunkingConfig, QwenGpuConfig
+from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable, VoiceError
+from services.common.text import sentence_spans
+from services.qwen_tts import presets
+
+log = logging.getLogger("voicefleet.qwen_tts.vllm_omni")
+
+SAMPLE_RATE = 24000
+
+
+def qwen_voice_info(service: str, engine: str, speaker: str, description_suffix: str) -> VoiceInfo:
+    """A VoiceInfo for a Qwen speaker id as the model/server names it (case-insensitive)."""
+    p = presets.preset(speaker)
+    if p is None:  # a speaker the checkpoint has that we do not know: all languages, no description
+        langs = presets.LANGUAGES
+        return VoiceInfo(
+            id=speaker,
+            display_name=speaker,
+            languages=tuple(t for lang in langs for t in lang.tags),
+            native_sample_rate_hz=SAMPLE_RATE,
+            service=service,
+            engine=engine,
+            description=f"Qwen3-TTS speaker {speaker!r}{description_suffix}",
+        )
+    return VoiceInfo(
+        id=p.id,
+        display_name=f"{p.id} (Qwen3-TTS, {p.native})",
+        languages=tuple(t for lang in presets.languages_for(p) for t in lang.tags),
+        native_sample_rate_hz=SAMPLE_RATE,
+        service=service,
+        engine=engine,
+        description=f"Qwen3-TTS preset speaker: {p.description}; native {p.native}{description_suffix}",
+    )
+
+
+def qwen_language_name(info: VoiceInfo, language: str) -> str:
+    """The Qwen language name ("English") for a request's BCP-47 tag, checked against the voice."""
+    tag = language or info.languages[0]
+    if not info.speaks(tag) or presets.qwen_language(tag) is None:
+        raise InvalidArgument(
+            "config.language", f"voice {info.id!r} does not speak {tag!r}; it speaks {', '.join(info.languages)}"
+        )
+    return presets.qwen_language(tag).name
+
+
+def check_rate(engine: str, speaking_rate: float) -> None:
+    if abs((speaking_rate or 1.0) - 1.0) > 1e-6:
+        raise InvalidArgument(
+            "config.speaking_rate",
+            f"{speaking_rate} is not supported by {engine}: Qwen3-TTS speaks at its natural rate; send 1.0 (or 0)",
+        )
+
+
+def request_groups(text: str, max_chars: int) -> list[tuple[int, int]]:
+    """Sentence spans joined into groups of at most ``max_chars`` (a longer sentence stays whole)."""
+    groups: list[tuple[int, int]] = []
+    for start, end in sentence_spans(text):
+        if groups and end - groups[-1][0] <= max_chars:
+            groups[-1] = (groups[-1][0], end)
+        else:
+            groups.append((start, end))
+    return groups
+
+
+class SseError(Exception):
+    pass
+
+
+async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
+    """(event, data) pairs from a text/event-stream (fields per the HTML spec: event, data; blank line ends)."""
+    event, data = "message", []
+    async for line in lines:
+        if line == "":
+            if data:
+                yield event, "\n".join(data)
+            event, data = "message", []
+        elif line.startswith(":"):
+            continue
+        else:
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "event":
+                event = value
+            elif name == "data":
+                data.append(value)
+    if data:
+        yield event, "\n".join(data)
+
+
+class VllmOmniTtsEngine(TtsEngine):
+    name = "vllm_omni"
+
+    def __init__(self, service: str, chunking: ChunkingConfig, gpu: QwenGpuConfig):
+        self.service = service
+        self.chunking = chunking
+        self.config = gpu
+        self.base_url = gpu.base_url.rstrip("/")
+        self._client = None
+        self._sidecar: subprocess.Popen | None = None
+        self._voices: list[VoiceInfo] = []
+        self._steps = metrics.ENGINE_STEPS.labels(service, self.name)
+        self._audio_seconds = metrics.TTS_AUDIO_SECONDS.labels(service, self.name)
+        self._cancel_to_stop = metrics.TTS_CANCEL_TO_STOP.labels(service, self.name)
+
+    @property
+    def native_sample_rate(self) -> int:
+        return SAMPLE_RATE
+
+    @property
+    def device(self) -> str:
+        return "cuda (vLLM-Omni sidecar)"
+
+    # --- life ---------------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        import httpx  # lazily: only the GPU image has it
+
+        t0 = time.monotonic()
+        self._client = httpx.AsyncClient(base_url=self.base_url, timeout=httpx.Timeout(30.0, read=120.0))
+        if self.config.launch_sidecar:
+            self._launch_sidecar()
+        await self._wait_healthy()
+        await self._load_voices()
+        warm = SynthesisOptions(voice=self._voices[0].id)
+        async with contextlib.aclosing(self.synthesize("Warm up.", warm)) as pieces:
+            async for _ in pieces:
+                pass
+        log.info(
+            "vLLM-Omni sidecar at %s ready with %d voices in %.1fs",
+            self.base_url,
+            len(self._voices),
+            time.monotonic() - t0,
+        )
+
+    def _launch_sidecar(self) -> None:
+        model_dir = Path(self.config.model_dir)
+        if not (model_dir / "config.json").exists():
+            raise FailedPrecondition(
+                f"qwen_tts.gpu.model_dir: {model_dir} holds no Qwen3-TTS checkpoint (config.json missing);"
+                " mount the weights there (scripts download them on a machine with internet)"
+            )
+        url = urlparse(self.base_url)
+        python = self.config.sidecar_python or sys.executable
+        cmd = [
+            python,
+            "-m",
+            "vllm_omni.entrypoints.cli.main",
+            "serve",
+            str(model_dir),
+            "--omni",
+            "--host",
+            url.hostname or "127.0.0.1",
+            "--port",
+            str(url.port or 8091),
+            "--trust-remote-code",
+            *self._deploy_config_args(python),
+            *self.config.sidecar_args,
+        ]
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+        log.info("starting vLLM-Omni sidecar: %s", " ".join(cmd))
+        self._sidecar = subprocess.Popen(cmd, env=env)
+
+    def _deploy_config_args(self, python: str) -> list[str]:
+        """vLLM-Omni's own Qwen3-TTS deploy config (talker -> code2wav streaming), found in the sidecar's env."""
+        if any(a.startswith("--deploy-config") for a in self.config.sidecar_args):
+            return []
+        probe = (
+            "import pathlib, vllm_omni; print(pathlib.Path(vllm_omni.__file__).parent / 'deploy' / 'qwen3_tts.yaml')"
+        )
+        try:
+            found = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise FailedPrecondition(
+                f"qwen_tts.gpu.sidecar_python: vllm-omni is not importable by {python} ({type(e).__name__});"
+                " install services/qwen_tts/requirements-vllm-omni.txt there, or run the sidecar yourself"
+                " (qwen_tts.gpu.launch_sidecar: false)"
+            ) from None
+        deploy = Path(found.stdout.strip())
+        return ["--deploy-config", str(deploy)] if deploy.exists() else []
+
+    async def _wait_healthy(self) -> None:
+        import httpx
+
+        deadline = time.monotonic() + self.config.sidecar_start_timeout_seconds
+        last = ""
+        while time.monotonic() < deadline:
+            if self._sidecar is not None and self._sidecar.poll() is not None:
+                raise FailedPrecondition(
+                    f"vLLM-Omni sidecar exited with code {self._sidecar.returncode} while starting"
+                )
+            try:
+                reply = await self._client.get("/health", timeout=2.0)
+                if reply.status_code == 200:
+                    return
+                last = f"HTTP {reply.status_code}"
+            except httpx.HTTPError as e:
+                last = type(e).__name__
+            await asyncio.sleep(0.5)
+        raise Unavailable(
+            f"vLLM-Omni sidecar at {self.base_url} not healthy after {self.config.sidecar_start_timeout_seconds:.0f}s"
+            f" ({last}); see qwen_tts.gpu.sidecar_start_timeout_seconds"
+        )
+
+    async def _load_voices(self) -> None:
+        reply = await self._client.get("/v1/audio/voices")
+        if reply.status_code != 200:
+            raise Unavailable(f"vLLM-Omni {self.base_url}/v1/audio/voices answered HTTP {reply.status_code}")
+        names = [v if isinstance(v, str) else v.get("name", "") for v in reply.json().get("voices", [])]
+        infos = [qwen_voice_info(self.service, self.name, n, " (served by vLLM-Omni)") for n in names if n]
+        if not infos:
+            raise FailedPrecondition(f"vLLM-Omni at {self.base_url} lists no voices; is it a CustomVoice checkpoint?")
+        # Preset order as Qwen lists them, then anything else the server has.
+        order = {p.id: i for i, p in enumerate(presets.PRESETS)}
+        self._voices = sorted(infos, key=lambda v: order.get(v.id, len(order)))
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+        if self._sidecar is not None and self._sidecar.poll() is None:
+            self._sidecar.terminate()
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self._sidecar.wait, 30)
+            except subprocess.TimeoutExpired:
+                self._sidecar.kill()
+
+    async def voices(self) -> list[VoiceInfo]:
+        if not self._voices:
+            raise FailedPrecondition("vLLM-Omni engine is still starting; retry when the service reports SERVING")
+        return list(self._voices)
+
+    # --- synthesis ----------------------------------------------------------------------------------------------
+    def _voice(self, voice: str) -> VoiceInfo:
+        info = next((v for v in self._voices if v.id.lower() == (voice or self._voices[0].id).lower()), None)
+        if info is None:
+            raise NotFound(f"config.voice: {voice!r} is not a voice of {self.served_by}")
+        return info
+
+    async def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+        import httpx
+
+        info = self._voice(options.voice)
+        language = qwen_language_name(info, options.language)
+        check_rate(self.served_by, options.speaking_rate)
+        seed = options.seed or self.config.default_seed
+        for start, end in request_groups(text, self.config.max_request_chars):
+            body = {
+                "input": text[start:end],
+                "voice": info.id.lower(),
+                "language": language,
+                "task_type": "CustomVoice",
+                "response_format": "pcm",
+                "stream": True,
+                "stream_format": "sse",
+                "initial_codec_chunk_frames": self.config.initial_codec_chunk_frames,
+                "seed": seed,
+            }
+            carry = b""
+            cancelled_at = None
+            try:
+                async with self._client.stream("POST", "/v1/audio/speech", json=body) as response:
+                    try:
+                        if response.status_code != 200:
+                            raise _http_error(response.status_code, (await response.aread()).decode("utf-8", "replace"))
+                        done = False
+                        async for event, data in sse_events(response.aiter_lines()):
+                            if event == "speech.audio.delta":
+                                pcm = carry + base64.b64decode(json.loads(data)["audio"])
+                                pcm, carry = (pcm[:-1], pcm[-1:]) if len(pcm) % 2 else (pcm, b"")
+                                self._steps.inc()
+                                self._audio_seconds.inc(len(pcm) / 2 / SAMPLE_RATE)
+                                if pcm:
+                                    yield AudioPiece(pcm, SAMPLE_RATE, start, end, self.served_by)
+                            elif event == "speech.audio.done":
+                                done = True
+                                break
+                            elif event == "speech.audio.error":
+                                error = json.loads(data).get("error", {})
+                                raise VoiceError(f"vLLM-Omni failed mid-stream: {error.get('message', data)}")
+                        if not done:
+                            raise Unavailable(
+                                f"vLLM-Omni at {self.base_url} ended the stream without speech.audio.done"
+                            )
+                    except (GeneratorExit, asyncio.CancelledError):
+                        cancelled_at = time.monotonic()
+                        raise
+            except httpx.HTTPError as e:
+                raise Unavailable(
+                    f"vLLM-Omni sidecar at {self.base_url} is unavailable: {type(e).__name__}: {e}"
+                ) from None
+            finally:
+                if cancelled_at is not None:
+                    # Leaving `async with` closed the connection: the sidecar sees the disconnect and aborts.
+                    self._cancel_to_stop.observe(time.monotonic() - cancelled_at)
+
+
+def _http_error(status: int, body: str) -> VoiceError:
+    try:
+        message = json.loads(body).get("error", {}).get("message") or body
+    except (ValueError, AttributeError):
+        message = body
+    if status >= 500:
+        return Unavailable(f"vLLM-Omni answered HTTP {status}: {message}")
+    return VoiceError(f"vLLM-Omni rejected the request (HTTP {status}): {message}")

@@ -1,0 +1,305 @@
+"""qwen_tts's vLLM-Omni engine (the streaming GPU path) against ``VllmOmniDouble``: a TEST DOUBLE at the network
+boundary - a small local HTTP server that speaks vllm-omni 0.30's wire format (GET /health, GET /v1/audio/voices,
+POST /v1/audio/speech with stream=true -> text/event-stream of speech.audio.delta / .done / .error events, chunked
+transfer encoding, as uvicorn sends them). It stands in for the GPU sidecar only; the engine code under test is
+the real one, and the real sidecar is exercised by tests/test_qwen_tts_gpu.py on a GPU machine.
+
+The double's audio is a deterministic synthetic signal (24 kHz s16le, 1920 samples per 12.5 Hz codec frame), so
+the tests can check the engine hands on exactly the bytes the server sent, chunk by chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import grpc
+import numpy as np
+import pytest
+
+from services.common.config import ChunkingConfig, QwenGpuConfig
+from services.common.engines import SynthesisOptions
+from services.common.errors import InvalidArgument, NotFound, Unavailable, VoiceError
+from services.qwen_tts import presets
+from services.qwen_tts.vllm_omni_engine import VllmOmniTtsEngine, request_groups
+from tests.conftest import start_fleet
+from voice.v1 import synthesizer_pb2, synthesizer_pb2_grpc
+
+FRAME = 1920  # samples per codec frame: 24000 Hz / 12.5 Hz
+STEADY_FRAMES = 25  # vllm-omni's qwen3_tts.yaml codec_chunk_frames
+
+
+def double_pcm(text: str) -> bytes:
+    """What the double 'speaks' for a text: one 80 ms tone frame per two characters (at least 3 frames)."""
+    frames = max(3, len(text) // 2)
+    t = np.arange(frames * FRAME) / 24000
+    freq = 200 + (np.repeat(np.arange(frames), FRAME) * 37 + sum(map(ord, text))) % 600
+    return (0.3 * np.sin(2 * np.pi * freq * t) * 32767).astype(np.int16).tobytes()
+
+
+class VllmOmniDouble:
+    """TEST DOUBLE of a vLLM-Omni Qwen3-TTS CustomVoice sidecar (see the module docstring)."""
+
+    speakers = ["aiden", "dylan", "eric", "ono_anna", "ryan", "serena", "sohee", "uncle_fu", "vivian"]
+
+    def __init__(self, chunk_delay: float = 0.0):
+        self.chunk_delay = chunk_delay
+        self.requests: list[dict] = []
+        self.chunks_sent = 0
+        self.disconnects = 0
+        self.fail_with: str | None = None  # "http500" | "midstream" | "no_done"
+        self.odd_split = False
+        double = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _json(self, status: int, payload: dict) -> None:
+                body = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                if self.path == "/health":
+                    self._json(200, {})
+                elif self.path == "/v1/audio/voices":
+                    self._json(200, {"voices": double.speakers, "uploaded_voices": []})
+                else:
+                    self._json(404, {"error": {"message": "not found"}})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                double.requests.append(body)
+                if body.get("stream") and body.get("response_format") not in ("pcm", "wav"):
+                    return self._json(400, {"error": {"message": "stream=true requires pcm or wav", "code": 400}})
+                if double.fail_with == "http500":
+                    return self._json(500, {"error": {"message": "CUDA out of memory", "code": 500}})
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                pcm = double_pcm(body["input"])
+                first = body.get("initial_codec_chunk_frames") or STEADY_FRAMES
+                bounds, pos, size = [], 0, first * FRAME * 2
+                while pos < len(pcm):
+                    end = min(len(pcm), pos + size) + (1 if double.odd_split and pos + size < len(pcm) else 0)
+                    bounds.append((pos, end))
+                    pos, size = end, STEADY_FRAMES * FRAME * 2
+                try:
+                    for i, (a, b) in enumerate(bounds):
+                        if double.fail_with == "midstream" and i == 1:
+                            self._event(
+                                "speech.audio.error", {"type": "speech.audio.error", "error": {"message": "boom"}}
+                            )
+                            break
+                        payload = {"type": "speech.audio.delta", "audio": base64.b64encode(pcm[a:b]).decode()}
+                        self._event("speech.audio.delta", {**payload, "response_format": "pcm"})
+                        double.chunks_sent += 1
+                        time.sleep(double.chunk_delay)
+                    else:
+                        if double.fail_with != "no_done":
+                            self._event("speech.audio.done", {"type": "speech.audio.done", "usage": {}})
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    double.disconnects += 1
+                    self.close_connection = True
+
+            def _event(self, name: str, payload: dict) -> None:
+                data = f"event: {name}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def double():
+    d = VllmOmniDouble()
+    yield d
+    d.close()
+
+
+def gpu_config(url: str, **kw) -> QwenGpuConfig:
+    return QwenGpuConfig(**{"backend": "vllm_omni", "base_url": url, "launch_sidecar": False, **kw})
+
+
+async def started(url: str, **kw) -> VllmOmniTtsEngine:
+    engine = VllmOmniTtsEngine("qwen_tts_test", ChunkingConfig(), gpu_config(url, **kw))
+    await engine.start()
+    return engine
+
+
+async def speak(engine, text, **options):
+    return [p async for p in engine.synthesize(text, SynthesisOptions(**options))]
+
+
+async def test_voices_are_the_sidecars_presets(double):
+    engine = await started(double.url)
+    try:
+        voices = await engine.voices()
+        assert [v.id for v in voices] == [p.id for p in presets.PRESETS]  # Qwen's spelling and order
+        vivian = voices[0]
+        assert vivian.languages[:3] == ("zh", "zh-CN", "cmn") and "en-US" in vivian.languages
+        assert vivian.native_sample_rate_hz == 24000 and vivian.engine == "vllm_omni"
+        assert "Qwen3-TTS preset speaker" in vivian.description
+        sohee = next(v for v in voices if v.id == "Sohee")
+        assert sohee.languages[0] == "ko"
+    finally:
+        await engine.close()
+
+
+async def test_streams_the_sidecars_pcm_with_a_small_first_chunk(double):
+    engine = await started(double.url, initial_codec_chunk_frames=2)
+    try:
+        text = "Hello from the streaming engine, this is a longer sentence to make several chunks of audio."
+        pieces = await speak(engine, text, voice="Ryan", language="en-US")
+        request = double.requests[-1]
+        assert request == {
+            "input": text,
+            "voice": "ryan",
+            "language": "English",
+            "task_type": "CustomVoice",
+            "response_format": "pcm",
+            "stream": True,
+            "stream_format": "sse",
+            "initial_codec_chunk_frames": 2,
+            "seed": 1234,
+        }
+        assert b"".join(p.pcm for p in pieces) == double_pcm(text)
+        assert len(pieces[0].pcm) == 2 * FRAME * 2  # two codec frames: 160 ms
+        assert len(pieces[1].pcm) == STEADY_FRAMES * FRAME * 2
+        assert {(p.text_start, p.text_end) for p in pieces} == {(0, len(text))}
+        assert {p.sample_rate_hz for p in pieces} == {24000}
+        # Native language by default; a request seed overrides the default one.
+        await speak(engine, "你好。", voice="Vivian", seed=7)
+        assert double.requests[-1]["language"] == "Chinese" and double.requests[-1]["seed"] == 7
+    finally:
+        await engine.close()
+
+
+async def test_odd_sized_deltas_are_reassembled_into_whole_samples(double):
+    double.odd_split = True
+    engine = await started(double.url)
+    try:
+        text = "A sentence long enough for several deltas of audio from the double, cut at odd byte offsets."
+        pieces = await speak(engine, text, voice="Aiden")
+        assert all(len(p.pcm) % 2 == 0 for p in pieces)
+        assert b"".join(p.pcm for p in pieces) == double_pcm(text)[: len(b"".join(p.pcm for p in pieces))]
+        assert len(b"".join(p.pcm for p in pieces)) >= len(double_pcm(text)) - 2
+    finally:
+        await engine.close()
+
+
+def test_long_text_becomes_several_requests_at_sentence_ends():
+    text = "One short sentence. " * 30
+    groups = request_groups(text.strip(), 100)
+    assert len(groups) > 5 and all(b - a <= 100 for a, b in groups)
+    assert all(text.strip()[b - 1] == "." for _, b in groups)
+
+
+async def test_long_text_is_streamed_in_order(double):
+    engine = await started(double.url, max_request_chars=60)
+    try:
+        text = "First sentence here. Second sentence is here. Third one. Fourth and last sentence of it."
+        pieces = await speak(engine, text, voice="Ryan")
+        inputs = [r["input"] for r in double.requests[1:]]  # [0] is the warm-up
+        assert len(inputs) >= 2 and " ".join(inputs) == text
+        assert b"".join(p.pcm for p in pieces) == b"".join(double_pcm(i) for i in inputs)
+        spans = [(p.text_start, p.text_end) for p in pieces]
+        assert spans == sorted(spans) and spans[-1][1] == len(text)
+    finally:
+        await engine.close()
+
+
+async def test_cancel_closes_the_http_stream_and_the_sidecar_stops_sending(double):
+    engine = await started(double.url)
+    double.chunk_delay = 0.05
+    try:
+        text = "word " * 400  # 1000 frames: 41 chunks
+        sent_before = double.chunks_sent
+        agen = engine.synthesize(text, SynthesisOptions(voice="Ryan"))
+        await agen.__anext__()
+        await agen.aclose()
+        await asyncio.sleep(0.6)
+        assert double.disconnects == 1, "the sidecar saw the client go away"
+        sent = double.chunks_sent - sent_before
+        assert sent < 10, f"the sidecar kept streaming {sent} chunks"
+    finally:
+        await engine.close()
+
+
+async def test_errors_become_clear_statuses(double):
+    engine = await started(double.url)
+    try:
+        with pytest.raises(InvalidArgument, match="config.speaking_rate"):
+            await speak(engine, "hi", voice="Ryan", speaking_rate=1.5)
+        with pytest.raises(InvalidArgument, match="config.language: voice 'Ryan' does not speak 'sw'"):
+            await speak(engine, "hi", voice="Ryan", language="sw")
+        with pytest.raises(NotFound, match="config.voice: 'joe'"):
+            await speak(engine, "hi", voice="joe")
+        double.fail_with = "http500"
+        with pytest.raises(Unavailable, match="CUDA out of memory"):
+            await speak(engine, "hi", voice="Ryan")
+        double.fail_with = "midstream"
+        with pytest.raises(VoiceError, match="failed mid-stream: boom"):
+            await speak(engine, "word " * 100, voice="Ryan")
+        double.fail_with = "no_done"
+        with pytest.raises(Unavailable, match="without speech.audio.done"):
+            await speak(engine, "hi there", voice="Ryan")
+    finally:
+        await engine.close()
+    double.close()
+    engine = VllmOmniTtsEngine(
+        "qwen_tts_test", ChunkingConfig(), gpu_config(double.url, sidecar_start_timeout_seconds=1)
+    )
+    with pytest.raises(Unavailable, match="not healthy after 1s"):
+        await engine.start()
+    await engine.close()
+
+
+def test_qwen_tts_service_on_the_vllm_omni_engine_through_the_router(double, tmp_path):
+    fleet = start_fleet(
+        tmp_path,
+        services=("qwen_tts", "router"),
+        qwen_tts={"engine": "gpu", "gpu": {"backend": "vllm_omni", "launch_sidecar": False, "base_url": double.url}},
+    )
+    try:
+        with fleet.channel("router") as channel:
+            stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
+            voices = stub.ListVoices(synthesizer_pb2.ListVoicesRequest(service="qwen_tts"), timeout=10).voices
+            assert {v.engine for v in voices} == {"vllm_omni"} and voices[0].id == "Vivian"
+            text = "Streaming through the router to the sidecar."
+            request = synthesizer_pb2.SynthesizeRequest(
+                text=text, config=synthesizer_pb2.SynthesisConfig(voice="Vivian", language="en")
+            )
+            replies = list(stub.Synthesize(request, timeout=20))
+            assert {r.served_by for r in replies} == {"qwen_tts/vllm_omni"}
+            assert b"".join(r.audio.data for r in replies) == double_pcm(text)
+            assert {r.audio.format.sample_rate_hz for r in replies} == {24000}
+            bad = synthesizer_pb2.SynthesizeRequest(
+                text=text, config=synthesizer_pb2.SynthesisConfig(voice="Vivian", speaking_rate=1.5)
+            )
+            with pytest.raises(grpc.RpcError) as err:
+                list(stub.Synthesize(bad, timeout=20))
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "config.speaking_rate" in err.value.details()
+    finally:
+        fleet.fleet.stop()
