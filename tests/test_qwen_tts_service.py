@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 
 import grpc
@@ -258,3 +259,34 @@ def test_cli_speak_reaches_qwen_tts_by_voice(fleet, tmp_path):
     pcm, rate = audio.read_wav(str(out))
     assert rate == 16000
     assert wer(SENTENCE, transcribe(pcm, rate, vocabulary=VOCABULARY)) <= 0.25
+
+
+def test_streaming_text_word_by_word_speaks_before_the_text_ends(router):
+    """StreamingSynthesize (the shared servicer's) on espeak: the first audio comes before the last word is sent.
+    The feeder holds back the last word until audio arrived (30 s at most); no timing is asserted."""
+    answer = "Sure. The first train leaves at nine in the morning, and the last one at ten at night."
+    words = answer.split(" ")
+    log: list[str] = []
+    first_audio = threading.Event()
+
+    def requests():
+        yield synthesizer_pb2.StreamingSynthesizeRequest(
+            request_id="qs-1",
+            config=synthesizer_pb2.StreamingSynthesisConfig(synthesis=synthesizer_pb2.SynthesisConfig(voice="Ryan")),
+        )
+        for i, w in enumerate(words):
+            if i == len(words) - 1:
+                first_audio.wait(30)
+            log.append(f"word {i}")
+            yield synthesizer_pb2.StreamingSynthesizeRequest(text_delta=(" " if i else "") + w)
+        yield synthesizer_pb2.StreamingSynthesizeRequest(end_of_text=True)
+
+    replies = []
+    for reply in router.StreamingSynthesize(requests(), timeout=60):
+        if not replies:
+            log.append("first audio")
+            first_audio.set()
+        replies.append(reply)
+    assert log.index("first audio") < log.index(f"word {len(words) - 1}"), log
+    assert {r.served_by for r in replies} == {"qwen_tts/espeak"} and {r.request_id for r in replies} == {"qs-1"}
+    assert replies[-1].text_span.end_char == len(answer)
