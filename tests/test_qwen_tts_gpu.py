@@ -1,0 +1,136 @@
+"""qwen_tts GPU engines on the real libraries and real weights (`make test-gpu`). Each test skips with its reason
+when the machine lacks a CUDA GPU, the library, or the mounted weights:
+
+  VOICEFLEET_QWEN_TTS_MODEL_DIR      weights (default /models/Qwen3-TTS-12Hz-0.6B-CustomVoice)
+  VOICEFLEET_QWEN_TTS_SIDECAR_PYTHON python of a virtualenv with services/qwen_tts/requirements-vllm-omni.txt
+                                     (default: this interpreter)
+
+No test double here: these drive qwen-tts and a vLLM-Omni sidecar for real. The HTTP client is also tested on CPU
+against a test double (tests/test_qwen_tts_vllm_omni_client.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.common.config import ChunkingConfig, QwenGpuConfig
+from services.common.engines import SynthesisOptions
+from services.qwen_tts import presets
+from tests.speech import DISTRACTORS, speech_like, transcribe, wer
+
+pytestmark = pytest.mark.gpu
+
+MODEL_DIR = Path(os.environ.get("VOICEFLEET_QWEN_TTS_MODEL_DIR", "/models/Qwen3-TTS-12Hz-0.6B-CustomVoice"))
+SIDECAR_PYTHON = os.environ.get("VOICEFLEET_QWEN_TTS_SIDECAR_PYTHON", sys.executable)
+SENTENCE = "the quick brown fox jumps over the lazy dog"
+
+
+def _cuda() -> str | None:
+    """None when a CUDA GPU is usable, else why not."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "no NVIDIA driver (nvidia-smi not found)"
+    return None if out.returncode == 0 and "GPU" in out.stdout else "no CUDA GPU visible to nvidia-smi"
+
+
+def _skip_unless(*, module: str | None = None, sidecar: bool = False) -> None:
+    reason = _cuda()
+    if reason:
+        pytest.skip(reason)
+    if not (MODEL_DIR / "config.json").exists():
+        pytest.skip(f"no Qwen3-TTS weights at {MODEL_DIR} (set VOICEFLEET_QWEN_TTS_MODEL_DIR)")
+    if module and importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed (pip install -r services/qwen_tts/requirements-gpu.txt)")
+    if sidecar:
+        probe = subprocess.run([SIDECAR_PYTHON, "-c", "import vllm_omni"], capture_output=True, timeout=120)
+        if probe.returncode != 0:
+            pytest.skip(f"vllm-omni not importable by {SIDECAR_PYTHON} (requirements-vllm-omni.txt)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _speak(engine, text, **options):
+    return [p async for p in engine.synthesize(text, SynthesisOptions(**options))]
+
+
+def _check_speech(pcm: bytes, rate: int, text: str = SENTENCE) -> None:
+    figures = speech_like(pcm, rate)
+    assert figures["rms"] > 0.01 and figures["clipped"] < 0.01 and figures["modulation"] > 0.8, figures
+    heard = transcribe(pcm, rate, vocabulary=text.split() + DISTRACTORS)
+    assert wer(text, heard) <= 0.25, heard
+
+
+async def test_qwen_tts_package_engine_speaks_the_presets():
+    _skip_unless(module="qwen_tts")
+    from services.qwen_tts.qwen_engine import QwenTtsEngine
+
+    engine = QwenTtsEngine(
+        "qwen_tts_gpu_test", ChunkingConfig(), QwenGpuConfig(backend="qwen_tts", model_dir=str(MODEL_DIR))
+    )
+    await engine.start()
+    try:
+        voices = {v.id: v for v in await engine.voices()}
+        assert {p.id for p in presets.PRESETS} <= set(voices)
+        assert engine.resident_bytes() > 100_000_000
+        pieces = await _speak(engine, SENTENCE, voice="Ryan", language="en")
+        pcm = b"".join(p.pcm for p in pieces)
+        assert {p.sample_rate_hz for p in pieces} == {24000}
+        _check_speech(pcm, 24000)
+        chinese = b"".join(p.pcm for p in await _speak(engine, "你好，欢迎使用语音合成。", voice="Vivian"))
+        assert speech_like(chinese, 24000)["rms"] > 0.01
+        # Sentence by sentence: one engine step per sentence; a cancel after the first stops the rest.
+        text = " ".join(f"This is sentence number {i}." for i in range(1, 9))
+        before = engine._steps._value.get()
+        agen = engine.synthesize(text, SynthesisOptions(voice="Aiden"))
+        await agen.__anext__()
+        await agen.aclose()
+        await asyncio.sleep(5)
+        assert engine._steps._value.get() - before <= 2
+    finally:
+        await engine.close()
+
+
+async def test_vllm_omni_sidecar_streams_and_cancels():
+    _skip_unless(sidecar=True, module="httpx")
+    from services.qwen_tts.vllm_omni_engine import VllmOmniTtsEngine
+
+    config = QwenGpuConfig(
+        backend="vllm_omni",
+        model_dir=str(MODEL_DIR),
+        base_url=f"http://127.0.0.1:{_free_port()}",
+        launch_sidecar=True,
+        sidecar_python=SIDECAR_PYTHON,
+        initial_codec_chunk_frames=2,
+    )
+    engine = VllmOmniTtsEngine("qwen_tts_gpu_test", ChunkingConfig(), config)
+    await engine.start()
+    try:
+        voices = {v.id for v in await engine.voices()}
+        assert {p.id for p in presets.PRESETS} <= voices
+        pieces = await _speak(engine, SENTENCE + ". " + SENTENCE + ".", voice="Ryan", language="en")
+        assert len(pieces) >= 2, "streamed in several chunks"
+        assert len(pieces[0].pcm) < len(pieces[1].pcm), "small first chunk (initial_codec_chunk_frames)"
+        _check_speech(b"".join(p.pcm for p in pieces), 24000, SENTENCE + " " + SENTENCE)
+        before = engine._steps._value.get()
+        agen = engine.synthesize("This is a long announcement. " * 20, SynthesisOptions(voice="Ryan"))
+        await agen.__anext__()
+        await agen.aclose()
+        await asyncio.sleep(2)
+        settled = engine._steps._value.get() - before
+        await asyncio.sleep(2)
+        assert engine._steps._value.get() - before == settled, "chunks kept coming after the cancel"
+    finally:
+        await engine.close()
