@@ -64,6 +64,7 @@ class GpuLease:
         self._tasks: list[asyncio.Task] = []
         self._closed_error: BaseException | None = None
         self.lost = asyncio.Event()  # set when a held lease ends without our release
+        self.released = asyncio.Event()  # set when we release (after a revoke, or on close)
 
     def may_use_gpu(self) -> bool:
         """True while the lease is held and renewed within its renew deadline (monotonic clock)."""
@@ -117,7 +118,7 @@ class GpuLease:
                         )
                 elif kind == "revoke" and reply.revoke.epoch == self.epoch and not self.revoked:
                     self.revoked = True
-                    asyncio.create_task(self._handle_revoke(reply.revoke.reason))
+                    self._tasks.append(asyncio.create_task(self._handle_revoke(reply.revoke.reason)))
                 elif kind == "ended" and reply.ended.epoch == self.epoch:
                     self._lose(f"lease {self.epoch} ended: {reply.ended.reason}")
         except grpc.aio.AioRpcError as e:
@@ -137,7 +138,7 @@ class GpuLease:
             self.lost.set()
             log.warning("%s; stopping GPU work", reason)
             if self.on_lost:
-                asyncio.create_task(self.on_lost(reason))
+                self._tasks.append(asyncio.create_task(self.on_lost(reason)))
 
     async def _handle_revoke(self, reason: str) -> None:
         log.info("lease %s revoked (%s): offloading", self.epoch, reason)
@@ -170,6 +171,7 @@ class GpuLease:
         self._outbox.put_nowait(
             gpu_pb2.LeaseRequest(request_id=new_request_id(), release=gpu_pb2.LeaseRelease(epoch=epoch))
         )
+        self.released.set()
 
     async def close(self) -> None:
         await self.release()
@@ -194,8 +196,10 @@ async def _hold(args) -> None:
         )
         epoch = await lease.acquire(progress=lambda line: print(line, flush=True))
         print(f"GRANTED epoch={epoch}", flush=True)
-        await lease.lost.wait()
-        print("LEASE ENDED", flush=True)
+        lost, released = asyncio.create_task(lease.lost.wait()), asyncio.create_task(lease.released.wait())
+        await asyncio.wait({lost, released}, return_when=asyncio.FIRST_COMPLETED)
+        print("RELEASED (revoked)" if lease.released.is_set() else "LEASE LOST", flush=True)
+        await lease.close()
 
 
 def main() -> None:
