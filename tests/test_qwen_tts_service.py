@@ -290,3 +290,10 @@ def test_streaming_text_word_by_word_speaks_before_the_text_ends(router):
     assert log.index("first audio") < log.index(f"word {len(words) - 1}"), log
     assert {r.served_by for r in replies} == {"qwen_tts/espeak"} and {r.request_id for r in replies} == {"qs-1"}
     assert replies[-1].text_span.end_char == len(answer)
+
+
+def test_language_without_voice_picks_a_voice_of_that_language(direct):
+    for language, voice_heard in [("fr", "fr"), ("fr-BE", "fr-BE"), ("zh", "cmn"), ("en-US", "en-US")]:
+        replies, same = synthesize(direct, "Bonjour.", language=language)
+        _, named = synthesize(direct, "Bonjour.", voice=voice_heard)
+        assert same == named, (language, voice_heard)

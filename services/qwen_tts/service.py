@@ -22,7 +22,11 @@ class QwenResolver(LocalEngineResolver):
     ) -> tuple[TtsEngine, VoiceInfo]:
         voices = await self.engine.voices()
         if not voice and language:
+            # The voice named like the language (espeak's "fr" for fr), then one whose first language it is,
+            # then any voice that speaks it.
+            lang = language.lower()
             speaking = [v for v in voices if v.speaks(language)]
+            speaking.sort(key=lambda v: (v.id.lower() != lang, v.languages[0].lower() != lang))
             voices = speaking or voices
         return self.engine, pick_voice(voices, voice, language, where=self.engine.service, **where)
 
