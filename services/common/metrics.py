@@ -56,6 +56,47 @@ TTS_CANCEL_TO_STOP = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 
+# Speech to text (asr; the router's remote engine reports the same names under service="router").
+VAD_BUCKETS = (0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.032)
+ASR_FIRST_INTERIM = Histogram(
+    "voicefleet_asr_speech_start_to_first_interim_seconds",
+    "VAD speech start detected to the utterance's first interim result sent (wall time).",
+    ["service", "engine"],
+    buckets=LATENCY_BUCKETS,
+)
+ASR_ENDPOINT_LATENCY = Histogram(
+    "voicefleet_asr_speech_end_to_final_seconds",
+    "Endpoint latency: VAD speech end detected (after the hangover) to the utterance's final result sent.",
+    ["service", "engine"],
+    buckets=LATENCY_BUCKETS,
+)
+ASR_RTF = Histogram(
+    "voicefleet_asr_real_time_factor",
+    "Recognition compute time divided by the audio it covered, per final (pass=final) or per partial look "
+    "(pass=interim, per utterance).",
+    ["service", "engine", "pass"],
+    buckets=RTF_BUCKETS,
+)
+ASR_VAD_WINDOW = Histogram(
+    "voicefleet_asr_vad_window_seconds",
+    "Silero VAD compute per 32 ms window (512 samples at 16 kHz).",
+    ["service"],
+    buckets=VAD_BUCKETS,
+)
+ASR_OPEN_DECODERS = Gauge(
+    "voicefleet_asr_open_decoders",
+    "Recognition streams holding decoder state now; back to 0 when every stream has ended or been cancelled.",
+    ["service", "engine"],
+)
+ASR_AUDIO_SECONDS = Counter(
+    "voicefleet_asr_audio_seconds_total", "Seconds of audio taken in by recognition streams.", ["service", "engine"]
+)
+ASR_UTTERANCES = Counter(
+    "voicefleet_asr_utterances_total",
+    "Finals sent, by why the utterance ended: endpoint (hangover), max_utterance, end_of_stream.",
+    ["service", "engine", "reason"],
+)
+
 # Router.
 LEASE_EVENTS = Counter(
     "voicefleet_gpu_lease_events_total",

@@ -1,0 +1,202 @@
+"""CPU engine of asr: Silero VAD + pocketsphinx interims (pass 1) + faster-whisper finals (pass 2), all from wheels.
+
+- pass 1: pocketsphinx 5.1.1 (its bundled en-US acoustic model, LM and dictionary), truly incremental:
+  ``process_raw`` per 32 ms window, ``hyp()`` every ``asr.interim_interval_ms``. English only; its hypothesis is
+  only an interim (it mishears synthetic speech often, docs/asr.md). A decoder takes ~0.3 s to create, so decoders
+  are pooled and reused across streams.
+- pass 2: faster-whisper (CTranslate2, int8 on CPU) on the whole utterance at each endpoint: ``tiny.en`` for English
+  by default (``asr.english_model``), the multilingual ``base`` for other languages and auto-detect. Phrase hints go
+  to whisper as ``hotwords`` (prompt tokens before the utterance).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from services.asr.models import base_model_dir, tiny_en_dir
+from services.asr.pipeline import FinalText, TwoPassStream
+from services.asr.vad import RATE, SileroVad
+from services.common.config import AsrServiceConfig
+from services.common.engines import AsrEngine, AsrStream, RecognitionOptions
+from services.common.errors import FailedPrecondition, InvalidArgument
+
+log = logging.getLogger("voicefleet.asr.cpu")
+
+
+def whisper_language(language: str, field: str = "config.language") -> str | None:
+    """BCP-47 -> whisper's language code ("en-US" -> "en", "zh-CN" -> "zh"); "" -> None (detect)."""
+    if not language:
+        return None
+    from faster_whisper.tokenizer import _LANGUAGE_CODES
+
+    code = language.split("-")[0].split("_")[0].lower()
+    if code not in _LANGUAGE_CODES:
+        raise InvalidArgument(
+            field,
+            f"{language!r} is not a language whisper knows; use a BCP-47 tag such as en-US, de-DE, zh-CN,"
+            " or leave it empty to detect the language",
+        )
+    return code
+
+
+class PocketsphinxPool:
+    """Decoders for pass 1, made on demand and reused (creating one loads its models: ~0.3 s)."""
+
+    def __init__(self) -> None:
+        self._free: list = []
+        self._lock = threading.Lock()
+        self.created = 0
+
+    def acquire(self):
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        from pocketsphinx import Decoder
+
+        decoder = Decoder(samprate=RATE, loglevel="FATAL")
+        with self._lock:
+            self.created += 1
+        return decoder
+
+    def release(self, decoder) -> None:
+        with self._lock:
+            self._free.append(decoder)
+
+
+class PocketsphinxPartial:
+    """Pass 1 of one stream: a pooled decoder, taken at the stream's first speech and given back at its end."""
+
+    def __init__(self, pool: PocketsphinxPool):
+        self._pool = pool
+        self._decoder = None
+        self._in_utt = False
+
+    def start(self) -> None:
+        if self._decoder is None:
+            self._decoder = self._pool.acquire()
+        if self._in_utt:
+            self._decoder.end_utt()
+        self._decoder.start_utt()
+        self._in_utt = True
+
+    def accept(self, pcm: np.ndarray) -> None:
+        if len(pcm):
+            self._decoder.process_raw(pcm.tobytes(), False, False)
+
+    def hypothesis(self) -> str:
+        hyp = self._decoder.hyp()
+        return hyp.hypstr if hyp else ""
+
+    def end(self) -> None:
+        if self._in_utt:
+            self._decoder.end_utt()
+            self._in_utt = False
+
+    def release(self) -> None:
+        if self._decoder is not None:
+            self.end()
+            self._pool.release(self._decoder)
+            self._decoder = None
+
+
+class WhisperFinals:
+    """Pass 2 on CPU: tiny.en and multilingual base, int8."""
+
+    def __init__(self, config: AsrServiceConfig):
+        self.config = config
+        self.tiny = None
+        self.base = None
+
+    def load(self) -> None:
+        from faster_whisper import WhisperModel
+
+        kw = dict(
+            device="cpu",
+            compute_type="int8",
+            cpu_threads=self.config.whisper_threads,
+            num_workers=self.config.final_workers,
+            local_files_only=True,
+        )
+        t0 = time.monotonic()
+        self.tiny = WhisperModel(str(tiny_en_dir()), **kw)
+        self.base = WhisperModel(str(base_model_dir(self.config.model_cache_dir or None)), **kw)
+        log.info("whisper tiny.en and base loaded in %.2fs", time.monotonic() - t0)
+
+    def model_for(self, language: str | None):
+        if language == "en" and self.config.english_model == "tiny.en":
+            return self.tiny, "tiny.en"
+        return self.base, "base"
+
+    def recognize(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText:
+        model, _ = self.model_for(language)
+        segments, info = model.transcribe(
+            audio,
+            language=language,
+            beam_size=self.config.beam_size,
+            vad_filter=False,  # our VAD already cut the utterance
+            condition_on_previous_text=False,
+            without_timestamps=True,
+            hotwords=", ".join(hints) if hints else None,
+        )
+        segments = list(segments)
+        text = " ".join(s.text.strip() for s in segments).strip()
+        confidence = float(np.mean([math.exp(s.avg_logprob) for s in segments])) if segments else 0.0
+        return FinalText(text=text, confidence=round(confidence, 3), language=info.language or (language or ""))
+
+
+class CpuAsrEngine(AsrEngine):
+    name = "whisper-2pass"
+
+    def __init__(self, service: str, config: AsrServiceConfig):
+        self.service = service
+        self.config = config
+        self.interim_interval_ms = config.interim_interval_ms
+        self.vad: SileroVad | None = None
+        self.final = WhisperFinals(config)
+        self.partials = PocketsphinxPool()
+        # VAD + pass 1 of every stream (short steps), and pass 2 (whisper decodes) on their own threads.
+        self.stream_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="asr-stream")
+        self.final_pool = ThreadPoolExecutor(max_workers=config.final_workers, thread_name_prefix="asr-final")
+        self._ready = False
+
+    @property
+    def served_by(self) -> str:
+        return f"{self.service}/{self.name}"
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
+        self.vad = await loop.run_in_executor(self.stream_pool, SileroVad, self.service)
+        await loop.run_in_executor(self.final_pool, self.final.load)
+        # Warm up: one decoder for pass 1 in the pool, one decode per whisper model.
+        decoder = await loop.run_in_executor(self.stream_pool, self.partials.acquire)
+        self.partials.release(decoder)
+        noise = (np.random.default_rng(0).normal(0, 0.01, RATE)).astype(np.float32)
+        await loop.run_in_executor(self.final_pool, self.final.recognize, noise, "en", ())
+        await loop.run_in_executor(self.final_pool, self.final.recognize, noise, None, ())
+        self._ready = True
+        log.info("asr CPU engine ready in %.2fs (silero %s)", time.monotonic() - t0, self.vad.path.name)
+
+    async def close(self) -> None:
+        self.stream_pool.shutdown(wait=False, cancel_futures=True)
+        self.final_pool.shutdown(wait=False, cancel_futures=True)
+
+    def check_options(self, options: RecognitionOptions) -> None:
+        whisper_language(options.language)
+
+    async def open_stream(self, options: RecognitionOptions) -> AsrStream:
+        if not self._ready:
+            raise FailedPrecondition("asr is still loading its models; retry when the service reports SERVING")
+        language = whisper_language(options.language)
+        # Pass 1 is English pocketsphinx: used for English and for auto-detect (until another language is heard).
+        partial = None
+        if options.interim_results and language in (None, "en"):
+            partial = PocketsphinxPartial(self.partials)
+        return TwoPassStream(self, options, language, partial)

@@ -1,0 +1,383 @@
+"""The two-pass recognition stream shared by the CPU and GPU engines (the FunASR "2pass" pattern):
+
+  16 kHz audio -> Silero VAD per 32 ms window -> Endpointer (SPEECH_START / SPEECH_END)
+               -> pass 1, while speech lasts: a cheap incremental decoder; its changing hypothesis = interim results
+               -> pass 2, at each endpoint: an accurate decoder on the whole utterance = the final result
+
+Work per stream runs in threads (VAD and pass 1 on the engine's stream pool, pass 2 on its final pool) so the event
+loop never blocks. ``feed`` returns once its audio has been through VAD and pass 1 (and pass 2 when it ended an
+utterance), which is the backpressure a fast sender feels. Cancel (``close``) stops at the step in flight: a VAD
+batch or one final decode; decoders go back to their pool when that step ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from services.asr.vad import RATE, WINDOW, Endpointer, SileroVad, level_db
+from services.common import metrics
+from services.common.engines import (
+    RESULT,
+    SPEECH_END,
+    SPEECH_START,
+    AsrEvent,
+    AsrStream,
+    Hypothesis,
+    RecognitionOptions,
+    WordTiming,
+)
+from services.common.errors import FailedPrecondition
+
+log = logging.getLogger("voicefleet.asr.pipeline")
+
+PREROLL = int(0.3 * RATE)  # audio kept while silent, so decoders hear the start the VAD confirmed a bit late
+PAD_BEFORE = int(0.2 * RATE)  # audio before the utterance's start given to both passes
+PAD_AFTER = int(0.15 * RATE)  # audio after its end given to the final pass
+
+
+class PartialDecoder(Protocol):
+    """Pass 1: incremental. Called from one thread at a time."""
+
+    def start(self) -> None: ...
+    def accept(self, pcm: np.ndarray) -> None: ...
+    def hypothesis(self) -> str: ...
+    def end(self) -> None: ...
+    def release(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class FinalText:
+    text: str
+    confidence: float
+    language: str
+    words: tuple[WordTiming, ...] = ()  # offsets relative to the audio given
+
+
+class FinalRecognizer(Protocol):
+    """Pass 2: a whole utterance (float32 16 kHz) -> text. Safe to call from several threads."""
+
+    def recognize(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText: ...
+
+
+@dataclass
+class _FinalJob:
+    index: int
+    start: int  # samples
+    end: int
+    audio: np.ndarray  # float32, from audio_start
+    audio_start: int
+    reason: str
+    detected_at: float
+
+
+class PipelineEngineParts(Protocol):
+    service: str
+    name: str
+    vad: SileroVad
+    stream_pool: concurrent.futures.Executor
+    final_pool: concurrent.futures.Executor
+    final: FinalRecognizer
+    interim_interval_ms: int
+
+
+def ms(samples: int) -> int:
+    return samples * 1000 // RATE
+
+
+class TwoPassStream(AsrStream):
+    def __init__(
+        self,
+        engine: PipelineEngineParts,
+        options: RecognitionOptions,
+        language: str | None,
+        partial: PartialDecoder | None,
+    ):
+        self._engine = engine
+        self._options = options
+        self._language = language  # whisper code, None = detect
+        self._partial = partial  # None: no interim results
+        self._vad_state = engine.vad.new_state()
+        self._ep = Endpointer(options.endpointing)
+        self._pending = np.zeros(0, dtype=np.int16)  # not yet windowed
+        self._pos = 0  # samples windowed so far = stream offset of the next window
+        self._windows: collections.deque[np.ndarray] = collections.deque()  # recent audio, _buf_start.._pos
+        self._buf_start = 0
+        self._index = 0  # utterance index
+        self._utt_start = 0
+        self._partial_on = False
+        self._since_look = 0
+        self._last_hyp = ""
+        self._start_wall: float | None = None
+        self._interim_sent = False
+        self._interim_compute = 0.0
+        self._interval = int(engine.interim_interval_ms * RATE / 1000)
+        self._events: asyncio.Queue = asyncio.Queue()
+        self._closed = False
+        self._ended = False
+        self._inflight: concurrent.futures.Future | None = None  # the VAD/pass-1 step running in a thread
+        self._released = False
+        self._release_lock = threading.Lock()
+        labels = (engine.service, engine.name)
+        self._open = metrics.ASR_OPEN_DECODERS.labels(*labels)
+        self._first_interim = metrics.ASR_FIRST_INTERIM.labels(*labels)
+        self._endpoint_latency = metrics.ASR_ENDPOINT_LATENCY.labels(*labels)
+        self._rtf_final = metrics.ASR_RTF.labels(*labels, "final")
+        self._rtf_interim = metrics.ASR_RTF.labels(*labels, "interim")
+        self._audio_seconds = metrics.ASR_AUDIO_SECONDS.labels(*labels)
+        self._labels = labels
+        self._open.inc()
+
+    # --- AsrStream ------------------------------------------------------------------------------------------
+    async def feed(self, pcm: bytes) -> None:
+        if self._closed or self._ended:
+            raise FailedPrecondition("the recognition stream has ended; open a new stream to send more audio")
+        samples = np.frombuffer(pcm, dtype=np.int16)
+        self._audio_seconds.inc(len(samples) / RATE)
+        self._pending = np.concatenate([self._pending, samples]) if len(self._pending) else samples
+        await self._drain(flush=False)
+
+    async def finish(self) -> None:
+        if self._closed or self._ended:
+            return
+        await self._drain(flush=True)
+        self._ended = True
+        self._events.put_nowait(None)
+
+    async def events(self) -> AsyncIterator[AsrEvent]:
+        while True:
+            item = await self._events.get()
+            if item is None:
+                return
+            yield item
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._events.put_nowait(None)
+        inflight = self._inflight
+        if inflight is not None and not inflight.done():
+            inflight.add_done_callback(lambda _f: self._release())  # the step in flight ends, then decoders go back
+        else:
+            self._release()
+
+    # --- the loop -------------------------------------------------------------------------------------------
+    def _release(self) -> None:
+        with self._release_lock:
+            if self._released:
+                return
+            self._released = True
+        if self._partial is not None:
+            try:
+                self._partial.release()
+            except Exception:  # noqa: BLE001 - a broken decoder must not keep the gauge up
+                log.exception("releasing the interim decoder failed")
+        self._open.dec()
+
+    async def _run(self, fn, *args):
+        if self._closed:
+            raise asyncio.CancelledError
+        future = self._engine.stream_pool.submit(fn, *args)
+        self._inflight = future
+        return await asyncio.wrap_future(future)
+
+    async def _drain(self, flush: bool) -> None:
+        while True:
+            events, job = await self._run(self._step, flush)
+            for event in events:
+                self._emit(event)
+            if job is None:
+                return
+            await self._finalize(job)
+
+    def _emit(self, event: AsrEvent) -> None:
+        if self._closed:
+            return
+        self._events.put_nowait(event)
+        if event.kind == RESULT and not event.result.is_final and not self._interim_sent:
+            self._interim_sent = True
+            if self._start_wall is not None:
+                self._first_interim.observe(time.monotonic() - self._start_wall)
+
+    def _step(self, flush: bool) -> tuple[list[AsrEvent], _FinalJob | None]:
+        """Thread: window the pending audio through VAD and pass 1 until it is used up or an utterance ends."""
+        events: list[AsrEvent] = []
+        job: _FinalJob | None = None
+        pending = self._pending
+        if flush and len(pending) % WINDOW:
+            real_end = self._pos + len(pending)
+            pending = np.concatenate([pending, np.zeros(WINDOW - len(pending) % WINDOW, dtype=np.int16)])
+        else:
+            real_end = self._pos + len(pending)
+        cursor = 0
+        vad = self._engine.vad
+        while job is None and len(pending) - cursor >= WINDOW:
+            if self._closed:
+                break
+            window = pending[cursor : cursor + WINDOW]
+            cursor += WINDOW
+            start = self._pos
+            self._pos += WINDOW
+            self._windows.append(window)
+            wf = window.astype(np.float32) / 32768.0
+            p = vad.probability(self._vad_state, wf)
+            fed = False
+            for t in self._ep.push(p, start, level_db(wf)):
+                if t.kind == "candidate":
+                    self._begin_candidate(t.offset)
+                    fed = True  # the candidate was started with the buffer up to this window's end
+                elif t.kind == "start":
+                    events.append(AsrEvent(SPEECH_START, offset_ms=ms(t.offset)))
+                    self._start_wall = time.monotonic()
+                elif t.kind == "discard":
+                    self._end_partial()
+                elif t.kind == "end":
+                    events.append(AsrEvent(SPEECH_END, offset_ms=ms(t.offset)))
+                    job = self._make_job(t.offset, t.reason)
+            if self._partial_on and not fed:
+                t0 = time.perf_counter()
+                self._partial.accept(window)
+                self._interim_compute += time.perf_counter() - t0
+                self._since_look += WINDOW
+            if self._partial_on and self._ep.state == "speech" and self._since_look >= self._interval:
+                interim = self._look()
+                if interim is not None:
+                    events.append(interim)
+            if not self._ep.in_utterance and job is None:
+                self._trim(PREROLL)
+        self._pending = pending[cursor:]
+        if flush and job is None and not self._closed and not len(self._pending):
+            for t in self._ep.flush(min(real_end, self._pos)):
+                if t.kind == "start":
+                    events.append(AsrEvent(SPEECH_START, offset_ms=ms(t.offset)))
+                    self._start_wall = time.monotonic()
+                elif t.kind == "end":
+                    events.append(AsrEvent(SPEECH_END, offset_ms=ms(t.offset)))
+                    job = self._make_job(t.offset, t.reason)
+                else:
+                    self._end_partial()
+        return events, job
+
+    def _trim(self, keep: int) -> None:
+        """Drop whole windows from the front, keeping at least ``keep`` samples."""
+        while self._windows and (len(self._windows) - 1) * WINDOW >= keep:
+            self._windows.popleft()
+            self._buf_start += WINDOW
+
+    def _slice(self, start: int, end: int) -> np.ndarray:
+        first = max(0, (start - self._buf_start) // WINDOW)
+        last = min(len(self._windows), -(-(end - self._buf_start) // WINDOW))
+        if last <= first:
+            return np.zeros(0, dtype=np.int16)
+        base = self._buf_start + first * WINDOW
+        joined = np.concatenate([self._windows[i] for i in range(first, last)])
+        return joined[max(0, start - base) : max(0, end - base)]
+
+    def _begin_candidate(self, offset: int) -> None:
+        self._utt_start = offset
+        self._start_wall = None
+        self._interim_sent = False
+        self._last_hyp = ""
+        self._interim_compute = 0.0
+        if self._partial is not None:
+            t0 = time.perf_counter()
+            self._partial.start()
+            self._partial.accept(self._slice(offset - PAD_BEFORE, self._pos))
+            self._interim_compute += time.perf_counter() - t0
+            self._partial_on = True
+            self._since_look = 0
+
+    def _end_partial(self) -> None:
+        if self._partial_on:
+            self._partial.end()
+            self._partial_on = False
+
+    def _look(self) -> AsrEvent | None:
+        t0 = time.perf_counter()
+        text = self._partial.hypothesis().strip()
+        self._interim_compute += time.perf_counter() - t0
+        self._since_look = 0
+        if not text or text == self._last_hyp:
+            return None
+        old, new = self._last_hyp.split(), text.split()
+        same = 0
+        while same < min(len(old), len(new)) and old[same] == new[same]:
+            same += 1
+        self._last_hyp = text
+        result = Hypothesis(
+            transcript=text,
+            is_final=False,
+            utterance_index=self._index,
+            utterance_start_ms=ms(self._utt_start),
+            utterance_end_ms=ms(self._pos),
+            audio_processed_ms=ms(self._pos),
+            # Share of words unchanged since the previous interim: a rough "will it stay" (pass 1 is not pass 2).
+            stability=round(0.9 * same / len(new), 3),
+            language="en",
+        )
+        return AsrEvent(RESULT, result=result)
+
+    def _make_job(self, end: int, reason: str) -> _FinalJob:
+        if self._partial_on:
+            t0 = time.perf_counter()
+            self._end_partial()
+            self._interim_compute += time.perf_counter() - t0
+            if end > self._utt_start:
+                self._rtf_interim.observe(self._interim_compute / ((end - self._utt_start) / RATE))
+        audio_start = max(self._buf_start, self._utt_start - PAD_BEFORE)
+        audio = self._slice(audio_start, end + PAD_AFTER).astype(np.float32) / 32768.0
+        job = _FinalJob(self._index, self._utt_start, end, audio, audio_start, reason, time.monotonic())
+        if reason == "max_utterance":
+            self._utt_start = end
+            self._trim(self._pos - end + PAD_BEFORE)
+        else:
+            self._trim(PREROLL)
+        return job
+
+    async def _finalize(self, job: _FinalJob) -> None:
+        t0 = time.perf_counter()
+        future = self._engine.final_pool.submit(
+            self._engine.final.recognize, job.audio, self._language, self._options.phrase_hints
+        )
+        text = await asyncio.wrap_future(future)  # a cancel leaves this one decode to finish; nothing follows it
+        compute = time.perf_counter() - t0
+        if len(job.audio):
+            self._rtf_final.observe(compute / (len(job.audio) / RATE))
+        if self._language is None and text.language and text.language != "en" and self._partial is not None:
+            # Detected another language: pass 1 (English pocketsphinx) would only make noise from here on.
+            self._run_later_release_partial()
+        words = tuple(
+            WordTiming(w.word, w.start_ms + ms(job.audio_start), w.end_ms + ms(job.audio_start), w.confidence)
+            for w in text.words
+        )
+        result = Hypothesis(
+            transcript=text.text,
+            is_final=True,
+            utterance_index=job.index,
+            utterance_start_ms=ms(job.start),
+            utterance_end_ms=ms(job.end),
+            audio_processed_ms=ms(self._pos),
+            stability=1.0,
+            confidence=text.confidence,
+            language=text.language,
+            words=words,
+        )
+        self._emit(AsrEvent(RESULT, result=result))
+        self._endpoint_latency.observe(time.monotonic() - job.detected_at)
+        metrics.ASR_UTTERANCES.labels(*self._labels, job.reason).inc()
+        self._index += 1
+
+    def _run_later_release_partial(self) -> None:
+        partial, self._partial = self._partial, None
+        self._partial_on = False
+        partial.release()

@@ -1,0 +1,247 @@
+"""The Recognizer servicer: validate, resample to the engine's rate, enforce the stream limits, relay events.
+
+One class serves the asr service (a local engine) and the router (a remote engine that passes the stream on).
+Limits (docs/asr.md): a message over ``max_message_bytes`` is refused by gRPC itself (RESOURCE_EXHAUSTED); no message
+for ``idle_timeout_seconds`` -> DEADLINE_EXCEEDED; more than ``max_stream_seconds`` of audio -> RESOURCE_EXHAUSTED;
+an utterance reaching max_utterance_ms gets its final there (not an error); more than ``max_concurrent_streams``
+at once -> RESOURCE_EXHAUSTED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+from services.common import audio
+from services.common.engines import SPEECH_END, SPEECH_START, AsrEngine, AsrEvent, Endpointing, RecognitionOptions
+from services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
+from services.common.rpc import new_request_id, rpc
+from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
+
+MAX_HINTS = 100
+MAX_HINT_CHARS = 1000
+# Audio handed to the engine per step when a whole recording comes in one Recognize request.
+RECOGNIZE_PIECE_S = 1.0
+
+
+@dataclass(frozen=True)
+class AsrLimits:
+    idle_timeout_s: float = 10.0
+    max_stream_s: float = 3600.0
+    max_concurrent_streams: int = 16
+    defaults: Endpointing = Endpointing()
+
+    @classmethod
+    def from_config(cls, section) -> AsrLimits:
+        e = section.endpointing
+        return cls(
+            idle_timeout_s=section.idle_timeout_seconds,
+            max_stream_s=section.max_stream_seconds,
+            max_concurrent_streams=section.max_concurrent_streams,
+            defaults=Endpointing(e.threshold, e.min_speech_ms, e.hangover_ms, e.max_utterance_ms),
+        )
+
+
+def event_fields(event: AsrEvent) -> dict:
+    """An engine event as the oneof fields shared by StreamingRecognizeResponse and RecognizeResponse."""
+    if event.kind in (SPEECH_START, SPEECH_END):
+        kind = (
+            recognizer_pb2.VadEvent.KIND_SPEECH_START
+            if event.kind == SPEECH_START
+            else recognizer_pb2.VadEvent.KIND_SPEECH_END
+        )
+        return {"vad": recognizer_pb2.VadEvent(kind=kind, offset_ms=event.offset_ms)}
+    r = event.result
+    return {
+        "result": recognizer_pb2.RecognitionResult(
+            transcript=r.transcript,
+            is_final=r.is_final,
+            stability=r.stability,
+            confidence=r.confidence,
+            utterance_index=r.utterance_index,
+            utterance_start_ms=r.utterance_start_ms,
+            utterance_end_ms=r.utterance_end_ms,
+            audio_processed_ms=r.audio_processed_ms,
+            language=r.language,
+            words=[
+                recognizer_pb2.WordInfo(word=w.word, start_ms=w.start_ms, end_ms=w.end_ms, confidence=w.confidence)
+                for w in r.words
+            ],
+        )
+    }
+
+
+class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
+    def __init__(self, service: str, engine: AsrEngine, limits: AsrLimits, default_deadline_s: float | None = None):
+        self.service = service
+        self.engine = engine
+        self.limits = limits
+        self.default_deadline_s = default_deadline_s
+        self._active = 0
+
+    # --- StreamingRecognize -----------------------------------------------------------------------------------
+    async def StreamingRecognize(self, request_iterator, context):
+        requests = aiter(request_iterator)
+        first = await self._next(requests)
+        if first is None:
+            raise InvalidArgument("config", "the stream ended before any message; send a config message first")
+        request_id = first.request_id or new_request_id()
+        payload = first.WhichOneof("payload")
+        if payload == "audio":
+            raise InvalidArgument("config", "audio came before the config; the first message must carry config")
+        if payload != "config":
+            raise InvalidArgument("config", "the first message must carry config (input_format, language, ...)")
+        options, fmt = self._options(first.config, request_id, context)
+        async with self._slot():
+            stream = await self.engine.open_stream(options)
+            pump = asyncio.create_task(self._pump(requests, stream, fmt, options.sample_rate_hz))
+            try:
+                async for event in stream.events():
+                    yield recognizer_pb2.StreamingRecognizeResponse(request_id=request_id, **event_fields(event))
+                await pump  # its error (bad message, idle timeout, ...) is the call's status
+            finally:
+                pump.cancel()
+                await stream.close()
+                with contextlib.suppress(BaseException):
+                    await pump
+
+    async def _next(self, requests):
+        try:
+            return await asyncio.wait_for(anext(requests), self.limits.idle_timeout_s)
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"audio: no message for {self.limits.idle_timeout_s:g} s (asr.idle_timeout_seconds); send audio"
+                " continuously (silence counts) or close the stream"
+            ) from None
+
+    async def _pump(self, requests, stream, fmt: audio.PcmFormat, engine_rate: int) -> None:
+        resampler = audio.StreamResampler(fmt.sample_rate_hz, engine_rate)
+        seconds = 0.0
+        try:
+            while True:
+                message = await self._next(requests)
+                if message is None:
+                    break
+                payload = message.WhichOneof("payload")
+                if payload == "config":
+                    raise InvalidArgument("config", "was sent twice; send it only in the first message, then audio")
+                if payload != "audio":
+                    raise InvalidArgument("audio", "a message after the config must carry audio")
+                audio.check_pcm("audio", message.audio)
+                seconds += fmt.duration_s(message.audio)
+                if seconds > self.limits.max_stream_s:
+                    raise ResourceExhausted(
+                        f"audio: the stream passed {self.limits.max_stream_s:g} s of audio (asr.max_stream_seconds);"
+                        " open a new stream to go on"
+                    )
+                pcm = resampler.feed(message.audio)
+                if pcm:
+                    await stream.feed(pcm)
+            tail = resampler.feed(b"", last=True)
+            if tail:
+                await stream.feed(tail)
+            await stream.finish()
+        except BaseException:
+            await stream.close()  # ends stream.events(); the handler then raises this error
+            raise
+
+    # --- Recognize --------------------------------------------------------------------------------------------
+    async def Recognize(self, request, context):
+        request_id = request.request_id or new_request_id()
+        if not request.HasField("config"):
+            raise InvalidArgument("config", "is required (input_format at least)")
+        options, fmt = self._options(request.config, request_id, context)
+        audio.check_pcm("audio", request.audio)
+        if not request.audio:
+            raise InvalidArgument("audio", "is empty; send the recording (s16le mono in config.input_format)")
+        pcm = audio.resample(request.audio, fmt.sample_rate_hz, options.sample_rate_hz)
+        async with self._slot():
+            stream = await self.engine.open_stream(options)
+            pump = asyncio.create_task(self._feed_all(stream, pcm, options.sample_rate_hz))
+            try:
+                async for event in stream.events():
+                    yield recognizer_pb2.RecognizeResponse(request_id=request_id, **event_fields(event))
+                await pump
+            finally:
+                pump.cancel()
+                await stream.close()
+                with contextlib.suppress(BaseException):
+                    await pump
+
+    @staticmethod
+    async def _feed_all(stream, pcm: bytes, rate: int) -> None:
+        try:
+            for piece in audio.split_pcm(pcm, int(rate * RECOGNIZE_PIECE_S) * audio.BYTES_PER_SAMPLE):
+                await stream.feed(piece)
+            await stream.finish()
+        except BaseException:
+            await stream.close()
+            raise
+
+    # --- shared -----------------------------------------------------------------------------------------------
+    def _options(self, config, request_id: str, context) -> tuple[RecognitionOptions, audio.PcmFormat]:
+        fmt = audio.input_format("config.input_format", config.input_format)
+        d = self.limits.defaults
+        e = config.endpointing
+        threshold = e.threshold or d.threshold
+        if not 0 < threshold < 1:
+            raise InvalidArgument(
+                "config.endpointing.threshold", f"{e.threshold} is outside 0..1 (0 means {d.threshold})"
+            )
+        min_speech = e.min_speech_ms or d.min_speech_ms
+        if min_speech > 5000:
+            raise InvalidArgument("config.endpointing.min_speech_ms", f"{min_speech} is over 5000")
+        hangover = e.hangover_ms or d.hangover_ms
+        if not 32 <= hangover <= 5000:
+            raise InvalidArgument(
+                "config.endpointing.hangover_ms", f"{hangover} is outside 32..5000 (0 means {d.hangover_ms})"
+            )
+        max_utt = e.max_utterance_ms or d.max_utterance_ms
+        if not 1000 <= max_utt <= d.max_utterance_ms:
+            raise InvalidArgument(
+                "config.endpointing.max_utterance_ms",
+                f"{max_utt} is outside 1000..{d.max_utterance_ms} (this server's limit; 0 means the limit)",
+            )
+        hints = tuple(h.strip() for h in config.phrase_hints)
+        if len(hints) > MAX_HINTS or sum(len(h) for h in hints) > MAX_HINT_CHARS:
+            raise InvalidArgument(
+                "config.phrase_hints", f"at most {MAX_HINTS} phrases and {MAX_HINT_CHARS} characters in all"
+            )
+        if any(not h for h in hints):
+            raise InvalidArgument("config.phrase_hints", "has an empty phrase; remove it")
+        remaining = context.time_remaining()
+        options = RecognitionOptions(
+            language=config.language,
+            interim_results=config.interim_results,
+            endpointing=Endpointing(threshold, min_speech, hangover, max_utt),
+            phrase_hints=hints,
+            sample_rate_hz=self.engine.native_sample_rate or fmt.sample_rate_hz,
+            request_id=request_id,
+            time_remaining=remaining if remaining is not None else self.default_deadline_s,
+        )
+        self.engine.check_options(options)
+        return options, fmt
+
+    @contextlib.asynccontextmanager
+    async def _slot(self):
+        if self._active >= self.limits.max_concurrent_streams:
+            raise ResourceExhausted(
+                f"{self.service} is serving its limit of {self.limits.max_concurrent_streams} recognition streams"
+                " (asr.max_concurrent_streams); retry shortly"
+            )
+        self._active += 1
+        try:
+            yield
+        finally:
+            self._active -= 1
+
+
+def instrument(servicer: RecognizerServicer) -> RecognizerServicer:
+    """Wrap the servicer's RPCs with the shared error/metric handling, labelled with its service name."""
+    for method in ("StreamingRecognize", "Recognize"):
+        bound = getattr(type(servicer), method)
+        setattr(servicer, method, rpc(servicer.service, method)(bound).__get__(servicer))
+    return servicer
