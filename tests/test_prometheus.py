@@ -1,0 +1,93 @@
+"""Observability checked with real Prometheus (Debian's `prometheus` package; .ci/run installs it):
+the SLO rules pass their promtool unit tests, and a real Prometheus scrapes the fleet and evaluates them."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from services.cli.fleet import free_port
+from voice.v1 import synthesizer_pb2
+
+PROM_DIR = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
+needs_prometheus = pytest.mark.skipif(
+    not (shutil.which("prometheus") and shutil.which("promtool")),
+    reason="needs Debian's prometheus package (apt-get install prometheus; .ci/run installs it)",
+)
+
+
+@needs_prometheus
+def test_rules_and_config_pass_promtool():
+    for args in (
+        ["check", "config", str(PROM_DIR / "prometheus.yml")],
+        ["check", "rules", str(PROM_DIR / "rules.yml")],
+        ["test", "rules", str(PROM_DIR / "rules_test.yml")],
+    ):
+        result = subprocess.run(["promtool", *args], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def query(port: int, promql: str) -> list[dict]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?query={urllib.parse.quote(promql)}"
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.load(r)["data"]["result"]
+
+
+@needs_prometheus
+def test_real_prometheus_scrapes_the_fleet_and_evaluates_the_slo_rules(cpu_fleet, router_tts, tmp_path):
+    targets = [f"127.0.0.1:{getattr(cpu_fleet.config, n).metrics_port}" for n in ("router", "cosyvoice_tts")]
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(PROM_DIR / "rules.yml")],
+        "scrape_configs": [{"job_name": "voicefleet", "static_configs": [{"targets": targets}]}],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    prom = subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        up, ok, p95 = [], [], []
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            # Traffic while Prometheus watches: rates need counters that grow between scrapes.
+            list(router_tts.Synthesize(synthesizer_pb2.SynthesizeRequest(text="Scrape me."), timeout=30))
+            try:
+                up = query(port, 'up{job="voicefleet"} == 1')
+                ok = query(port, 'voicefleet_requests_total{service="router",method="Synthesize",code="OK"}')
+                p95 = query(port, 'voicefleet:tts_ttfa_seconds:p95_5m{service="router"}')
+            except OSError:
+                continue
+            if (
+                len(up) == 2
+                and ok
+                and float(ok[0]["value"][1]) >= 3
+                and p95
+                and not math.isnan(float(p95[0]["value"][1]))
+            ):
+                break
+        assert len(up) == 2, f"targets up: {up}"
+        assert float(ok[0]["value"][1]) >= 3
+        assert p95 and float(p95[0]["value"][1]) > 0, p95
+        availability = query(port, "voicefleet:slo_availability_errors:ratio_rate5m")
+        assert availability and float(availability[0]["value"][1]) == 0.0
+    finally:
+        prom.terminate()
+        prom.wait(10)
