@@ -9,7 +9,7 @@ NODEPS := $(wildcard services/*/requirements-cpu-nodeps.txt)
 PROTOS := $(wildcard protos/voice/v1/*.proto)
 BUF := node_modules/.bin/buf
 
-.PHONY: install run test test-gpu proto proto-check lint bench clean
+.PHONY: install run test test-gpu proto proto-check lint bench clean golden
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ test: install  ## unit + integration tests on real servers over loopback (CPU on
 
 test-gpu: install  ## GPU engine tests; each skips with its reason when no GPU or weights are mounted
 	$(BIN)/python -m pytest -m gpu -o addopts="-ra"
+
+golden: install  ## regenerate the TTS regression goldens (tests/golden/) ON PURPOSE; review the audio, commit with why
+	$(BIN)/python -m tests.golden.regenerate
 
 proto: install  ## regenerate Python stubs from protos/ into gen/python
 	rm -rf gen/python/voice && mkdir -p gen/python
