@@ -2,6 +2,9 @@
 
 voicefleet up                          start the CPU fleet (router on 127.0.0.1:50051); Ctrl-C stops it
 voicefleet speak "TEXT" -o out.wav     synthesize through the router; prints time to first audio and RTF
+voicefleet speak "TEXT" --stream-text  feed the text word by word (StreamingSynthesize); when did audio start
+voicefleet voices                      every voice of every TTS backend, by service/engine
+voicefleet register-voice NAME prompt.wav "transcript"   clone a voice (engines that can clone)
 voicefleet status                      health of the router and every backend
 """
 
@@ -82,6 +85,10 @@ MODES = {"realtime": routing_pb2.ROUTE_MODE_REALTIME, "broadcast": routing_pb2.R
 
 
 def cmd_speak(args) -> int:
+    if getattr(args, "stream_text", False):
+        from services.cli.tts import cmd_speak_stream
+
+        return cmd_speak_stream(args)
     config = _config(args)
     request = synthesizer_pb2.SynthesizeRequest(
         text=args.text,
@@ -170,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     speak.add_argument("--engine", help="pin a backend, e.g. cosyvoice_tts")
     speak.add_argument("--timeout", type=float, default=60.0, help="deadline in seconds (default 60)")
     speak.set_defaults(fn=cmd_speak)
+    from services.cli.tts import add_tts_commands
+
+    add_tts_commands(sub, speak)
 
     sub.add_parser("status", help="health of the router and its backends").set_defaults(fn=cmd_status)
 

@@ -1,0 +1,73 @@
+"""The TTS commands of the voicefleet CLI against a real fleet (cosyvoice_tts + qwen_tts + router):
+voices by engine, speak --voice reaching the engine that has the voice, speak --stream-text, register-voice."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from services.common import audio
+from tests.conftest import start_fleet
+from tests.speech import DISTRACTORS, transcribe, wer, words
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    running = start_fleet(tmp_path_factory.mktemp("tts-cli"), services=("cosyvoice_tts", "qwen_tts", "router"))
+    yield running
+    running.fleet.stop()
+
+
+def cli(fleet, *args, timeout=90):
+    cmd = [sys.executable, "-m", "services.cli.main", "--config", str(fleet.config_path), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_voices_lists_every_backend_by_engine(fleet):
+    result = cli(fleet, "voices")
+    assert result.returncode == 0, result.stderr
+    assert "cosyvoice_tts/piper" in result.stdout and "qwen_tts/espeak" in result.stdout
+    assert " joe " in result.stdout and "Ryan" in result.stdout
+    only = cli(fleet, "voices", "--service", "cosyvoice_tts")
+    assert only.returncode == 0 and "qwen_tts" not in only.stdout
+    none = cli(fleet, "voices", "--language", "xx-XX")
+    assert none.returncode == 1 and "no voices" in none.stdout
+
+
+@pytest.mark.parametrize("voice,served_by", [("joe", "cosyvoice_tts/piper"), ("Ryan", "qwen_tts/espeak")])
+def test_speak_voice_reaches_the_engine_that_has_it(fleet, tmp_path, voice, served_by):
+    out = tmp_path / f"{voice}.wav"
+    result = cli(fleet, "speak", "the quick brown fox jumps over the lazy dog", "--voice", voice, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert f"served by {served_by}" in result.stdout
+    pcm, rate = audio.read_wav(str(out))
+    assert len(pcm) / 2 / rate > 1.0
+
+
+def test_speak_stream_text(fleet, tmp_path):
+    text = "Sure. The first train leaves at nine in the morning, and the last one at ten at night."
+    out = tmp_path / "stream.wav"
+    result = cli(fleet, "speak", text, "--stream-text", "--word-ms", "40", "--voice", "joe", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "served by cosyvoice_tts/piper" in result.stdout
+    assert "first audio" in result.stdout and "the last word" in result.stdout
+    assert "first audio spoke: 'Sure.'" in result.stdout
+    pcm, rate = audio.read_wav(str(out))
+    assert wer(text, transcribe(pcm, rate, vocabulary=words(text) + DISTRACTORS)) <= 0.2
+
+
+def test_register_voice(fleet, tmp_path):
+    prompt = tmp_path / "prompt.wav"
+    words_said = "this is my voice, reading a short prompt for the cloning of a new voice, slowly and clearly"
+    speak = cli(fleet, "speak", words_said, "--speaking-rate", "0.8", "-o", str(prompt))
+    assert speak.returncode == 0, speak.stderr
+    # No engine of the CPU fleet clones: an honest FAILED_PRECONDITION, not a fake voice.
+    refused = cli(fleet, "register-voice", "my_voice", str(prompt), words_said)
+    assert refused.returncode != 0
+    assert "FAILED_PRECONDITION" in refused.stderr and "cannot clone voices" in refused.stderr
+    clash = cli(fleet, "register-voice", "joe", str(prompt), words_said)
+    assert clash.returncode != 0 and "ALREADY_EXISTS" in clash.stderr and "voice_id: 'joe'" in clash.stderr
+    missing = cli(fleet, "register-voice", "x", str(tmp_path / "nope.wav"), "words")
+    assert missing.returncode != 0 and "cannot read" in missing.stderr
