@@ -15,7 +15,9 @@ def test_defaults_are_the_local_cpu_fleet():
     c = load_config(env={})
     assert c.router.address == "127.0.0.1:50051"
     assert c.cosyvoice_tts.engine == "cpu"
-    assert c.router.backends == {"cosyvoice_tts": "127.0.0.1:50052"}
+    assert c.router.backends["cosyvoice_tts"] == "127.0.0.1:50052"
+    assert c.router.backends["qwen_tts"] == "127.0.0.1:50053"
+    assert c.qwen_tts.engine == "cpu" and c.fleet.services[-1] == "router"
 
 
 def test_env_overrides_file(tmp_path):

@@ -73,7 +73,8 @@ class VllmOmniDouble:
                 if self.path == "/health":
                     self._json(200, {})
                 elif self.path == "/v1/audio/voices":
-                    self._json(200, {"voices": double.speakers, "uploaded_voices": []})
+                    uploaded = [{"name": "my_upload", "consent": "c1", "ref_text": "hi"}]  # a clone: not ours
+                    self._json(200, {"voices": [*double.speakers, "my_upload"], "uploaded_voices": uploaded})
                 else:
                     self._json(404, {"error": {"message": "not found"}})
 

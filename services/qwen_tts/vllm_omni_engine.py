@@ -244,7 +244,11 @@ class VllmOmniTtsEngine(TtsEngine):
         reply = await self._client.get("/v1/audio/voices")
         if reply.status_code != 200:
             raise Unavailable(f"vLLM-Omni {self.base_url}/v1/audio/voices answered HTTP {reply.status_code}")
-        names = [v if isinstance(v, str) else v.get("name", "") for v in reply.json().get("voices", [])]
+        listing = reply.json()
+        # "voices" also names voices uploaded for cloning (task Base); this engine speaks CustomVoice presets only.
+        uploaded = {str(u.get("name", "")).lower() for u in listing.get("uploaded_voices", []) if isinstance(u, dict)}
+        names = [v if isinstance(v, str) else v.get("name", "") for v in listing.get("voices", [])]
+        names = [n for n in names if n.lower() not in uploaded]
         infos = [qwen_voice_info(self.service, self.name, n, " (served by vLLM-Omni)") for n in names if n]
         if not infos:
             raise FailedPrecondition(f"vLLM-Omni at {self.base_url} lists no voices; is it a CustomVoice checkpoint?")
