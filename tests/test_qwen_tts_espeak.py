@@ -20,8 +20,8 @@ from tests.speech import speech_like
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-# One long sentence (no sentence end, no clause mark): a single espeak_Synth call of about 2 minutes of audio.
-LONG_SENTENCE = " ".join(["alpha bravo charlie delta echo foxtrot golf hotel india juliet"] * 30)
+# One long sentence (no sentence end, no clause mark): a single espeak_Synth call of about 8 minutes of audio.
+LONG_SENTENCE = " ".join(["alpha bravo charlie delta echo foxtrot golf hotel india juliet"] * 120)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ async def test_cancel_stops_espeak_within_one_callback(engine):
     before = steps(engine)
     full, _ = await speak(engine, LONG_SENTENCE, voice="en-US")
     full_steps = steps(engine) - before
-    assert full_steps > 1000  # about two minutes of audio in 60 ms callbacks
+    assert full_steps > 5000  # about eight minutes of audio in 60 ms callbacks
 
     before = steps(engine)
     agen = engine.synthesize(LONG_SENTENCE, SynthesisOptions(voice="en-US"))
@@ -100,9 +100,9 @@ async def test_cancel_stops_espeak_within_one_callback(engine):
     await agen.aclose()
     await asyncio.sleep(0.3)
     cancelled_steps = steps(engine) - before
-    # espeak runs ~1000x real time, so it got ahead of us by what it did while we took the first piece and
-    # closed; after the close its next callback returned 1. Far from the full synthesis:
-    assert cancelled_steps < full_steps / 10, (cancelled_steps, full_steps)
+    # espeak runs ~300x real time on its own thread, so it got ahead of us by what it did while we took the first
+    # piece and closed (a few ms, more on a loaded machine); then its next callback returned 1. Far from the end:
+    assert cancelled_steps < full_steps / 4, (cancelled_steps, full_steps)
     assert len(first.pcm) > 0
     await asyncio.sleep(0.3)
     assert steps(engine) - before == cancelled_steps, "espeak kept working after the cancel"
