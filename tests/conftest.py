@@ -63,6 +63,30 @@ def direct_tts(cpu_fleet):
         yield synthesizer_pb2_grpc.SynthesizerStub(channel)
 
 
+@pytest.fixture(scope="session")
+def asr_fleet(tmp_path_factory):
+    """asr + cosyvoice_tts + router (tests/test_asr_*.py); a short idle timeout so its test is quick."""
+    running = start_fleet(
+        tmp_path_factory.mktemp("asr-fleet"),
+        services=("cosyvoice_tts", "asr", "router"),
+        asr={"idle_timeout_seconds": 2.0},
+    )
+    yield running
+    running.fleet.stop()
+
+
+@pytest.fixture(scope="session")
+async def asr_speakers():
+    """Every evaluation sentence said once by piper joe and espeak-ng en-US, in process (services/asr/evaluation.py)."""
+    from services.asr.evaluation import Speakers
+
+    speakers = Speakers()
+    await speakers.start()
+    await speakers.say_all()
+    yield speakers
+    await speakers.close()
+
+
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05):
     deadline = time.monotonic() + timeout
     while True:

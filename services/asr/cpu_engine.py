@@ -6,7 +6,7 @@
   are pooled and reused across streams.
 - pass 2: faster-whisper (CTranslate2, int8 on CPU) on the whole utterance at each endpoint: ``tiny.en`` for English
   by default (``asr.english_model``), the multilingual ``base`` for other languages and auto-detect. Phrase hints go
-  to whisper as ``hotwords`` (prompt tokens before the utterance).
+  to whisper as its initial prompt ("Vocabulary: ..."), which biases decoding toward those words.
 """
 
 from __future__ import annotations
@@ -44,6 +44,13 @@ def whisper_language(language: str, field: str = "config.language") -> str | Non
             " or leave it empty to detect the language",
         )
     return code
+
+
+def hint_prompt(hints: tuple[str, ...]) -> str | None:
+    """Phrase hints as whisper's initial prompt. A bare list of the phrases made whisper drop words of the utterance
+    that the prompt already held ("she sells fresh fruit ..." lost its first words); "Vocabulary: ..." did not
+    (docs/asr.md)."""
+    return f"Vocabulary: {', '.join(hints)}." if hints else None
 
 
 class PocketsphinxPool:
@@ -143,7 +150,7 @@ class WhisperFinals:
             vad_filter=False,  # our VAD already cut the utterance
             condition_on_previous_text=False,
             without_timestamps=True,
-            hotwords=", ".join(hints) if hints else None,
+            initial_prompt=hint_prompt(hints),
         )
         segments = list(segments)
         text = " ".join(s.text.strip() for s in segments).strip()

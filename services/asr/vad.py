@@ -28,8 +28,14 @@ WINDOW_MS = WINDOW * 1000 / RATE
 # than END_BELOW_PEAK_DB below the utterance's loudest window.
 START_FLOOR_DB = -55.0
 START_ABOVE_FLOOR_DB = 12.0
-START_LOOKBACK = 2
+START_LOOKBACK = 1
 END_BELOW_PEAK_DB = 35.0
+# A window Silero calls silence still holds an utterance open when its level is above both the quiet before the
+# speech + HOLD_ABOVE_FLOOR_DB and the utterance's peak - HOLD_BELOW_PEAK_DB: stop closures ("em-p-ty") and quiet
+# fricatives, which espeak draws out past 200 ms at 8 kHz, are not the end of speech; stationary noise stays quiet.
+HOLD_ABOVE_FLOOR_DB = 15.0
+HOLD_BELOW_PEAK_DB = 40.0
+UNKNOWN_FLOOR_DB = -60.0
 
 
 def level_db(window: np.ndarray) -> float:
@@ -104,7 +110,8 @@ class Endpointer:
       candidate's start) once it has lasted ``min_speech_ms``; a candidate that falls silent for the hangover
       before that is discarded;
     - speech ends at the first window with p < threshold - 0.15 that is followed by ``hangover_ms`` of such
-      windows (any window >= threshold in between cancels it); SPEECH_END carries where the silence began;
+      windows (any window >= threshold in between cancels it, and so does one whose level says it is not quiet,
+      see HOLD_*); SPEECH_END carries where the silence began (moved back over trailing quiet windows);
     - an utterance reaching ``max_utterance_ms`` is ended there (reason max_utterance); if speech goes on, a new
       one starts at the same offset.
     """
@@ -121,6 +128,8 @@ class Endpointer:
         self.silence_start: int | None = None  # first quiet window since the last speech window
         self._before: deque[tuple[int, float]] = deque(maxlen=16)  # (start, level) of windows before speech
         self._levels: list[tuple[int, float]] = []  # (start, level) of the utterance's windows
+        self._floor = UNKNOWN_FLOOR_DB  # level of the quiet before the utterance
+        self._peak = UNKNOWN_FLOOR_DB  # loudest window of the utterance
 
     @property
     def in_utterance(self) -> bool:
@@ -133,6 +142,8 @@ class Endpointer:
         if self.state == SILENCE:
             if p >= self.threshold:
                 start = self._refined_start(window_start)
+                self._floor = min((lv for _, lv in self._before), default=UNKNOWN_FLOOR_DB)
+                self._peak = level
                 self.state, self.start, self.last_speech_end, self.silence_start = CANDIDATE, start, end, None
                 self._levels = [(w, lv) for w, lv in self._before if w >= start] + [(window_start, level)]
                 out.append(Transition("candidate", start))
@@ -143,11 +154,16 @@ class Endpointer:
                 self._before.append((window_start, level))
             return out
         self._levels.append((window_start, level))
+        self._peak = max(self._peak, level)
+        quiet = level < max(self._floor + HOLD_ABOVE_FLOOR_DB, self._peak - HOLD_BELOW_PEAK_DB)
 
         if p >= self.threshold:
             self.last_speech_end, self.silence_start = end, None
-        elif p < self.negative and self.silence_start is None:
-            self.silence_start = window_start
+        elif p < self.negative and quiet:
+            if self.silence_start is None:
+                self.silence_start = window_start
+        elif not quiet:
+            self.silence_start = None
 
         if self.state == CANDIDATE:
             if self.last_speech_end - self.start >= self.min_speech:
@@ -167,6 +183,7 @@ class Endpointer:
                 if self.silence_start is None:  # still speaking: the next utterance starts here
                     self.start = end
                     self._levels = []
+                    self._peak = UNKNOWN_FLOOR_DB
                     out.append(Transition("candidate", end))
                     out.append(Transition("start", end))
                 else:

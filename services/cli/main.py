@@ -5,6 +5,8 @@ voicefleet speak "TEXT" -o out.wav     synthesize through the router; prints tim
 voicefleet speak "TEXT" --stream-text  feed the text word by word (StreamingSynthesize); when did audio start
 voicefleet voices                      every voice of every TTS backend, by service/engine
 voicefleet register-voice NAME prompt.wav "transcript"   clone a voice (engines that can clone)
+voicefleet transcribe in.wav --interim recognize speech in a WAV through the router; prints latencies
+voicefleet converse in.wav -o out.wav  one spoken turn with the Conversation service (--turns a.wav b.wav ...)
 voicefleet status                      health of the router and every backend
 """
 
@@ -20,7 +22,16 @@ import grpc
 
 from services.common import audio
 from services.common.config import ConfigError, load_config
-from voice.v1 import audio_pb2, fleet_pb2, fleet_pb2_grpc, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
+from voice.v1 import (
+    audio_pb2,
+    fleet_pb2,
+    fleet_pb2_grpc,
+    recognizer_pb2,
+    recognizer_pb2_grpc,
+    routing_pb2,
+    synthesizer_pb2,
+    synthesizer_pb2_grpc,
+)
 
 
 def _config(args):
@@ -61,6 +72,9 @@ def cmd_up(args) -> int:
     print(f"\nvoicefleet is up in {time.monotonic() - t0:.1f}s (CPU engines):")
     for m in fleet.members.values():
         front = "  <- the front door" if m.name == "router" else ""
+        if m.name == "brain":  # not a gRPC service: llama.cpp's OpenAI-compatible HTTP server
+            print(f"  {m.name:<14} http {m.address:<16} OpenAI-compatible chat (http://{m.address}/v1)")
+            continue
         print(f"  {m.name:<14} grpc {m.address:<16} metrics http://127.0.0.1:{m.metrics_port}/metrics{front}")
     print('\nTry:  voicefleet speak "hello world this is a test" -o out.wav')
     print("Ctrl-C stops the fleet.\n", flush=True)
@@ -128,6 +142,96 @@ def cmd_speak(args) -> int:
     return 0
 
 
+# --- transcribe --------------------------------------------------------------------------------------------------
+CHUNK_MS = 100
+
+
+def _recognize_requests(pcm: bytes, rate: int, config, realtime: bool, sent: dict):
+    """Config, then the audio in 100 ms messages, at the pace of real time unless --fast."""
+    yield recognizer_pb2.StreamingRecognizeRequest(config=config)
+    t0 = sent["t0"] = time.monotonic()
+    step = rate * CHUNK_MS // 1000 * audio.BYTES_PER_SAMPLE
+    for i, start in enumerate(range(0, len(pcm), step)):
+        if realtime:
+            time.sleep(max(0.0, t0 + i * CHUNK_MS / 1000 - time.monotonic()))
+        yield recognizer_pb2.StreamingRecognizeRequest(audio=pcm[start : start + step])
+    sent["done"] = time.monotonic()
+
+
+def cmd_transcribe(args) -> int:
+    config = _config(args)
+    try:
+        pcm, rate = audio.read_wav(args.input)
+    except (OSError, ValueError, EOFError) as e:
+        sys.exit(f"error: cannot read {args.input}: {e}")
+    realtime = not args.fast
+    rc = recognizer_pb2.RecognitionConfig(
+        input_format=audio_pb2.AudioFormat(encoding=audio.S16LE, sample_rate_hz=rate, channels=1),
+        language=args.language or "",
+        interim_results=args.interim,
+        phrase_hints=args.hint or [],
+        endpointing=recognizer_pb2.EndpointingConfig(hangover_ms=args.hangover_ms or 0),
+    )
+    sent: dict = {}
+    seconds = len(pcm) / 2 / rate
+    pace = "in real time" if realtime else "as fast as possible"
+    print(f"{args.input}: {seconds:.2f} s at {rate} Hz, sent {pace}", flush=True)
+    first_interim = None  # (received, speech start offset)
+    speech_end_at: dict[int, float] = {}  # utterance -> when its SPEECH_END arrived
+    finals = []
+    last_start = 0
+    with grpc.insecure_channel(_router_address(args, config)) as channel:
+        stub = recognizer_pb2_grpc.RecognizerStub(channel)
+        try:
+            replies = stub.StreamingRecognize(
+                _recognize_requests(pcm, rate, rc, realtime, sent), timeout=args.timeout or seconds * 3 + 60
+            )
+            for reply in replies:
+                now = time.monotonic()
+                t = now - sent.get("t0", now)
+                kind = reply.WhichOneof("event")
+                if kind == "vad":
+                    if reply.vad.kind == recognizer_pb2.VadEvent.KIND_SPEECH_START:
+                        last_start = reply.vad.offset_ms
+                        print(f"[{t:6.2f}s] speech start at {reply.vad.offset_ms / 1000:.2f} s")
+                    else:
+                        speech_end_at[len(finals)] = now
+                        print(f"[{t:6.2f}s] speech end at {reply.vad.offset_ms / 1000:.2f} s")
+                    continue
+                r = reply.result
+                if not r.is_final:
+                    first_interim = first_interim or (t, last_start)
+                    print(f"[{t:6.2f}s]   interim: {r.transcript}  (stability {r.stability:.2f})")
+                    continue
+                finals.append((t, r, speech_end_at.get(r.utterance_index)))
+                print(
+                    f"[{t:6.2f}s] final #{r.utterance_index}: {r.transcript}"
+                    f"  ({r.utterance_start_ms / 1000:.2f}-{r.utterance_end_ms / 1000:.2f} s, {r.language or '?'},"
+                    f" confidence {r.confidence:.2f})",
+                    flush=True,
+                )
+        except grpc.RpcError as e:
+            _fail(e)
+    if not finals:
+        print("no speech found")
+        return 0
+    print("\ntranscript: " + " ".join(r.transcript for _, r, _ in finals if r.transcript))
+    if realtime:
+        # Audio at offset X was sent at t0 + X, so these are what a live caller would wait.
+        if first_interim:
+            t, start_ms = first_interim
+            print(f"first interim: {(t - start_ms / 1000) * 1000:.0f} ms after speech began")
+        for t, r, end_event in finals:
+            after_end = (t - r.utterance_end_ms / 1000) * 1000
+            after_event = (
+                f", {(t + sent['t0'] - end_event) * 1000:.0f} ms after the SPEECH_END event" if end_event else ""
+            )
+            print(f"final #{r.utterance_index}: {after_end:.0f} ms after speech ended (hangover included){after_event}")
+    else:
+        print("timings: run without --fast for latencies a live caller would see")
+    return 0
+
+
 # --- status ------------------------------------------------------------------------------------------------------
 def cmd_status(args) -> int:
     from services.cli.fleet import health_status
@@ -180,6 +284,20 @@ def main(argv: list[str] | None = None) -> int:
     from services.cli.tts import add_tts_commands
 
     add_tts_commands(sub, speak)
+
+    transcribe = sub.add_parser("transcribe", help="recognize speech in a WAV file through the router")
+    transcribe.add_argument("input", help="16-bit PCM WAV, 8..48 kHz (stereo is mixed down)")
+    transcribe.add_argument("--interim", action="store_true", help="print interim results as they change")
+    transcribe.add_argument("--language", help="BCP-47, e.g. en-US (default: detect)")
+    transcribe.add_argument("--hint", action="append", help="a phrase likely spoken (repeatable)")
+    transcribe.add_argument("--hangover-ms", type=int, help="silence that ends an utterance (default 200)")
+    transcribe.add_argument("--fast", action="store_true", help="send the file as fast as possible, not in real time")
+    transcribe.add_argument("--timeout", type=float, help="deadline in seconds (default: 3x the audio + 60)")
+    transcribe.set_defaults(fn=cmd_transcribe)
+
+    from services.cli import converse
+
+    converse.add_parser(sub, lambda a: _router_address(a, _config(a)))
 
     sub.add_parser("status", help="health of the router and its backends").set_defaults(fn=cmd_status)
 

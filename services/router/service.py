@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from services.common.asr_servicer import AsrLimits, RecognizerServicer
+from services.common.asr_servicer import instrument as instrument_recognizer
 from services.common.config import Config
 from services.common.rpc import new_request_id, rpc
 from services.common.server import ServiceParts, Servicer
@@ -13,7 +15,9 @@ from services.router.lease_servicer import GpuLeasesServicer, card_capacity_byte
 from services.router.leases import LeaseManager, LeasePolicy
 from services.router.policy import RouterTtsResolver
 from services.router.remote import RemoteTtsEngine
-from voice.v1 import fleet_pb2, fleet_pb2_grpc, gpu_pb2_grpc, synthesizer_pb2_grpc
+from services.router.remote_asr import RemoteAsrEngine
+from services.router.remote_sts import RemoteStsEngine
+from voice.v1 import fleet_pb2, fleet_pb2_grpc, gpu_pb2_grpc, recognizer_pb2_grpc, synthesizer_pb2_grpc
 
 SERVICE = "router"
 
@@ -47,6 +51,29 @@ def build(config: Config) -> ServiceParts:
         )
     )
 
+    # Recognizer: passed through to the asr backend (limits as the asr section says, checked here first).
+    asr_backend = next((b for b in backends.values() if "voice.v1.Recognizer" in b.serves), None)
+    recognizer = instrument_recognizer(
+        RecognizerServicer(
+            SERVICE,
+            RemoteAsrEngine(asr_backend, rc.deadline_margin_ms / 1000),
+            AsrLimits.from_config(config.asr),
+            default_deadline_s=rc.default_deadline_seconds,
+        )
+    )
+
+    # Conversation: passed through to moss_sts (config and messages checked here first, with moss_sts's limits).
+    from services.common.sts_servicer import ConversationServicer, StsLimits
+    from services.common.sts_servicer import instrument as instrument_conversation
+    from voice.v1 import conversation_pb2_grpc
+
+    sts_backend = next((b for b in backends.values() if "voice.v1.Conversation" in b.serves), None)
+    conversation = instrument_conversation(
+        ConversationServicer(
+            SERVICE, RemoteStsEngine(sts_backend, rc.deadline_margin_ms / 1000), StsLimits.from_config(config.moss_sts)
+        )
+    )
+
     lc = rc.leases
     leases = GpuLeasesServicer(
         LeaseManager(
@@ -76,7 +103,11 @@ def build(config: Config) -> ServiceParts:
         servicers=[
             Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, synthesizer, "voice.v1.Synthesizer"),
             Servicer(fleet_pb2_grpc.add_FleetServicer_to_server, FleetServicer(backends), "voice.v1.Fleet"),
+            Servicer(recognizer_pb2_grpc.add_RecognizerServicer_to_server, recognizer, "voice.v1.Recognizer"),
             Servicer(gpu_pb2_grpc.add_GpuLeasesServicer_to_server, leases, "voice.v1.GpuLeases"),
+            Servicer(
+                conversation_pb2_grpc.add_ConversationServicer_to_server, conversation, "voice.v1.Conversation"
+            ),
         ],
         start=start,
         stop=stop,

@@ -1,0 +1,194 @@
+"""How asr is measured (tests/test_asr_*.py, bench/asr.py, docs/asr.md): real speech from the fleet's own CPU TTS
+engines, padded with silence, and a word error rate on normalized words.
+
+Voices: piper ``joe`` (cosyvoice_tts's CPU engine, natural VITS speech) and espeak-ng ``en-US`` (qwen_tts's CPU
+engine, robotic formant speech), both run in process through their engine classes. Truth for speech start/end is
+where the synthesized samples begin and end (first/last sample above 2% of the utterance's peak), at the rate the
+recognizer is given, inside the padded buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.common import audio
+
+# 24 everyday sentences (commands, numbers, names, questions), lower case, no punctuation: the reference words.
+SENTENCES = (
+    "hello world this is a test",
+    "please call me back when you get home",
+    "the weather is nice and sunny today",
+    "my order number is four five six seven",
+    "can you tell me the time of the next train",
+    "i would like to book a table for two people",
+    "turn off the lights in the kitchen",
+    "the meeting has been moved to friday afternoon",
+    "we need more coffee in the office",
+    "send the report to my manager before noon",
+    "what is the capital city of france",
+    "the quick brown fox jumps over the lazy dog",
+    "she sells fresh fruit at the market on sunday",
+    "remind me to water the plants tomorrow morning",
+    "how much does a ticket to london cost",
+    "my phone battery is almost empty",
+    "the children are playing in the garden",
+    "please speak a little more slowly",
+    "open the window because it is warm in here",
+    "our flight leaves at seven in the evening",
+    "thank you very much for your help",
+    "the doctor will see you in ten minutes",
+    "i lost my keys somewhere in the house",
+    "play some quiet music in the living room",
+)
+
+VOICES = ("joe", "espeak")
+
+_ONES = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def _number_words(digits: str) -> list[str]:
+    """Whisper writes numbers as digits: "10" -> ten, "47" -> forty seven, "4567" -> four five six seven."""
+    n = int(digits)
+    if len(digits) <= 2 and n < 20:
+        return [_ONES[n]]
+    if len(digits) == 2:
+        return [_TENS[n // 10 - 2]] + ([_ONES[n % 10]] if n % 10 else [])
+    return [_ONES[int(d)] for d in digits]
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words without punctuation; digits spelled out; "7 o'clock"-style apostrophes kept in words."""
+    out: list[str] = []
+    for token in re.findall(r"[a-z']+|\d+", text.lower().replace("-", " ")):
+        out.extend(_number_words(token) if token.isdigit() else [token.strip("'")])
+    return [w for w in out if w]
+
+
+def edit_distance(ref: list[str], hyp: list[str]) -> int:
+    d = np.arange(len(hyp) + 1)
+    for i in range(1, len(ref) + 1):
+        prev, d[0] = d.copy(), i
+        for j in range(1, len(hyp) + 1):
+            d[j] = min(prev[j] + 1, d[j - 1] + 1, prev[j - 1] + (ref[i - 1] != hyp[j - 1]))
+    return int(d[len(hyp)])
+
+
+def wer(references: list[str], hypotheses: list[str]) -> float:
+    """Corpus word error rate: all edits over all reference words."""
+    edits = sum(edit_distance(words(r), words(h)) for r, h in zip(references, hypotheses, strict=True))
+    return edits / max(1, sum(len(words(r)) for r in references))
+
+
+def truth_bounds(pcm: bytes) -> tuple[int, int]:
+    """(first, last+1) sample of speech: above 2% of the peak."""
+    x = np.abs(np.frombuffer(pcm, dtype=np.int16).astype(np.int32))
+    loud = np.nonzero(x > 0.02 * max(1, int(x.max())))[0]
+    return (int(loud[0]), int(loud[-1]) + 1) if len(loud) else (0, 0)
+
+
+@dataclass(frozen=True)
+class Utterance:
+    text: str
+    start_ms: float  # truth, in the padded stream
+    end_ms: float
+
+
+@dataclass(frozen=True)
+class PaddedStream:
+    pcm: bytes
+    rate: int
+    utterances: tuple[Utterance, ...]
+
+    @property
+    def seconds(self) -> float:
+        return len(self.pcm) / 2 / self.rate
+
+
+def padded_stream(
+    speech: list[tuple[str, bytes, int]], rate: int, lead_s: float = 0.6, gap_s: float = 1.0, tail_s: float = 0.8
+) -> PaddedStream:
+    """Sentences (text, pcm, native rate) resampled to ``rate``, with silence before, between and after."""
+    parts, utterances, pos = [], [], 0
+    for i, (text, pcm, native) in enumerate(speech):
+        silence = bytes(int((lead_s if i == 0 else gap_s) * rate) * 2)
+        parts.append(silence)
+        pos += len(silence) // 2
+        at_rate = audio.resample(pcm, native, rate)
+        first, last = truth_bounds(at_rate)
+        utterances.append(Utterance(text, (pos + first) * 1000 / rate, (pos + last) * 1000 / rate))
+        parts.append(at_rate)
+        pos += len(at_rate) // 2
+    parts.append(bytes(int(tail_s * rate) * 2))
+    return PaddedStream(b"".join(parts), rate, tuple(utterances))
+
+
+class Speakers:
+    """The two CPU TTS engines, in process, with every sentence synthesized once (cached)."""
+
+    def __init__(self) -> None:
+        self._engines: dict = {}
+        self._cache: dict[tuple[str, str], tuple[bytes, int]] = {}
+
+    async def start(self) -> None:
+        from services.common.config import ChunkingConfig, EspeakConfig
+        from services.cosyvoice_tts.piper_engine import PiperTtsEngine
+        from services.qwen_tts.espeak_engine import EspeakTtsEngine
+
+        piper = PiperTtsEngine("asr_eval", ChunkingConfig(first_segment_max_chars=0))
+        espeak = EspeakTtsEngine("asr_eval", ChunkingConfig(first_segment_max_chars=0), EspeakConfig())
+        await asyncio.gather(piper.start(), espeak.start())
+        self._engines = {"joe": (piper, "joe"), "espeak": (espeak, "en-US")}
+
+    async def close(self) -> None:
+        for engine, _ in self._engines.values():
+            await engine.close()
+
+    async def say(self, voice: str, text: str) -> tuple[bytes, int]:
+        key = (voice, text)
+        if key not in self._cache:
+            from services.common.engines import SynthesisOptions
+
+            engine, voice_id = self._engines[voice]
+            pieces = [p async for p in engine.synthesize(text, SynthesisOptions(voice=voice_id, seed=7))]
+            self._cache[key] = (b"".join(p.pcm for p in pieces), pieces[0].sample_rate_hz)
+        return self._cache[key]
+
+    async def say_all(self, texts=SENTENCES) -> None:
+        for voice in self._engines:
+            for text in texts:
+                await self.say(voice, text)
+
+    def padded(self, voice: str, texts: list[str], rate: int, **pads) -> PaddedStream:
+        """Sentences already said (``say``/``say_all``) as one padded stream at ``rate``."""
+        return padded_stream([(t, *self._cache[(voice, t)]) for t in texts], rate, **pads)
+
+
+def requests(pcm: bytes, rate: int, config, chunk_ms: int = 100, realtime: bool = False, request_id: str = ""):
+    """StreamingRecognize messages: the config, then ``chunk_ms`` pieces of audio (paced in real time if asked)."""
+    import time
+
+    from voice.v1 import recognizer_pb2
+
+    yield recognizer_pb2.StreamingRecognizeRequest(request_id=request_id, config=config)
+    step = rate * chunk_ms // 1000 * 2
+    t0 = time.monotonic()
+    for i, start in enumerate(range(0, len(pcm), step)):
+        if realtime:
+            time.sleep(max(0.0, t0 + i * chunk_ms / 1000 - time.monotonic()))
+        yield recognizer_pb2.StreamingRecognizeRequest(audio=pcm[start : start + step])
+
+
+def config(rate: int, language: str = "en-US", interim: bool = True, **endpointing):
+    from voice.v1 import audio_pb2, recognizer_pb2
+
+    return recognizer_pb2.RecognitionConfig(
+        input_format=audio_pb2.AudioFormat(encoding=audio.S16LE, sample_rate_hz=rate, channels=1),
+        language=language,
+        interim_results=interim,
+        endpointing=recognizer_pb2.EndpointingConfig(**endpointing),
+    )
