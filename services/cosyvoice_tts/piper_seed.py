@@ -84,8 +84,9 @@ def seeded_model(model_path: str) -> bytes:
 class SeededSession:
     """Stands in for ``PiperVoice.session``: adds the noise pool of the calling thread's seed to each run.
 
-    ``use(seed)`` sets the seed for the calling thread (each engine step runs in one executor thread), so
-    concurrent streams with different seeds do not disturb each other.
+    ``use(seed, run_options)`` sets the seed and the onnxruntime RunOptions for the calling thread (each engine
+    step runs in one executor thread), so concurrent streams do not disturb each other; setting
+    ``run_options.terminate`` from another thread aborts that step's run between two graph nodes.
     """
 
     def __init__(self, session):
@@ -94,8 +95,9 @@ class SeededSession:
         self._pools: OrderedDict[int, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
-    def use(self, seed: int) -> None:
+    def use(self, seed: int, run_options=None) -> None:
         self._local.seed = seed or DEFAULT_SEED
+        self._local.run_options = run_options
 
     def pool(self, seed: int) -> np.ndarray:
         with self._lock:
@@ -111,6 +113,7 @@ class SeededSession:
 
     def run(self, output_names, feed, run_options=None):
         seed = getattr(self._local, "seed", DEFAULT_SEED)
+        run_options = run_options or getattr(self._local, "run_options", None)
         return self._session.run(output_names, {**feed, NOISE_INPUT: self.pool(seed)}, run_options)
 
     def __getattr__(self, name):
