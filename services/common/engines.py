@@ -276,3 +276,168 @@ class AsrEngine(abc.ABC):
     @property
     def served_by(self) -> str:
         return f"{self.service}/{self.name}"
+
+
+# --- Speech to speech (Conversation) -------------------------------------------------------------------------------
+# An STS engine opens one session per Converse call: user audio goes in with ``feed`` (continuously, silence
+# included), controls with ``control``, and events come out of ``events()``: state changes, user transcripts, reply
+# text and audio, interruptions, finished and failed turns. The session owns turn-taking (endpointing, barge-in,
+# context); ``finish`` says the user's audio is over (the turn in progress is answered, then ``events()`` ends);
+# ``close`` stops everything at once (cancel). Local engines take 16 kHz s16le mono (``native_sample_rate``); remote
+# engines take the caller's audio as it came (0) and ask their backend for ``output_sample_rate_hz``.
+
+LISTENING, THINKING, SPEAKING = "listening", "thinking", "speaking"
+INTERRUPT, END_OF_TURN, MUTE, UNMUTE = "interrupt", "end_of_turn", "mute", "unmute"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Reply model sampling. 0.4-0.6 limits acoustic hallucination in speech models."""
+
+    temperature: float = 0.5
+    top_p: float = 0.8
+    max_tokens: int = 0  # 0: the engine's default
+    seed: int = 0  # 0: a fixed default
+
+
+@dataclass(frozen=True)
+class BargeIn:
+    enabled: bool = True
+    # User speech shorter than this (a cough, "mm-hm") does not interrupt the agent.
+    min_speech_ms: int = 500
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    # Rate of the audio given to ``feed`` (the engine's native rate for local engines, the caller's for remote ones).
+    input_sample_rate_hz: int = 16_000
+    # Rate the caller wants reply audio in (local engines send their native rate and the servicer resamples).
+    output_sample_rate_hz: int = 16_000
+    voice: str = ""
+    system_prompt: str = ""
+    sampling: Sampling = field(default_factory=Sampling)
+    language: str = ""
+    endpointing: Endpointing = field(default_factory=Endpointing)
+    barge_in: BargeIn = field(default_factory=BargeIn)
+    routing: Routing = field(default_factory=Routing)
+    request_id: str = ""
+    time_remaining: float | None = None
+
+
+@dataclass(frozen=True)
+class TurnTimings:
+    """Where a turn's time went, in seconds (None: did not happen, e.g. no audio before an interruption)."""
+
+    speech_end_to_first_audio: float | None = None
+    speech_end_to_transcript: float | None = None
+    transcript_to_first_text: float | None = None
+    reply_audio: float = 0.0
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    user_text: str
+    reply_text: str  # as the context keeps it: truncated to what was sent when interrupted
+    interrupted: bool
+    timings: TurnTimings
+    served_by: str
+
+
+# StsEvent kinds.
+STATE, USER_TRANSCRIPT, REPLY_TEXT, REPLY_AUDIO, INTERRUPTED, TURN_COMPLETE, TURN_ERROR = (
+    "state",
+    "user_transcript",
+    "reply_text",
+    "reply_audio",
+    "interrupted",
+    "turn_complete",
+    "turn_error",
+)
+
+
+@dataclass(frozen=True)
+class StsEvent:
+    """One event of a session. ``kind`` says which of the other fields is set."""
+
+    kind: str
+    turn_index: int
+    state: str = ""  # STATE: LISTENING / THINKING / SPEAKING
+    transcript: Hypothesis | None = None  # USER_TRANSCRIPT
+    text: str = ""  # REPLY_TEXT: a delta of the reply text
+    audio: AudioPiece | None = None  # REPLY_AUDIO
+    # INTERRUPTED: why ("barge_in" / "client"), reply audio sent before the cut, the text whose audio was sent, and
+    # (local sessions) barge-in detected -> last reply audio handed out, in seconds.
+    reason: str = ""
+    audio_sent_ms: int = 0
+    heard_text: str = ""
+    silence_after_s: float | None = None
+    result: TurnResult | None = None  # TURN_COMPLETE
+    code: int = 0  # TURN_ERROR: gRPC status code number
+    message: str = ""  # TURN_ERROR
+
+
+class StsSession(abc.ABC):
+    """One caller's dialogue. ``feed`` may apply backpressure (it returns once the audio is taken)."""
+
+    @abc.abstractmethod
+    async def feed(self, pcm: bytes) -> None:
+        """User audio in the options' input rate, s16le mono; send it continuously (silence counts)."""
+
+    @abc.abstractmethod
+    async def control(self, action: str) -> None:
+        """INTERRUPT (no-op while listening), END_OF_TURN, MUTE or UNMUTE."""
+
+    async def interrupt(self) -> None:
+        """Stop the agent's reply now (the client's ACTION_INTERRUPT)."""
+        await self.control(INTERRUPT)
+
+    @abc.abstractmethod
+    async def finish(self) -> None:
+        """No more user audio: the turn in progress is answered; ``events()`` ends after it."""
+
+    @abc.abstractmethod
+    def events(self) -> AsyncIterator[StsEvent]:
+        """Events in order; ends after ``finish`` (or ``close``). Raises errors that end the session."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop now (also after a cancel): reply generation and recognition stop at their next step. Idempotent."""
+
+
+class StsEngine(abc.ABC):
+    """Speech to speech (spoken dialogue). One instance serves many concurrent sessions."""
+
+    name: str
+    service: str
+
+    @property
+    def native_sample_rate(self) -> int:
+        """Rate ``feed`` takes; 0: any rate in 8..48 kHz, as the caller sent it (remote engines)."""
+        return 16_000
+
+    async def start(self) -> None:
+        """Load models and warm up. The service reports SERVING only after this returns."""
+
+    async def close(self) -> None:
+        """Release resources."""
+
+    async def voices(self) -> list[VoiceInfo]:
+        """Reply voices (the first is the default)."""
+        return []
+
+    def check_options(self, options: SessionOptions) -> None:
+        """Raise InvalidArgument (naming the config field) for options this engine cannot serve."""
+
+    @abc.abstractmethod
+    async def open_session(self, options: SessionOptions) -> StsSession: ...
+
+    def resident_bytes(self) -> int:
+        return 0
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    @property
+    def served_by(self) -> str:
+        return f"{self.service}/{self.name}"

@@ -97,6 +97,36 @@ ASR_UTTERANCES = Counter(
     ["service", "engine", "reason"],
 )
 
+# Conversation (moss_sts; the router reports the backend's turn timings under service="router").
+STS_FIRST_AUDIO = Histogram(
+    "voicefleet_sts_speech_end_to_first_audio_seconds",
+    "The headline: end of the user's speech (when its audio arrived) to the first reply audio sent.",
+    ["service", "engine"],
+    buckets=LATENCY_BUCKETS,
+)
+STS_BARGE_IN_TO_SILENCE = Histogram(
+    "voicefleet_sts_barge_in_to_silence_seconds",
+    "Barge-in detected (user speech passed the minimum while the agent spoke) to the last reply audio sent.",
+    ["service", "engine"],
+    buckets=LATENCY_BUCKETS,
+)
+STS_TURNS = Counter(
+    "voicefleet_sts_turns_total",
+    "Conversation turns by outcome: complete, interrupted, error.",
+    ["service", "engine", "outcome"],
+)
+STS_INTERRUPTIONS = Counter(
+    "voicefleet_sts_interruptions_total",
+    "Replies cut short, by reason: barge_in (user speech), client (ACTION_INTERRUPT).",
+    ["service", "engine", "reason"],
+)
+STS_BRAIN_FIRST_TOKEN = Histogram(
+    "voicefleet_sts_brain_first_token_seconds",
+    "Chat request sent to the brain (OpenAI-compatible) to its first streamed text.",
+    ["service"],
+    buckets=LATENCY_BUCKETS,
+)
+
 # Router.
 LEASE_EVENTS = Counter(
     "voicefleet_gpu_lease_events_total",

@@ -1,0 +1,351 @@
+"""The Conversation servicer: validate the config, feed the session, relay its events in the caller's format.
+
+One class serves moss_sts (a local STS engine) and the router (a remote engine that passes the session on).
+The first message must carry the config; then audio frames and controls in any order. Limits (docs/conversation.md):
+no message for ``idle_timeout_s`` -> DEADLINE_EXCEEDED; more than ``max_concurrent_sessions`` at once ->
+RESOURCE_EXHAUSTED; the session's own limits (audio and turns per session) end it with RESOURCE_EXHAUSTED; a failed
+turn is a TurnError event and the session goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+from services.common import audio, metrics
+from services.common.engines import (
+    END_OF_TURN,
+    INTERRUPT,
+    INTERRUPTED,
+    LISTENING,
+    MUTE,
+    REPLY_AUDIO,
+    REPLY_TEXT,
+    SPEAKING,
+    STATE,
+    THINKING,
+    TURN_COMPLETE,
+    TURN_ERROR,
+    UNMUTE,
+    USER_TRANSCRIPT,
+    BargeIn,
+    Endpointing,
+    Sampling,
+    SessionOptions,
+    StsEngine,
+    StsEvent,
+)
+from services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
+from services.common.rpc import new_request_id, rpc
+from services.common.tts_servicer import routing_from_proto
+from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc, recognizer_pb2
+
+DEFAULT_OUTPUT_RATE = 16_000
+MAX_TEMPERATURE = 2.0
+MAX_BARGE_IN_MS = 5000
+
+ACTIONS = {
+    conversation_pb2.ConversationControl.ACTION_INTERRUPT: INTERRUPT,
+    conversation_pb2.ConversationControl.ACTION_END_OF_TURN: END_OF_TURN,
+    conversation_pb2.ConversationControl.ACTION_MUTE: MUTE,
+    conversation_pb2.ConversationControl.ACTION_UNMUTE: UNMUTE,
+}
+STATES = {
+    LISTENING: conversation_pb2.CONVERSATION_STATE_LISTENING,
+    THINKING: conversation_pb2.CONVERSATION_STATE_THINKING,
+    SPEAKING: conversation_pb2.CONVERSATION_STATE_SPEAKING,
+}
+STATE_NAMES = {v: k for k, v in STATES.items()}
+
+
+@dataclass(frozen=True)
+class StsLimits:
+    idle_timeout_s: float = 10.0
+    max_concurrent_sessions: int = 4
+    max_system_prompt_chars: int = 4000
+    max_tokens_limit: int = 1024
+    endpointing: Endpointing = Endpointing(hangover_ms=400)
+    barge_in_min_speech_ms: int = 500
+
+    @classmethod
+    def from_config(cls, section) -> StsLimits:
+        e = section.endpointing
+        return cls(
+            idle_timeout_s=section.idle_timeout_seconds,
+            max_concurrent_sessions=section.max_concurrent_sessions,
+            max_system_prompt_chars=section.max_system_prompt_chars,
+            max_tokens_limit=section.max_tokens_limit,
+            endpointing=Endpointing(e.threshold, e.min_speech_ms, e.hangover_ms, e.max_utterance_ms),
+            barge_in_min_speech_ms=section.barge_in_min_speech_ms,
+        )
+
+
+def ms(seconds: float | None) -> int:
+    return max(0, round(seconds * 1000)) if seconds is not None else 0
+
+
+class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
+    def __init__(self, service: str, engine: StsEngine, limits: StsLimits):
+        self.service = service
+        self.engine = engine
+        self.limits = limits
+        self._active = 0
+        self.labels = (service, engine.served_by if service != engine.service else engine.name)
+
+    async def Converse(self, request_iterator, context):
+        requests = aiter(request_iterator)
+        first = await self._next(requests)
+        if first is None:
+            raise InvalidArgument("config", "the stream ended before any message; send a config message first")
+        request_id = first.request_id or new_request_id()
+        payload = first.WhichOneof("payload")
+        if payload == "audio":
+            raise InvalidArgument(
+                "config", "audio came before the config; the first message must carry config (input_format, ...)"
+            )
+        if payload != "config":
+            raise InvalidArgument("config", f"the first message must carry config; it carried {payload or 'nothing'}")
+        options, in_fmt, out_fmt = self._options(first.config, request_id, context)
+        self.engine.check_options(options)
+        async with self._slot():
+            session = await self.engine.open_session(options)
+            pump = asyncio.create_task(self._pump(requests, session, in_fmt))
+            relay = _Relay(request_id, out_fmt, self.labels)
+            try:
+                async for event in session.events():
+                    for response in relay.responses(event):
+                        yield response
+                await pump  # its error (bad message, idle timeout, ...) is the call's status
+            finally:
+                pump.cancel()
+                await session.close()
+                with contextlib.suppress(BaseException):
+                    await pump
+
+    async def _next(self, requests):
+        try:
+            return await asyncio.wait_for(anext(requests), self.limits.idle_timeout_s)
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"audio: no message for {self.limits.idle_timeout_s:g} s (moss_sts.idle_timeout_seconds); send audio"
+                " continuously (silence counts) or close the stream"
+            ) from None
+
+    async def _pump(self, requests, session, fmt: audio.PcmFormat) -> None:
+        engine_rate = self.engine.native_sample_rate or fmt.sample_rate_hz
+        resampler = audio.StreamResampler(fmt.sample_rate_hz, engine_rate)
+        try:
+            while True:
+                message = await self._next(requests)
+                if message is None:
+                    break
+                payload = message.WhichOneof("payload")
+                if payload == "config":
+                    raise InvalidArgument("config", "was sent twice; send it only in the first message")
+                if payload == "audio":
+                    audio.check_pcm("audio", message.audio)
+                    pcm = resampler.feed(message.audio)
+                    if pcm:
+                        await session.feed(pcm)
+                elif payload == "control":
+                    action = ACTIONS.get(message.control.action)
+                    if action is None:
+                        raise InvalidArgument(
+                            "control.action",
+                            "must be ACTION_INTERRUPT, ACTION_END_OF_TURN, ACTION_MUTE or ACTION_UNMUTE",
+                        )
+                    await session.control(action)
+                else:
+                    raise InvalidArgument("payload", "a message carried nothing; send audio or a control")
+            tail = resampler.feed(b"", last=True)
+            if tail:
+                await session.feed(tail)
+            await session.finish()
+        except BaseException:
+            await session.close()  # ends session.events(); the handler then raises this error
+            raise
+
+    def _options(self, config, request_id: str, context) -> tuple[SessionOptions, audio.PcmFormat, audio.PcmFormat]:
+        in_fmt = audio.input_format("config.input_format", config.input_format)
+        out_fmt = audio.output_format("config.output_format", config.output_format, DEFAULT_OUTPUT_RATE)
+        s = config.sampling
+        temperature = s.temperature or Sampling.temperature
+        if not 0 < temperature <= MAX_TEMPERATURE:
+            raise InvalidArgument(
+                "config.sampling.temperature", f"{s.temperature} is outside 0..{MAX_TEMPERATURE} (0 means 0.5)"
+            )
+        top_p = s.top_p or Sampling.top_p
+        if not 0 < top_p <= 1:
+            raise InvalidArgument("config.sampling.top_p", f"{s.top_p} is outside 0..1 (0 means 0.8)")
+        if s.max_tokens > self.limits.max_tokens_limit:
+            raise InvalidArgument(
+                "config.sampling.max_tokens",
+                f"{s.max_tokens} is over this server's limit of {self.limits.max_tokens_limit}",
+            )
+        if len(config.system_prompt) > self.limits.max_system_prompt_chars:
+            raise InvalidArgument(
+                "config.system_prompt",
+                f"{len(config.system_prompt)} characters is over the limit of {self.limits.max_system_prompt_chars}",
+            )
+        d = self.limits.endpointing
+        e = config.endpointing
+        threshold = e.threshold or d.threshold
+        if not 0 < threshold < 1:
+            raise InvalidArgument(
+                "config.endpointing.threshold", f"{e.threshold} is outside 0..1 (0 means {d.threshold})"
+            )
+        min_speech = e.min_speech_ms or d.min_speech_ms
+        if min_speech > 5000:
+            raise InvalidArgument("config.endpointing.min_speech_ms", f"{min_speech} is over 5000")
+        hangover = e.hangover_ms or d.hangover_ms
+        if not 32 <= hangover <= 5000:
+            raise InvalidArgument(
+                "config.endpointing.hangover_ms", f"{hangover} is outside 32..5000 (0 means {d.hangover_ms})"
+            )
+        max_utt = e.max_utterance_ms or d.max_utterance_ms
+        if not 1000 <= max_utt <= d.max_utterance_ms:
+            raise InvalidArgument(
+                "config.endpointing.max_utterance_ms",
+                f"{max_utt} is outside 1000..{d.max_utterance_ms} (this server's limit; 0 means the limit)",
+            )
+        b = config.barge_in
+        if b.min_speech_ms > MAX_BARGE_IN_MS:
+            raise InvalidArgument("config.barge_in.min_speech_ms", f"{b.min_speech_ms} is over {MAX_BARGE_IN_MS}")
+        remaining = context.time_remaining()
+        options = SessionOptions(
+            input_sample_rate_hz=self.engine.native_sample_rate or in_fmt.sample_rate_hz,
+            output_sample_rate_hz=out_fmt.sample_rate_hz,
+            voice=config.voice,
+            system_prompt=config.system_prompt,
+            sampling=Sampling(temperature, top_p, s.max_tokens, s.seed),
+            language=config.language,
+            endpointing=Endpointing(threshold, min_speech, hangover, max_utt),
+            barge_in=BargeIn(not b.disabled, b.min_speech_ms or self.limits.barge_in_min_speech_ms),
+            routing=routing_from_proto(config.routing),
+            request_id=request_id,
+            time_remaining=remaining,
+        )
+        return options, in_fmt, out_fmt
+
+    @contextlib.asynccontextmanager
+    async def _slot(self):
+        if self._active >= self.limits.max_concurrent_sessions:
+            raise ResourceExhausted(
+                f"{self.service} is serving its limit of {self.limits.max_concurrent_sessions} conversations"
+                " (moss_sts.max_concurrent_sessions); retry shortly"
+            )
+        self._active += 1
+        try:
+            yield
+        finally:
+            self._active -= 1
+
+
+class _Relay:
+    """Session events -> ConverseResponse messages: reply audio resampled per reply into the caller's format,
+    sequence and offset counted over the session; metrics from the events."""
+
+    def __init__(self, request_id: str, fmt: audio.PcmFormat, labels: tuple[str, str]):
+        self.request_id = request_id
+        self.fmt = fmt
+        self.labels = labels
+        self.resampler: audio.StreamResampler | None = None
+        self.samples = 0
+        self.sequence = 0
+
+    def _response(self, turn: int, **event) -> conversation_pb2.ConverseResponse:
+        return conversation_pb2.ConverseResponse(request_id=self.request_id, turn_index=turn, **event)
+
+    def _audio(self, turn: int, pcm: bytes) -> conversation_pb2.ConverseResponse:
+        chunk = audio_pb2.AudioChunk(
+            format=self.fmt.to_proto(), data=pcm, offset_samples=self.samples, sequence=self.sequence
+        )
+        self.samples += len(pcm) // audio.BYTES_PER_SAMPLE
+        self.sequence += 1
+        return self._response(turn, reply_audio=chunk)
+
+    def responses(self, event: StsEvent):
+        kind, turn = event.kind, event.turn_index
+        if kind == REPLY_AUDIO:
+            piece = event.audio
+            if self.resampler is None or self.resampler.src_rate != piece.sample_rate_hz:
+                self.resampler = audio.StreamResampler(piece.sample_rate_hz, self.fmt.sample_rate_hz)
+            pcm = self.resampler.feed(piece.pcm)
+            if pcm:
+                yield self._audio(turn, pcm)
+            return
+        if kind == STATE:
+            yield self._response(turn, state=conversation_pb2.StateChange(state=STATES[event.state]))
+        elif kind == USER_TRANSCRIPT:
+            yield self._response(turn, user_transcript=result_to_proto(event.transcript))
+        elif kind == REPLY_TEXT:
+            yield self._response(turn, reply_text=conversation_pb2.ReplyText(delta=event.text))
+        elif kind == INTERRUPTED:
+            self.resampler = None  # the cut is a cut: the resampler's tail is not sent
+            metrics.STS_INTERRUPTIONS.labels(*self.labels, event.reason).inc()
+            if event.silence_after_s is not None:
+                metrics.STS_BARGE_IN_TO_SILENCE.labels(*self.labels).observe(event.silence_after_s)
+            yield self._response(
+                turn,
+                interrupted=conversation_pb2.Interrupted(
+                    reason=event.reason, audio_sent_ms=event.audio_sent_ms, heard_text=event.heard_text
+                ),
+            )
+        elif kind == TURN_COMPLETE:
+            r = event.result
+            if self.resampler is not None and not r.interrupted:
+                tail = self.resampler.feed(b"", last=True)
+                if tail:
+                    yield self._audio(turn, tail)
+            self.resampler = None
+            metrics.STS_TURNS.labels(*self.labels, "interrupted" if r.interrupted else "complete").inc()
+            if r.timings.speech_end_to_first_audio is not None:
+                metrics.STS_FIRST_AUDIO.labels(*self.labels).observe(r.timings.speech_end_to_first_audio)
+            t = r.timings
+            yield self._response(
+                turn,
+                turn_complete=conversation_pb2.TurnComplete(
+                    user_text=r.user_text,
+                    reply_text=r.reply_text,
+                    interrupted=r.interrupted,
+                    timings=conversation_pb2.TurnTimings(
+                        speech_end_to_first_audio_ms=ms(t.speech_end_to_first_audio),
+                        speech_end_to_transcript_ms=ms(t.speech_end_to_transcript),
+                        transcript_to_first_text_ms=ms(t.transcript_to_first_text),
+                        reply_audio_ms=ms(t.reply_audio),
+                    ),
+                    served_by=r.served_by,
+                ),
+            )
+        elif kind == TURN_ERROR:
+            self.resampler = None
+            metrics.STS_TURNS.labels(*self.labels, "error").inc()
+            yield self._response(turn, turn_error=conversation_pb2.TurnError(code=event.code, message=event.message))
+
+
+def result_to_proto(r) -> recognizer_pb2.RecognitionResult:
+    return recognizer_pb2.RecognitionResult(
+        transcript=r.transcript,
+        is_final=r.is_final,
+        stability=r.stability,
+        confidence=r.confidence,
+        utterance_index=r.utterance_index,
+        utterance_start_ms=r.utterance_start_ms,
+        utterance_end_ms=r.utterance_end_ms,
+        audio_processed_ms=r.audio_processed_ms,
+        language=r.language,
+        words=[
+            recognizer_pb2.WordInfo(word=w.word, start_ms=w.start_ms, end_ms=w.end_ms, confidence=w.confidence)
+            for w in r.words
+        ],
+    )
+
+
+def instrument(servicer: ConversationServicer) -> ConversationServicer:
+    """Wrap Converse with the shared error/metric handling, labelled with the service name."""
+    bound = type(servicer).Converse
+    servicer.Converse = rpc(servicer.service, "Converse")(bound).__get__(servicer)
+    return servicer

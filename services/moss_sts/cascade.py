@@ -1,0 +1,125 @@
+"""The cascade: ASR -> brain -> TTS, composed from engine interfaces (no engine code of its own).
+
+One class serves two places (DESIGN §1): moss_sts's CPU engine composes LOCAL engines (the asr CPU engine, the
+brain, piper or espeak in the same process); the router's fallback composes REMOTE ones (RemoteAsrEngine, the
+brain, RemoteTtsEngine for cosyvoice_tts). It only needs ``AsrEngine.open_stream``, ``ChatBrain.stream_chat`` and
+``TtsEngine.synthesize_text_stream``, and it imports nothing heavy.
+
+Reply path: the brain's text deltas are forwarded as they arrive, both to the caller (REPLY_TEXT) and into
+``synthesize_text_stream`` (StreamingSynthesize semantics: speech starts at the first complete sentence or long
+clause, while the brain is still writing), so the first audio waits for the first sentence, not the whole reply.
+The audio pieces' text spans index the reply text, which is how an interrupted reply is cut back to what was heard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from services.common.engines import (
+    AsrEngine,
+    BufferPolicy,
+    SessionOptions,
+    StsEngine,
+    StsSession,
+    SynthesisOptions,
+    TextEvent,
+    TtsEngine,
+    VoiceInfo,
+)
+from services.common.errors import NotFound
+from services.common.tts_servicer import pick_voice
+from services.moss_sts.brain import ChatBrain
+from services.moss_sts.dialogue import DialogueLimits, DialogueSession, ReplySink, UserTurn
+
+# Speak a clause once it has this many characters (before its sentence ends); speak what is buffered after this
+# long without new text. Small values: earlier first audio.
+REPLY_BUFFERING = BufferPolicy(min_chars=40, max_wait_s=0.3)
+
+
+class CascadeSession(DialogueSession):
+    def __init__(self, engine: CascadeStsEngine, options: SessionOptions, voice: VoiceInfo):
+        super().__init__(engine.service, engine.served_by, engine.asr, options, engine.limits)
+        self.engine = engine
+        self.voice = voice
+
+    async def generate_reply(self, turn: UserTurn, sink: ReplySink) -> None:
+        messages = self.context.chat(self.system_prompt) + [{"role": "user", "content": turn.text}]
+        deltas: asyncio.Queue[TextEvent | None] = asyncio.Queue()
+
+        async def think() -> None:
+            try:
+                stream = self.engine.brain.stream_chat(
+                    messages, self.options.sampling, self.max_tokens, self.options.request_id
+                )
+                async with contextlib.aclosing(stream) as pieces:
+                    async for delta in pieces:
+                        await sink.text(delta)
+                        deltas.put_nowait(TextEvent(text=delta))
+                deltas.put_nowait(TextEvent(end=True))
+            finally:
+                deltas.put_nowait(None)
+
+        async def text_events() -> AsyncIterator[TextEvent]:
+            while (event := await deltas.get()) is not None:
+                yield event
+
+        options = SynthesisOptions(
+            voice=self.voice.id,
+            language=self.options.language or self.voice.languages[0],
+            seed=self.options.sampling.seed,
+            sample_rate_hz=self.options.output_sample_rate_hz,
+            request_id=self.options.request_id,
+            time_remaining=self.options.time_remaining,
+        )
+        thinking = asyncio.create_task(think(), name="cascade-brain")
+        try:
+            speech = self.engine.tts.synthesize_text_stream(text_events(), options, REPLY_BUFFERING)
+            async with contextlib.aclosing(speech) as pieces:
+                async for piece in pieces:
+                    await sink.audio(piece)
+            await thinking  # the brain's error, if it failed
+        finally:
+            thinking.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await thinking
+
+
+class CascadeStsEngine(StsEngine):
+    name = "cascade"
+
+    def __init__(self, service: str, asr: AsrEngine, brain: ChatBrain, tts: TtsEngine, limits: DialogueLimits):
+        self.service = service
+        self.asr = asr
+        self.brain = brain
+        self.tts = tts
+        self.limits = limits
+
+    @property
+    def native_sample_rate(self) -> int:
+        return self.asr.native_sample_rate or 16_000
+
+    async def start(self) -> None:
+        await asyncio.gather(self.asr.start(), self.tts.start())
+
+    async def close(self) -> None:
+        await asyncio.gather(self.asr.close(), self.tts.close(), self.brain.close(), return_exceptions=True)
+
+    async def voices(self) -> list[VoiceInfo]:
+        return await self.tts.voices()
+
+    def check_options(self, options: SessionOptions) -> None:
+        from services.common.engines import RecognitionOptions
+
+        self.asr.check_options(RecognitionOptions(language=options.language, endpointing=options.endpointing))
+
+    async def open_session(self, options: SessionOptions) -> StsSession:
+        voices = await self.tts.voices()
+        try:
+            voice = pick_voice(voices, options.voice, options.language, where=self.tts.service)
+        except NotFound:
+            raise
+        session = CascadeSession(self, options, voice)
+        await session.start()
+        return session

@@ -1,0 +1,717 @@
+"""Turn-taking shared by every STS engine: endpointing, barge-in, paced reply audio, bounded context, limits.
+
+A ``DialogueSession`` listens through an ASR stream (any ``AsrEngine``: the asr CPU engine in the box, or a remote
+one) and answers each user turn with ``generate_reply`` (the engine's part: the cascade asks the brain and speaks
+with a TTS engine; MOSS-Speech answers the user's audio with audio). Everything else lives here once:
+
+* a user turn ends at the final result of an utterance after which the user is silent (the endpointer's hangover),
+  or at ACTION_END_OF_TURN (the ASR stream is finished, which finalizes the utterance, and a new one opened);
+* states LISTENING -> THINKING (turn ended) -> SPEAKING (first reply audio) -> LISTENING (turn complete);
+* reply audio is handed out at the pace it plays (``playout_lead_s`` ahead at most), cut into small chunks, so an
+  interruption stops what the user would hear and the context keeps only the text whose audio was sent
+  (``heard_text``: the text spans of the audio pieces, the last piece pro rata, cut back to a word boundary);
+* barge-in: user speech that lasts ``barge_in.min_speech_ms`` while the agent thinks or speaks cancels the reply
+  (generation stops at its next step; audio still queued is dropped), then INTERRUPTED and TURN_COMPLETE
+  (interrupted) are sent and that speech is the next user turn; shorter speech (a cough, "mm-hm") is ignored;
+* limits: user audio per session and turns per session end the session (RESOURCE_EXHAUSTED); a user turn longer
+  than ``max_user_turn_s`` fails (TurnError RESOURCE_EXHAUSTED), and until the user pauses the audio is not
+  recognized at all (a level gate listens for the pause), so a monologue grows neither memory nor CPU;
+  the context keeps the last ``max_context_turns`` turns within ``max_context_chars``.
+
+Times are stream times (ms of user audio fed) for speech, wall times for latencies: a speech end at stream offset X
+happened when the audio at X arrived (kept in a bounded map).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+
+from services.common.engines import (
+    END_OF_TURN,
+    INTERRUPT,
+    INTERRUPTED,
+    LISTENING,
+    MUTE,
+    REPLY_AUDIO,
+    REPLY_TEXT,
+    RESULT,
+    SPEAKING,
+    SPEECH_END,
+    SPEECH_START,
+    STATE,
+    THINKING,
+    TURN_COMPLETE,
+    TURN_ERROR,
+    UNMUTE,
+    USER_TRANSCRIPT,
+    AsrEngine,
+    AsrStream,
+    AudioPiece,
+    Hypothesis,
+    RecognitionOptions,
+    SessionOptions,
+    StsEvent,
+    StsSession,
+    TurnResult,
+    TurnTimings,
+)
+from services.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, VoiceError
+
+log = logging.getLogger("voicefleet.moss_sts.dialogue")
+
+RATE = 16_000  # rate of the audio a session takes (ASR engines' native rate)
+GATE_WINDOW = 512  # level gate window while a too-long turn is skipped (32 ms)
+GATE_QUIET_DBFS = -45.0  # a window below this is a pause for the level gate
+USER_AUDIO_PAD_MS = 200  # audio kept before a user turn's start for engines that answer audio
+
+
+@dataclass(frozen=True)
+class DialogueLimits:
+    max_session_s: float = 3600.0
+    max_turns: int = 200
+    max_user_turn_s: float = 60.0
+    max_user_turn_chars: int = 2000
+    max_context_turns: int = 16
+    max_context_chars: int = 3000
+    playout_lead_s: float = 0.3
+    chunk_ms: int = 100
+    first_chunk_ms: int = 40
+    default_max_tokens: int = 80
+    default_system_prompt: str = "You are a friendly voice assistant. Answer in one or two short sentences."
+
+    @classmethod
+    def from_config(cls, section) -> DialogueLimits:
+        return cls(
+            max_session_s=section.max_session_seconds,
+            max_turns=section.max_turns_per_session,
+            max_user_turn_s=section.max_user_turn_seconds,
+            max_user_turn_chars=section.max_user_turn_chars,
+            max_context_turns=section.max_context_turns,
+            max_context_chars=section.max_context_chars,
+            playout_lead_s=section.playout_lead_ms / 1000,
+            chunk_ms=section.reply_chunk_ms,
+            first_chunk_ms=section.reply_first_chunk_ms,
+            default_max_tokens=section.default_max_tokens,
+            default_system_prompt=section.default_system_prompt,
+        )
+
+
+@dataclass
+class Message:
+    """One entry of the dialogue context. ``audio`` (16 kHz s16le) is kept only for engines that answer audio."""
+
+    role: str  # "user" or "assistant"
+    text: str
+    audio: bytes | None = None
+
+    def size(self) -> int:
+        return len(self.text)
+
+
+class Context:
+    """The dialogue so far, bounded: the last ``max_turns`` user+assistant pairs within ``max_chars`` characters."""
+
+    def __init__(self, max_turns: int, max_chars: int):
+        self.max_turns = max_turns
+        self.max_chars = max_chars
+        self.messages: collections.deque[Message] = collections.deque()
+
+    def add(self, message: Message) -> None:
+        if not message.text and message.audio is None:
+            return
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last.role == message.role == "user" and last.audio is None and message.audio is None:
+            last.text = f"{last.text} {message.text}".strip()  # a user turn that got no reply: merge, keep alternation
+        else:
+            self.messages.append(message)
+        self._trim()
+
+    def _trim(self) -> None:
+        while len([m for m in self.messages if m.role == "user"]) > self.max_turns:
+            self.messages.popleft()
+        while len(self.messages) > 1 and sum(m.size() for m in self.messages) > self.max_chars:
+            self.messages.popleft()
+        while self.messages and self.messages[0].role != "user":  # start with the user, like a chat
+            self.messages.popleft()
+
+    def chat(self, system_prompt: str) -> list[dict]:
+        """OpenAI chat messages: the system prompt, then the turns."""
+        out = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        out += [{"role": m.role, "content": m.text} for m in self.messages]
+        return out
+
+
+@dataclass
+class UserTurn:
+    index: int
+    text: str
+    audio: bytes | None  # 16 kHz s16le of the turn (engines that answer audio), else None
+    speech_end_wall: float | None
+    transcript_wall: float
+
+
+@dataclass
+class _SentPiece:
+    text_start: int
+    text_end: int
+    total_samples: int
+    sent_samples: int = 0
+
+
+@dataclass
+class _Reply:
+    """What one reply has produced and sent."""
+
+    turn: UserTurn
+    text: str = ""
+    pieces: list[_SentPiece] = field(default_factory=list)
+    queued_s: float = 0.0  # audio handed to the event queue (paces generation)
+    sent_s: float = 0.0  # audio taken from the queue by the caller (what the user got)
+    first_text_wall: float | None = None
+    first_audio_wall: float | None = None
+    last_audio_wall: float | None = None
+    interrupted_reason: str = ""
+    interrupted_wall: float | None = None
+    served_by: str = ""
+
+
+def heard_text(text: str, pieces: list[_SentPiece]) -> str:
+    """The prefix of ``text`` whose audio was sent: whole spans of fully sent pieces; a partly sent piece counts
+    pro rata by its audio, cut back to the last word boundary."""
+    end = 0
+    for p in pieces:
+        if p.sent_samples <= 0 or p.text_end <= p.text_start:
+            continue
+        if p.sent_samples >= p.total_samples:
+            end = max(end, p.text_end)
+            continue
+        cut = p.text_start + int((p.text_end - p.text_start) * p.sent_samples / p.total_samples)
+        while cut > p.text_start and cut < len(text) and not text[cut].isspace():
+            cut -= 1
+        end = max(end, cut)
+    return text[:end].strip()
+
+
+class ReplySink:
+    """What ``generate_reply`` writes to: text deltas as they come, audio pieces (paced to playback here)."""
+
+    def __init__(self, session: DialogueSession, reply: _Reply):
+        self._session = session
+        self._reply = reply
+
+    @property
+    def reply_text(self) -> str:
+        return self._reply.text
+
+    async def text(self, delta: str) -> None:
+        await self._session._reply_text(self._reply, delta)
+
+    async def audio(self, piece: AudioPiece) -> None:
+        await self._session._reply_audio(self._reply, piece)
+
+
+class DialogueSession(StsSession):
+    """Turn-taking around an ASR stream; subclasses give ``generate_reply``."""
+
+    #: Engines that answer the user's audio itself (MOSS-Speech) keep each turn's audio (bounded).
+    keeps_user_audio = False
+
+    def __init__(self, service: str, served_by: str, asr: AsrEngine, options: SessionOptions, limits: DialogueLimits):
+        self.service = service
+        self.served_by = served_by
+        self.asr = asr
+        self.options = options
+        self.limits = limits
+        self.system_prompt = options.system_prompt or limits.default_system_prompt
+        self.max_tokens = options.sampling.max_tokens or limits.default_max_tokens
+        self.context = Context(limits.max_context_turns, limits.max_context_chars)
+        self._out: asyncio.Queue = asyncio.Queue()
+        self._stream: AsrStream | None = None
+        self._stream_lock = asyncio.Lock()  # feed vs. end-of-turn stream rotation
+        self._asr_task: asyncio.Task | None = None
+        self._turn_task: asyncio.Task | None = None
+        self._gen_task: asyncio.Task | None = None
+        self._reply: _Reply | None = None
+        self._closing = False
+        self._finishing = False
+        self._ended = False
+        self._error: BaseException | None = None
+        self.state = LISTENING
+        self.turn = 0  # index of the turn being heard or answered
+        self.turns_done = 0
+        self._muted = False
+        # Stream time (ms of user audio fed, across ASR stream rotations) and wall times of its arrival.
+        self._fed_samples = 0
+        self._stream_base_ms = 0  # stream offset of the current ASR stream's start
+        self._arrivals: collections.deque[tuple[int, float]] = collections.deque(maxlen=4096)
+        self._session_s = 0.0
+        # The user turn being heard.
+        self._pending: list[str] = []
+        self._pending_chars = 0
+        self._turn_start_ms: int | None = None
+        self._speech_active = False
+        self._last_speech_end_ms: int | None = None
+        self._utterances = 0  # SPEECH_STARTs seen on the current ASR stream (= next utterance index)
+        self._ignored: set[int] = set()  # utterances spoken over the agent that did not interrupt it
+        self._overlap_start_ms: int | None = None  # speech that started while the agent thought or spoke
+        self._overlap_utt: int | None = None
+        # Over-long turn: recognition off until the user pauses.
+        self._skipping = False
+        self._drop_results = False
+        self._quiet_ms = 0.0
+        # Recent user audio for engines that answer audio (bounded: the longest turn + padding).
+        self._audio_ring: collections.deque[bytes] = collections.deque()
+        self._audio_ring_samples = 0
+        self._audio_ring_start = 0  # stream sample index of the ring's first sample
+
+    # --- StsSession -----------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._open_stream()
+        self._emit(StsEvent(STATE, self.turn, state=LISTENING))
+
+    async def feed(self, pcm: bytes) -> None:
+        if self._ended or self._closing:
+            raise FailedPrecondition("the conversation has ended; open a new session to talk again")
+        seconds = len(pcm) / 2 / RATE
+        self._session_s += seconds
+        if self._session_s > self.limits.max_session_s:
+            raise ResourceExhausted(
+                f"audio: the session passed {self.limits.max_session_s:g} s of audio (moss_sts.max_session_seconds);"
+                " open a new session to go on"
+            )
+        now = time.monotonic()
+        if self.keeps_user_audio:
+            self._remember_audio(pcm)
+        to_asr = pcm
+        if self._muted:
+            to_asr = bytes(len(pcm))
+        elif self._skipping:
+            self._gate(pcm)
+            to_asr = bytes(len(pcm))  # silence: the recognizer ends the utterance, nothing new is recognized
+        async with self._stream_lock:
+            self._fed_samples += len(pcm) // 2
+            self._arrivals.append((self._fed_samples * 1000 // RATE, now))
+            if self._stream is not None:
+                await self._stream.feed(to_asr)
+        self._check_limits()
+
+    async def control(self, action: str) -> None:
+        if action == INTERRUPT:
+            if self.state != LISTENING:
+                self._interrupt("client")
+            return  # listening: nothing to stop (not an error)
+        if action == MUTE:
+            self._muted = True
+        elif action == UNMUTE:
+            self._muted = False
+        elif action == END_OF_TURN:
+            if self.state == LISTENING and (self._pending or self._speech_active or self._turn_start_ms is not None):
+                await self._rotate_stream()
+        else:
+            raise InvalidArgument("control.action", f"unknown action {action!r}")
+
+    async def finish(self) -> None:
+        if self._finishing or self._closing:
+            return
+        self._finishing = True
+        async with self._stream_lock:
+            if self._stream is not None:
+                await self._stream.finish()
+
+    async def events(self) -> AsyncIterator[StsEvent]:
+        while True:
+            item = await self._out.get()
+            if item is None:
+                if self._error is not None:
+                    raise self._error
+                return
+            event, chunk = item
+            if chunk is not None:
+                reply, piece, samples = chunk
+                if reply.interrupted_reason:
+                    continue  # audio of a reply interrupted while this chunk waited: never sent
+                piece.sent_samples += samples
+                reply.sent_s += samples / event.audio.sample_rate_hz
+                reply.last_audio_wall = time.monotonic()
+            yield event
+
+    async def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        for task in (self._gen_task, self._turn_task, self._asr_task):
+            if task is not None:
+                task.cancel()
+        if self._stream is not None:
+            await self._stream.close()
+        for task in (self._gen_task, self._turn_task, self._asr_task):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if not self._ended:
+            self._ended = True
+            self._out.put_nowait(None)
+        await self.release()
+
+    # --- for subclasses -------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def generate_reply(self, turn: UserTurn, sink: ReplySink) -> None:
+        """Answer ``turn`` given ``self.context`` (which does not hold the turn yet): text deltas and audio pieces
+        into ``sink``. Cancelled on interruption (stop at the next step). Raise VoiceError for a failed turn."""
+
+    def assistant_message(self, reply: _Reply, heard: str) -> Message | None:
+        """What the context keeps of a reply (the text heard; engines that answer audio may keep audio too)."""
+        return Message("assistant", heard) if heard else None
+
+    async def release(self) -> None:
+        """Free per-session resources (temp files, decoder state)."""
+
+    # --- events ---------------------------------------------------------------------------------------------
+    def _emit(self, event: StsEvent, chunk: tuple | None = None) -> None:
+        if not self._ended:
+            self._out.put_nowait((event, chunk))
+
+    def _set_state(self, state: str) -> None:
+        if state != self.state:
+            self.state = state
+            self._emit(StsEvent(STATE, self.turn, state=state))
+
+    # --- recognition ----------------------------------------------------------------------------------------
+    async def _open_stream(self) -> None:
+        e = self.options.endpointing
+        options = RecognitionOptions(
+            language=self.options.language,
+            interim_results=True,
+            endpointing=e,
+            sample_rate_hz=RATE,
+            request_id=self.options.request_id,
+            time_remaining=self.options.time_remaining,
+        )
+        self._stream = await self.asr.open_stream(options)
+        self._stream_base_ms = self._fed_samples * 1000 // RATE
+        self._utterances = 0
+        self._ignored.clear()
+        self._overlap_start_ms = self._overlap_utt = None
+        self._asr_task = asyncio.create_task(self._asr_loop(self._stream), name="dialogue-asr")
+
+    async def _rotate_stream(self) -> None:
+        """ACTION_END_OF_TURN: finish the ASR stream (the utterance in progress gets its final now), open another."""
+        async with self._stream_lock:
+            old, old_task = self._stream, self._asr_task
+            self._stream = None
+            if old is not None:
+                await old.finish()
+            if old_task is not None:
+                await asyncio.wait({old_task})
+            await self._open_stream()
+
+    async def _asr_loop(self, stream: AsrStream) -> None:
+        try:
+            async for event in stream.events():
+                self._on_asr(event)
+                self._check_limits()
+        except asyncio.CancelledError:
+            raise
+        except VoiceError as e:
+            self._fail_session(e)
+            return
+        except Exception as e:  # noqa: BLE001 - the session ends with it (INTERNAL)
+            log.exception("recognition failed")
+            self._fail_session(e)
+            return
+        if self._finishing and stream is self._stream and not self._closing:
+            # The user's audio is over: answer the turn in progress (and any it leads to), then end the events.
+            while not self._ended:
+                self._maybe_end_turn(force=True)
+                task = self._turn_task
+                if task is None or task.done():
+                    break
+                await asyncio.wait({task})
+            self._ended_ok()
+
+    def _ended_ok(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._out.put_nowait(None)
+
+    def _fail_session(self, error: BaseException) -> None:
+        if self._ended or self._closing:
+            return
+        self._error = error
+        if self._gen_task is not None:
+            self._gen_task.cancel()
+        self._ended = True
+        self._out.put_nowait(None)
+
+    def _abs_ms(self, offset_ms: int) -> int:
+        return self._stream_base_ms + offset_ms
+
+    def _on_asr(self, event) -> None:
+        if event.kind == SPEECH_START:
+            utt = self._utterances
+            self._utterances += 1
+            self._speech_active = True
+            start = self._abs_ms(event.offset_ms)
+            if self._drop_results and not self._skipping:
+                self._drop_results = False  # the first speech after the over-long turn's pause
+            if self.state == LISTENING:
+                if self._turn_start_ms is None:
+                    self._turn_start_ms = start
+            else:
+                self._overlap_start_ms, self._overlap_utt = start, utt
+                if not self.options.barge_in.enabled:
+                    self._ignored.add(utt)
+            return
+        if event.kind == SPEECH_END:
+            self._speech_active = False
+            self._last_speech_end_ms = self._abs_ms(event.offset_ms)
+            if self._overlap_utt is not None and self.state != LISTENING:
+                self._ignored.add(self._overlap_utt)  # spoken over the agent, too short to interrupt it
+                self._overlap_start_ms = self._overlap_utt = None
+            return
+        if event.kind != RESULT or event.result is None:
+            return
+        r: Hypothesis = event.result
+        if self._drop_results or r.utterance_index in self._ignored:
+            if r.is_final:
+                self._ignored.discard(r.utterance_index)
+            return
+        if r.utterance_index == self._overlap_utt and self.state != LISTENING:
+            return  # speech over the agent that has not interrupted it (yet)
+        base = self._stream_base_ms
+        shifted = dataclasses.replace(
+            r,
+            utterance_start_ms=r.utterance_start_ms + base,
+            utterance_end_ms=r.utterance_end_ms + base,
+            audio_processed_ms=r.audio_processed_ms + base,
+        )
+        if not r.is_final:
+            self._emit(StsEvent(USER_TRANSCRIPT, self.turn, transcript=shifted))
+            return
+        text = r.transcript.strip()
+        if text:
+            room = self.limits.max_user_turn_chars - self._pending_chars
+            if room > 0:
+                self._pending.append(text[:room])
+                self._pending_chars += min(len(text), room) + 1
+            self._emit(StsEvent(USER_TRANSCRIPT, self.turn, transcript=shifted))
+        self._maybe_end_turn()
+
+    def _maybe_end_turn(self, force: bool = False) -> None:
+        """The user is silent after a final: their turn is over; answer it."""
+        if self.state != LISTENING or self._closing or (self._speech_active and not force):
+            return
+        if not self._pending:
+            self._turn_start_ms = None if not self._speech_active else self._turn_start_ms
+            return
+        text = " ".join(self._pending).strip()
+        audio = self._turn_audio() if self.keeps_user_audio else None
+        end_wall = self._arrival_wall(self._last_speech_end_ms) if self._last_speech_end_ms is not None else None
+        turn = UserTurn(self.turn, text, audio, end_wall, time.monotonic())
+        self._pending, self._pending_chars = [], 0
+        self._turn_start_ms = None
+        self._set_state(THINKING)
+        self._turn_task = asyncio.create_task(self._run_turn(turn), name=f"dialogue-turn-{turn.index}")
+
+    def _arrival_wall(self, offset_ms: int) -> float | None:
+        for ms, wall in self._arrivals:
+            if ms >= offset_ms:
+                return wall
+        return self._arrivals[-1][1] if self._arrivals else None
+
+    # --- limits and barge-in --------------------------------------------------------------------------------
+    def _fed_ms(self) -> int:
+        return self._fed_samples * 1000 // RATE
+
+    def _check_limits(self) -> None:
+        now_ms = self._fed_ms()
+        if (
+            self.state != LISTENING
+            and self._overlap_start_ms is not None
+            and self.options.barge_in.enabled
+            and self._speech_active
+            and now_ms - self._overlap_start_ms >= self.options.barge_in.min_speech_ms
+        ):
+            start, utt = self._overlap_start_ms, self._overlap_utt
+            self._overlap_start_ms = self._overlap_utt = None
+            self._interrupt("barge_in")
+            self._turn_start_ms = start  # that speech is the next user turn
+            self._ignored.discard(utt)
+        if (
+            self.state == LISTENING
+            and self._turn_start_ms is not None
+            and not self._skipping
+            and now_ms - self._turn_start_ms > self.limits.max_user_turn_s * 1000
+        ):
+            self._fail_long_turn()
+
+    def _fail_long_turn(self) -> None:
+        seconds = self.limits.max_user_turn_s
+        self._emit(
+            StsEvent(
+                TURN_ERROR,
+                self.turn,
+                code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
+                message=f"audio: the user turn passed {seconds:g} s (moss_sts.max_user_turn_seconds); it is dropped"
+                " and not recognized until you pause, then the agent listens again: keep turns shorter",
+            )
+        )
+        self._pending, self._pending_chars = [], 0
+        self._turn_start_ms = None
+        self._skipping = self._drop_results = True
+        self._quiet_ms = 0.0
+        self.turn += 1
+        self.turns_done += 1
+        self._emit(StsEvent(STATE, self.turn, state=LISTENING))
+
+    def _gate(self, pcm: bytes) -> None:
+        """While a too-long turn is skipped: a pause as long as the hangover ends the skipping."""
+        x = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
+        for i in range(0, len(x) - GATE_WINDOW + 1, GATE_WINDOW):
+            w = x[i : i + GATE_WINDOW]
+            level = 10 * np.log10(float(np.mean(w * w)) + 1e-12)
+            self._quiet_ms = self._quiet_ms + GATE_WINDOW * 1000 / RATE if level < GATE_QUIET_DBFS else 0.0
+            if self._quiet_ms >= self.options.endpointing.hangover_ms:
+                self._skipping = False  # results stay dropped until the next speech starts
+                return
+
+    def _interrupt(self, reason: str) -> None:
+        reply = self._reply
+        if reply is None or self._gen_task is None or reply.interrupted_reason:
+            return
+        reply.interrupted_reason = reason  # audio of this reply still queued is dropped (events())
+        reply.interrupted_wall = time.monotonic()
+        self._gen_task.cancel()
+
+    # --- replies --------------------------------------------------------------------------------------------
+    async def _run_turn(self, turn: UserTurn) -> None:
+        reply = _Reply(turn, served_by=self.served_by)
+        self._reply = reply
+        self._gen_task = asyncio.create_task(self.generate_reply(turn, ReplySink(self, reply)), name="dialogue-reply")
+        await asyncio.wait({self._gen_task})
+        if self._closing:
+            return
+        error = None if self._gen_task.cancelled() else self._gen_task.exception()
+        self._gen_task = None
+        self.context.add(Message("user", turn.text, turn.audio))
+        if error is not None and not reply.interrupted_reason:
+            code = error.code if isinstance(error, VoiceError) else grpc.StatusCode.INTERNAL
+            message = error.message if isinstance(error, VoiceError) else f"reply failed: {type(error).__name__}"
+            if not isinstance(error, VoiceError):
+                log.error("reply failed", exc_info=error)
+            self._emit(StsEvent(TURN_ERROR, turn.index, code=code.value[0], message=message))
+            kept = heard_text(reply.text, reply.pieces)
+            if kept:
+                self.context.add(Message("assistant", kept))
+        else:
+            interrupted = bool(reply.interrupted_reason)
+            heard = heard_text(reply.text, reply.pieces) if interrupted else reply.text.strip()
+            if interrupted:
+                silence = None
+                if reply.interrupted_wall is not None:
+                    last = reply.last_audio_wall or reply.interrupted_wall
+                    silence = max(0.0, last - reply.interrupted_wall)
+                self._emit(
+                    StsEvent(
+                        INTERRUPTED,
+                        turn.index,
+                        reason=reply.interrupted_reason,
+                        audio_sent_ms=round(reply.sent_s * 1000),
+                        heard_text=heard,
+                        silence_after_s=silence,
+                    )
+                )
+            kept = self.assistant_message(reply, heard)
+            if kept is not None:
+                self.context.add(kept)
+            self._emit(StsEvent(TURN_COMPLETE, turn.index, result=self._result(reply, heard, interrupted)))
+        self._reply = None
+        self.turn += 1
+        self.turns_done += 1
+        overlap, utt = self._overlap_start_ms, self._overlap_utt
+        self._overlap_start_ms = self._overlap_utt = None
+        if self._speech_active and overlap is not None:
+            # Speech that began over the reply and goes on after it: the next user turn.
+            self._turn_start_ms = overlap
+            self._ignored.discard(utt)
+        self._set_state(LISTENING)
+        if self.turns_done >= self.limits.max_turns:
+            self._fail_session(
+                ResourceExhausted(
+                    f"the session reached {self.limits.max_turns} turns (moss_sts.max_turns_per_session);"
+                    " open a new session to go on"
+                )
+            )
+            return
+        self._maybe_end_turn()  # finals that came while the agent spoke (barge-in speech) may already end a turn
+
+    def _result(self, reply: _Reply, heard: str, interrupted: bool) -> TurnResult:
+        turn = reply.turn
+        end = turn.speech_end_wall
+        timings = TurnTimings(
+            speech_end_to_first_audio=(reply.first_audio_wall - end) if end and reply.first_audio_wall else None,
+            speech_end_to_transcript=(turn.transcript_wall - end) if end else None,
+            transcript_to_first_text=(reply.first_text_wall - turn.transcript_wall) if reply.first_text_wall else None,
+            reply_audio=reply.sent_s,
+        )
+        return TurnResult(turn.text, heard, interrupted, timings, reply.served_by)
+
+    async def _reply_text(self, reply: _Reply, delta: str) -> None:
+        if reply.first_text_wall is None:
+            reply.first_text_wall = time.monotonic()
+        reply.text += delta
+        self._emit(StsEvent(REPLY_TEXT, reply.turn.index, text=delta))
+
+    async def _reply_audio(self, reply: _Reply, piece: AudioPiece) -> None:
+        """Cut the piece into chunks and hand each out when playback is within ``playout_lead_s`` of it."""
+        if piece.served_by:
+            reply.served_by = piece.served_by
+        samples = len(piece.pcm) // 2
+        if samples == 0:
+            return
+        sent = _SentPiece(piece.text_start, piece.text_end, samples)
+        reply.pieces.append(sent)
+        rate = piece.sample_rate_hz
+        offset = 0
+        while offset < samples:
+            limit_ms = self.limits.first_chunk_ms if reply.first_audio_wall is None else self.limits.chunk_ms
+            n = min(samples - offset, max(1, rate * limit_ms // 1000))
+            if reply.first_audio_wall is not None:
+                ahead = reply.queued_s - (time.monotonic() - reply.first_audio_wall)
+                if ahead > self.limits.playout_lead_s:
+                    await asyncio.sleep(ahead - self.limits.playout_lead_s)
+            chunk = dataclasses.replace(piece, pcm=piece.pcm[offset * 2 : (offset + n) * 2])
+            if reply.first_audio_wall is None:
+                reply.first_audio_wall = time.monotonic()
+                self._set_state(SPEAKING)
+            self._emit(StsEvent(REPLY_AUDIO, reply.turn.index, audio=chunk), (reply, sent, n))
+            offset += n
+            reply.queued_s += n / rate
+
+    # --- user audio for engines that answer audio -----------------------------------------------------------
+    def _remember_audio(self, pcm: bytes) -> None:
+        self._audio_ring.append(pcm)
+        self._audio_ring_samples += len(pcm) // 2
+        keep = int((self.limits.max_user_turn_s + 2) * RATE)
+        while self._audio_ring and self._audio_ring_samples - len(self._audio_ring[0]) // 2 >= keep:
+            dropped = self._audio_ring.popleft()
+            self._audio_ring_samples -= len(dropped) // 2
+            self._audio_ring_start += len(dropped) // 2
+
+    def _turn_audio(self) -> bytes:
+        """The current turn's audio (from its start minus a pad to now), bounded by the ring."""
+        start_ms = self._turn_start_ms if self._turn_start_ms is not None else self._fed_ms()
+        start = max(self._audio_ring_start, (start_ms - USER_AUDIO_PAD_MS) * RATE // 1000)
+        joined = b"".join(self._audio_ring)
+        return joined[(start - self._audio_ring_start) * 2 :]

@@ -1,0 +1,414 @@
+"""GPU engine of moss_sts: MOSS-Speech (OpenMOSS) on its official path, streamed.
+
+Official path (OpenMOSS/MOSS-Speech ``utils/interface.py``; HF remote code of fnlp/MOSS-Speech and
+fnlp/MOSS-Speech-Codec): ``AutoProcessor.from_pretrained(model_dir, codec_path=codec_dir, device=..,
+trust_remote_code=True)`` builds the chat-template token grid (text and audio channels) from a conversation whose
+turns are text or ``{"path": wav, "type": "audio/wav"}``; ``AutoModel.from_pretrained(model_dir,
+trust_remote_code=True)`` generates (``output_modalities`` picks speech or text), stopped by stopping criteria on
+the text channel (pad or ``<|im_end|>``). Weights come from mounted directories; nothing is downloaded
+(HF_HUB_OFFLINE). The codec's flow decoder code comes from the GitHub checkout (``repo_dir`` on sys.path, with its
+Matcha-TTS submodule).
+
+What we add (no MOSS code copied): FP16 and FlashAttention-2 when the flash-attn package imports (else sdpa);
+streaming by tapping each generation step's tokens and decoding codec frames in chunks (moss_stream.py: first chunk
+1-2 frames, then 3-5, decoder state carried under one cache key per reply); interruption at the next generation
+step (a stopping criterion reads the session's stop flag) and at the next chunk. Heavy libraries are imported only
+in ``load``.
+
+Speech -> speech (Conversation): the user's turn goes in as audio (the dialogue keeps each turn's audio, bounded),
+earlier turns as the audio that was actually sent (an interrupted reply is cut where its audio stopped).
+Text -> speech (Synthesizer): the text as a user turn under a system prompt asking to read it as written
+(moss_sts.gpu.tts_system_prompt); MOSS-Speech is a dialogue model, so this is "MOSS as a low-latency dialogue
+TTS", not a verbatim reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+import time
+import uuid
+import wave
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from services.common import audio as audio_util
+from services.common.config import ChunkingConfig, MossGpuConfig
+from services.common.engines import (
+    AsrEngine,
+    AudioPiece,
+    Sampling,
+    SessionOptions,
+    StsEngine,
+    StsSession,
+    SynthesisOptions,
+    TtsEngine,
+    VoiceInfo,
+)
+from services.common.errors import FailedPrecondition, NotFound
+from services.moss_sts.dialogue import RATE, DialogueLimits, DialogueSession, Message, ReplySink, UserTurn, _Reply
+from services.moss_sts.moss_stream import ChunkPlan, StreamingCodecDecoder, TokenTap
+
+log = logging.getLogger("voicefleet.moss_sts.moss")
+
+OUTPUT_RATE = 24_000
+MODALITY_PAD = 151667  # text-channel placeholder inside audio segments (config.json of fnlp/MOSS-Speech)
+VOICE_ID = "moss"
+SPEECH_SYSTEM_PROMPT = "You are a helpful voice assistant. Answer the user's questions with spoken responses."
+
+
+def _wav_file(directory: str, pcm: bytes, rate: int) -> str:
+    path = os.path.join(directory, f"{uuid.uuid4().hex}.wav")
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm)
+    return path
+
+
+class MossSpeech:
+    """The loaded model, processor and codec; one generation at a time on the card (a lock), decode beside it."""
+
+    def __init__(self, config: MossGpuConfig):
+        self.config = config
+        self.model = None
+        self.processor = None
+        self.codec = None
+        self.conditioning = None
+        self.torch = None
+        self.plan = ChunkPlan(
+            config.first_chunk_frames, config.chunk_frames, config.lookahead_frames, config.overlap_frames
+        )
+        self.generate_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="moss-generate")
+        self.decode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="moss-decode")
+        self.modality_pad = MODALITY_PAD
+        self.stop_ids: list[int] = []
+
+    # --- loading (heavy imports here only) ------------------------------------------------------------------
+    def load(self) -> None:
+        c = self.config
+        for path, what in ((c.model_dir, "model_dir"), (c.codec_dir, "codec_dir")):
+            if not Path(path).is_dir():
+                raise FailedPrecondition(
+                    f"moss_sts.gpu.{what}: {path} is not a directory; mount the MOSS-Speech weights"
+                )
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        for extra in (c.repo_dir, os.path.join(c.repo_dir, "Matcha-TTS")):
+            if os.path.isdir(extra) and extra not in sys.path:
+                sys.path.append(extra)
+        import torch
+        from transformers import AutoModel, AutoProcessor
+
+        self.torch = torch
+        dtype = getattr(torch, c.dtype)
+        attn = c.attn_implementation
+        if attn == "auto":
+            try:
+                import flash_attn  # noqa: F401
+
+                attn = "flash_attention_2"
+            except ImportError:
+                attn = "sdpa"
+        t0 = time.monotonic()
+        self.processor = AutoProcessor.from_pretrained(
+            c.model_dir, codec_path=c.codec_dir, device=c.device, trust_remote_code=True
+        )
+        self.model = AutoModel.from_pretrained(
+            c.model_dir, trust_remote_code=True, torch_dtype=dtype, attn_implementation=attn, device_map=c.device
+        ).eval()
+        self.modality_pad = int(getattr(self.model.config, "modality_pad_token_id", MODALITY_PAD) or MODALITY_PAD)
+        tok = self.processor.tokenizer
+        self.stop_ids = [i for i in (tok.pad_token_id, tok.convert_tokens_to_ids("<|im_end|>")) if i is not None]
+        self.codec = getattr(self.processor, "audio_codec", None) or getattr(self.processor, "codec", None)
+        if self.codec is None or not hasattr(getattr(self.codec, "audio_decoder", None), "token2wav"):
+            raise FailedPrecondition(
+                "moss_sts.gpu.codec_dir: the processor's codec has no audio_decoder.token2wav; this MOSS-Speech-Codec"
+                " revision is not the one docs/conversation.md names"
+            )
+        self.conditioning = self._voice_conditioning()
+        log.info("MOSS-Speech loaded in %.1fs (%s, %s)", time.monotonic() - t0, c.dtype, attn)
+
+    def _prompt_path(self) -> str:
+        p = self.config.prompt_wav
+        return p if os.path.isabs(p) else os.path.join(self.config.repo_dir, p)
+
+    def _voice_conditioning(self) -> dict:
+        """The decoder's voice: prompt codec frames, prompt mel and speaker embedding of the prompt WAV, computed once
+        with the codec's own feature extractors (what its ``decode(prompt_speech=...)`` does per call)."""
+        torch = self.torch
+        import torchaudio
+
+        path = self._prompt_path()
+        if not os.path.isfile(path):
+            raise FailedPrecondition(f"moss_sts.gpu.prompt_wav: {path} does not exist")
+        pcm, rate = audio_util.read_wav(path)
+        wav = torch.from_numpy(np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0).unsqueeze(0)
+        wav24 = torchaudio.functional.resample(wav, rate, OUTPUT_RATE)
+        feat, _ = self.codec._extract_speech_feat(wav24)
+        tokens = torch.tensor(self.codec.encode([(wav24, OUTPUT_RATE)])[0]).unsqueeze(0)
+        n = min(feat.shape[1] // 4, tokens.shape[1])
+        embedding = self.codec._extract_spk_embedding(torchaudio.functional.resample(wav24, OUTPUT_RATE, 16_000))
+        return {"prompt_token": tokens[:, :n].int(), "prompt_feat": feat[:, : 4 * n], "embedding": embedding}
+
+    def resident_bytes(self) -> int:
+        if self.torch is None or not self.torch.cuda.is_available():
+            return 0
+        return int(self.torch.cuda.memory_allocated())
+
+    # --- generation -----------------------------------------------------------------------------------------
+    def token2wav(self, key: str, frames: list[int], finalize: bool) -> np.ndarray:
+        """One chunk through the codec's decoder under the reply's cache key (decoder state carried between calls)."""
+        torch = self.torch
+        decoder = self.codec.audio_decoder
+        c = self.conditioning
+        with torch.inference_mode():
+            speech, _ = decoder.token2wav(
+                torch.tensor([frames], dtype=torch.int32, device=decoder.device),
+                uuid=key,
+                prompt_token=c["prompt_token"],
+                prompt_feat=c["prompt_feat"],
+                embedding=c["embedding"],
+                finalize=finalize,
+            )
+        return speech.float().squeeze().cpu().numpy()
+
+    def release(self, key: str) -> None:
+        decoder = self.codec.audio_decoder
+        for cache in ("hift_cache_dict", "mel_overlap_dict"):
+            getattr(decoder, cache, {}).pop(key, None)
+
+    def generate(self, conversation: list[dict], sampling: Sampling, max_tokens: int, tap: TokenTap) -> None:
+        """Blocking: speech-out generation with ``tap`` as the streamer; stops at the stop tokens or ``tap.stop``."""
+        torch = self.torch
+        from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+        stop_ids, stop = set(self.stop_ids), tap.stop
+
+        class StopTokens(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):
+                last = input_ids[:, -1] if input_ids.dim() == 2 else input_ids[:, -1, 0]
+                done = torch.tensor([int(t) in stop_ids for t in last.tolist()], device=input_ids.device)
+                return done | stop.is_set()
+
+        inputs = self.processor([conversation], ["audio"])
+        generation = GenerationConfig(
+            do_sample=True,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=self.config.top_k,
+            repetition_penalty=self.config.repetition_penalty,
+            max_new_tokens=max_tokens,
+            use_cache=True,
+        )
+        if sampling.seed:
+            torch.manual_seed(sampling.seed)
+        with torch.inference_mode():
+            self.model.generate(
+                input_ids=inputs["input_ids"].to(self.config.device),
+                attention_mask=inputs["attention_mask"].to(self.config.device),
+                generation_config=generation,
+                stopping_criteria=StoppingCriteriaList([StopTokens()]),
+                streamer=tap,
+            )
+
+    async def speak(
+        self, conversation: list[dict], sampling: Sampling, max_tokens: int, served_by: str
+    ) -> AsyncIterator[AudioPiece]:
+        """Stream the spoken answer to ``conversation`` as 24 kHz pieces; closing this stops generation at its next
+        step and decoding at its next chunk."""
+        loop = asyncio.get_running_loop()
+        frames: asyncio.Queue = asyncio.Queue()
+        tap = TokenTap(lambda f: loop.call_soon_threadsafe(frames.put_nowait, f), self.modality_pad)
+        key = uuid.uuid4().hex
+        decoder = StreamingCodecDecoder(lambda window, final: self.token2wav(key, window, final), self.plan)
+        generating = loop.run_in_executor(self.generate_pool, self.generate, conversation, sampling, max_tokens, tap)
+        generating.add_done_callback(lambda _f: loop.call_soon_threadsafe(frames.put_nowait, None))
+        try:
+            while True:
+                item = await frames.get()
+                if item is None:
+                    break
+                batch = list(item)
+                while not frames.empty():  # take every frame that is waiting, decode in as few calls as possible
+                    more = frames.get_nowait()
+                    if more is None:
+                        frames.put_nowait(None)
+                        break
+                    batch.extend(more)
+                for wav in await loop.run_in_executor(self.decode_pool, decoder.push, batch):
+                    yield self._piece(wav, served_by)
+            await generating  # its error, if it failed
+            tail = await loop.run_in_executor(self.decode_pool, decoder.finish)
+            if tail is not None and len(tail):
+                yield self._piece(tail, served_by)
+        finally:
+            tap.stop.set()  # interrupt: the generation stops at its next step
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(generating)
+            self.decode_pool.submit(self.release, key)
+
+    @staticmethod
+    def _piece(wav: np.ndarray, served_by: str) -> AudioPiece:
+        pcm = audio_util.to_int16(np.asarray(wav, dtype=np.float32)).tobytes()
+        return AudioPiece(pcm=pcm, sample_rate_hz=OUTPUT_RATE, text_start=0, text_end=0, served_by=served_by)
+
+
+class MossSession(DialogueSession):
+    keeps_user_audio = True
+
+    def __init__(self, engine: MossSpeechEngine, options: SessionOptions):
+        super().__init__(engine.service, engine.served_by, engine.asr, options, engine.limits)
+        self.engine = engine
+        self._dir = tempfile.mkdtemp(prefix="moss-session-")
+        self._files: dict[int, str] = {}
+        self._reply_audio = bytearray()
+        if not options.system_prompt:
+            self.system_prompt = SPEECH_SYSTEM_PROMPT
+
+    def _content(self, message: Message):
+        if message.audio is None:
+            return message.text
+        path = self._files.get(id(message))
+        if path is None:
+            rate = RATE if message.role == "user" else OUTPUT_RATE
+            path = self._files[id(message)] = _wav_file(self._dir, message.audio, rate)
+        return {"path": path, "type": "audio/wav"}
+
+    async def generate_reply(self, turn: UserTurn, sink: ReplySink) -> None:
+        conversation = [{"role": "system", "content": self.system_prompt}]
+        conversation += [{"role": m.role, "content": self._content(m)} for m in self.context.messages]
+        current = _wav_file(self._dir, turn.audio or b"", RATE)
+        conversation.append({"role": "user", "content": {"path": current, "type": "audio/wav"}})
+        self._reply_audio = bytearray()
+        try:
+            pieces = self.engine.model.speak(
+                conversation, self.options.sampling, self.engine.max_new_tokens, self.served_by
+            )
+            async with contextlib.aclosing(pieces) as stream:
+                async for piece in stream:
+                    self._reply_audio += piece.pcm
+                    await sink.audio(piece)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(current)
+
+    def assistant_message(self, reply: _Reply, heard: str) -> Message | None:
+        """The context keeps the reply as the audio that was sent (a speech model has no reply text)."""
+        sent = int(reply.sent_s * OUTPUT_RATE) * 2
+        pcm = bytes(self._reply_audio[:sent])
+        return Message("assistant", heard, pcm) if pcm else None
+
+    async def release(self) -> None:
+        import shutil
+
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class MossSpeechEngine(StsEngine):
+    name = "moss-speech"
+
+    def __init__(
+        self, service: str, config: MossGpuConfig, asr: AsrEngine, limits: DialogueLimits, chunking: ChunkingConfig
+    ):
+        self.service = service
+        self.config = config
+        self.asr = asr
+        self.limits = limits
+        self.chunking = chunking
+        self.model = MossSpeech(config)
+        self.max_new_tokens = config.max_new_tokens
+        self._tts: MossTtsEngine | None = None
+
+    @property
+    def device(self) -> str:
+        return self.config.device
+
+    def resident_bytes(self) -> int:
+        return self.model.resident_bytes()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(self.asr.start(), loop.run_in_executor(self.model.generate_pool, self.model.load))
+        # Warm up: one short spoken answer end to end (CUDA kernels, the decoder caches).
+        async with contextlib.aclosing(
+            self.model.speak([{"role": "user", "content": "Hi."}], Sampling(), 24, self.served_by)
+        ) as pieces:
+            async for _ in pieces:
+                pass
+
+    async def close(self) -> None:
+        await self.asr.close()
+        self.model.generate_pool.shutdown(wait=False, cancel_futures=True)
+        self.model.decode_pool.shutdown(wait=False, cancel_futures=True)
+
+    async def voices(self) -> list[VoiceInfo]:
+        return [self.voice_info()]
+
+    def voice_info(self) -> VoiceInfo:
+        return VoiceInfo(
+            id=VOICE_ID,
+            display_name="MOSS-Speech (decoder prompt voice)",
+            languages=("en-US", "zh-CN"),
+            native_sample_rate_hz=OUTPUT_RATE,
+            service=self.service,
+            engine=self.name,
+            description=f"MOSS-Speech codec decoder conditioned on {self.config.prompt_wav}",
+        )
+
+    async def open_session(self, options: SessionOptions) -> StsSession:
+        if self.model.model is None:
+            raise FailedPrecondition("moss_sts is still loading MOSS-Speech; retry when the service reports SERVING")
+        if options.voice and options.voice != VOICE_ID:
+            raise NotFound(f"config.voice: {options.voice!r} is not a voice of moss_sts; ListVoices shows: {VOICE_ID}")
+        session = MossSession(self, options)
+        await session.start()
+        return session
+
+    def tts_engine(self) -> MossTtsEngine:
+        if self._tts is None:
+            self._tts = MossTtsEngine(self)
+        return self._tts
+
+
+class MossTtsEngine(TtsEngine):
+    """The Synthesizer side: text in, MOSS-Speech's spoken rendering out (one stream per request)."""
+
+    name = "moss-speech"
+
+    def __init__(self, sts: MossSpeechEngine):
+        self.sts = sts
+        self.service = sts.service
+
+    @property
+    def native_sample_rate(self) -> int:
+        return OUTPUT_RATE
+
+    @property
+    def device(self) -> str:
+        return self.sts.device
+
+    async def voices(self) -> list[VoiceInfo]:
+        return [self.sts.voice_info()]
+
+    async def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+        if self.sts.model.model is None:
+            raise FailedPrecondition("moss_sts is still loading MOSS-Speech; retry when the service reports SERVING")
+        conversation = [
+            {"role": "system", "content": self.sts.config.tts_system_prompt},
+            {"role": "user", "content": text},
+        ]
+        # About 5 codec frames per word is generous for read speech; bounded by the configured maximum.
+        max_tokens = min(self.sts.max_new_tokens, 40 + 6 * len(text.split()))
+        pieces = self.sts.model.speak(conversation, Sampling(seed=options.seed), max_tokens, self.served_by)
+        async with contextlib.aclosing(pieces) as stream:
+            async for piece in stream:
+                yield AudioPiece(piece.pcm, piece.sample_rate_hz, 0, len(text), piece.served_by)

@@ -1,0 +1,82 @@
+"""moss_sts: Conversation (full-duplex speech to speech with barge-in) and Synthesizer (MOSS as a dialogue TTS).
+
+CPU (default): a cascade in a box: the asr CPU engine (Silero VAD + pocketsphinx interims + whisper finals) -> the
+brain (OpenAI-compatible chat: llama.cpp + SmolLM2 from fleet member ``brain``) -> piper (or espeak); the Synthesizer
+speaks with the same TTS engine. GPU: MOSS-Speech answers speech with speech (moss_engine.py). docs/conversation.md.
+"""
+
+from __future__ import annotations
+
+from services.common.config import Config
+from services.common.engines import AsrEngine, StsEngine, TtsEngine
+from services.common.server import ServiceParts, Servicer
+from services.common.sts_servicer import ConversationServicer, StsLimits
+from services.common.sts_servicer import instrument as instrument_conversation
+from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, instrument
+from services.moss_sts.dialogue import DialogueLimits
+from voice.v1 import conversation_pb2_grpc, synthesizer_pb2_grpc
+
+SERVICE = "moss_sts"
+
+
+def make_asr(config: Config) -> AsrEngine:
+    """Turn-taking listens with the asr engines (named moss_sts in metrics), configured by the asr section."""
+    if config.asr.engine == "gpu":
+        from services.asr.gpu_engine import GpuAsrEngine
+
+        return GpuAsrEngine(SERVICE, config.asr)
+    from services.asr.cpu_engine import CpuAsrEngine
+
+    return CpuAsrEngine(SERVICE, config.asr)
+
+
+def make_tts(config: Config) -> TtsEngine:
+    section = config.moss_sts
+    if section.tts_engine == "espeak":
+        from services.qwen_tts.espeak_engine import EspeakTtsEngine
+
+        return EspeakTtsEngine(SERVICE, section.chunking, section.espeak)
+    from services.cosyvoice_tts.piper_engine import PiperTtsEngine
+
+    return PiperTtsEngine(SERVICE, section.chunking, max_workers=section.max_concurrent_syntheses)
+
+
+def make_engines(config: Config) -> tuple[StsEngine, TtsEngine]:
+    section = config.moss_sts
+    limits = DialogueLimits.from_config(section)
+    if section.engine == "gpu":
+        from services.moss_sts.moss_engine import MossSpeechEngine
+
+        sts = MossSpeechEngine(SERVICE, section.gpu, make_asr(config), limits, section.chunking)
+        return sts, sts.tts_engine()
+    from services.moss_sts.brain import ChatBrain
+    from services.moss_sts.cascade import CascadeStsEngine
+
+    b = config.brain
+    brain = ChatBrain(b.url, b.model, SERVICE, b.api_key, b.connect_timeout_seconds, b.read_timeout_seconds)
+    tts = make_tts(config)
+    return CascadeStsEngine(SERVICE, make_asr(config), brain, tts, limits), tts
+
+
+def build(config: Config) -> ServiceParts:
+    section = config.moss_sts
+    sts, tts = make_engines(config)
+    conversation = instrument_conversation(ConversationServicer(SERVICE, sts, StsLimits.from_config(section)))
+    synthesizer = instrument(
+        SynthesizerServicer(
+            SERVICE,
+            LocalEngineResolver(tts),
+            max_text_chars=section.max_text_chars,
+            max_chunk_ms=section.chunking.max_chunk_ms,
+            first_chunk_ms=section.chunking.first_chunk_ms or None,
+            max_concurrent=section.max_concurrent_syntheses,
+        )
+    )
+    return ServiceParts(
+        servicers=[
+            Servicer(conversation_pb2_grpc.add_ConversationServicer_to_server, conversation, "voice.v1.Conversation"),
+            Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, synthesizer, "voice.v1.Synthesizer"),
+        ],
+        start=sts.start,
+        stop=sts.close,
+    )
