@@ -65,11 +65,11 @@ def direct_tts(cpu_fleet):
 
 @pytest.fixture(scope="session")
 def asr_fleet(tmp_path_factory):
-    """asr + cosyvoice_tts + router (tests/test_asr_*.py); a short idle timeout so its test is quick."""
+    """asr + cosyvoice_tts + router (tests/test_asr_*.py); short idle timeout and stream limit so their tests are quick."""
     running = start_fleet(
         tmp_path_factory.mktemp("asr-fleet"),
         services=("cosyvoice_tts", "asr", "router"),
-        asr={"idle_timeout_seconds": 2.0},
+        asr={"idle_timeout_seconds": 2.0, "max_stream_seconds": 30},
     )
     yield running
     running.fleet.stop()

@@ -80,6 +80,9 @@ class PocketsphinxPool:
 class PocketsphinxPartial:
     """Pass 1 of one stream: a pooled decoder, taken at the stream's first speech and given back at its end."""
 
+    language = "en"
+    english_only = True
+
     def __init__(self, pool: PocketsphinxPool):
         self._pool = pool
         self._decoder = None

@@ -48,6 +48,11 @@ PAD_AFTER = int(0.15 * RATE)  # audio after its end given to the final pass
 class PartialDecoder(Protocol):
     """Pass 1: incremental. Called from one thread at a time."""
 
+    #: Language of its hypotheses ("en" for pocketsphinx; "" when it follows the stream's language).
+    language: str
+    #: True when it only knows English: dropped for a stream whose detected language is another one.
+    english_only: bool
+
     def start(self) -> None: ...
     def accept(self, pcm: np.ndarray) -> None: ...
     def hypothesis(self) -> str: ...
@@ -323,7 +328,7 @@ class TwoPassStream(AsrStream):
             audio_processed_ms=ms(self._pos),
             # Share of words unchanged since the previous interim: a rough "will it stay" (pass 1 is not pass 2).
             stability=round(0.9 * same / len(new), 3),
-            language="en",
+            language=self._partial.language or (self._language or ""),
         )
         return AsrEvent(RESULT, result=result)
 
@@ -353,7 +358,12 @@ class TwoPassStream(AsrStream):
         compute = time.perf_counter() - t0
         if len(job.audio):
             self._rtf_final.observe(compute / (len(job.audio) / RATE))
-        if self._language is None and text.language and text.language != "en" and self._partial is not None:
+        if (
+            self._language is None
+            and text.language not in ("", "en")
+            and self._partial is not None
+            and self._partial.english_only
+        ):
             # Detected another language: pass 1 (English pocketsphinx) would only make noise from here on.
             self._run_later_release_partial()
         words = tuple(

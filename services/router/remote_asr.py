@@ -113,6 +113,7 @@ class RemoteAsrStream(AsrStream):
         self.backend = backend
         self.call = call
         self._finished = False
+        self._closed = False
 
     async def send_config(self, options: RecognitionOptions) -> None:
         await self._write(
@@ -147,14 +148,20 @@ class RemoteAsrStream(AsrStream):
             if code != grpc.StatusCode.OK:
                 raise from_rpc_error(_status_error(code, await self.call.details()), self.backend.name)
             self.backend.record_success()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._closed and not (task and task.cancelling()):
+                return  # we cancelled the backend call (close): the events simply end
+            raise
         except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.CANCELLED and self.call.cancelled():
+            if e.code() == grpc.StatusCode.CANCELLED and self._closed:
                 return
             if e.code() in BACKEND_FAULTS:
                 self.backend.record_failure()
             raise from_rpc_error(e, self.backend.name) from None
 
     async def close(self) -> None:
+        self._closed = True
         self.call.cancel()  # no-op when finished; cancels the backend's handler when our caller went away
 
 

@@ -1,0 +1,219 @@
+"""GPU engine of asr: faster-whisper (CTranslate2) on CUDA with a large model from a mounted directory.
+
+Same pipeline as the CPU engine (services/asr/pipeline.py: Silero VAD on CPU, endpointing, two passes), different
+passes: pass 2 is the big model (``asr.gpu.model_dir``, e.g. a CTranslate2 conversion of whisper large-v3;
+``device="cuda"``, ``compute_type="float16"``, word timestamps); pass 1 re-decodes the utterance so far with the
+same model (greedy) every ``asr.gpu.interim_interval_ms`` -- whisper has no incremental decoder, but on a GPU a
+re-decode of a few seconds costs tens of ms, and it speaks every language whisper knows, unlike pocketsphinx.
+Why faster-whisper and not FunASR: docs/asr.md#gpu-engine.
+
+Heavy imports (faster_whisper, ctranslate2) happen in ``start``. The CUDA 12 cuBLAS/cuDNN 9 libraries come from
+NVIDIA's pip wheels (requirements-gpu.txt) and are loaded here before CTranslate2 needs them, so no
+LD_LIBRARY_PATH setup is needed in the image. The engine also runs with ``asr.gpu.device: cpu`` (int8), which is
+how its code is tested on machines without a GPU (tests/test_asr_engines.py, with the tiny.en model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import glob
+import importlib.util
+import logging
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from services.asr.cpu_engine import hint_prompt, whisper_language
+from services.asr.pipeline import FinalText, TwoPassStream
+from services.asr.vad import RATE, SileroVad
+from services.common.config import AsrServiceConfig
+from services.common.engines import AsrEngine, AsrStream, RecognitionOptions, WordTiming
+from services.common.errors import FailedPrecondition, InvalidArgument
+
+log = logging.getLogger("voicefleet.asr.gpu")
+
+
+def preload_cuda_libraries() -> list[str]:
+    """dlopen cuBLAS and cuDNN from the nvidia-* wheels (RTLD_GLOBAL) so CTranslate2 finds them."""
+    loaded = []
+    for package, patterns in (
+        ("nvidia.cublas", ("libcublasLt.so*", "libcublas.so*")),
+        ("nvidia.cudnn", ("libcudnn*.so*",)),
+    ):
+        try:
+            spec = importlib.util.find_spec(package)
+        except ModuleNotFoundError:
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        lib_dir = Path(next(iter(spec.submodule_search_locations))) / "lib"
+        for pattern in patterns:
+            for path in sorted(glob.glob(str(lib_dir / pattern))):
+                try:
+                    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                    loaded.append(os.path.basename(path))
+                except OSError as e:
+                    log.debug("could not preload %s: %s", path, e)
+    return loaded
+
+
+class WhisperGpu:
+    """Both passes on one CTranslate2 Whisper model."""
+
+    def __init__(self, config: AsrServiceConfig):
+        self.gpu = config.gpu
+        self.model = None
+        self.multilingual = True
+
+    def load(self) -> None:
+        model_dir = Path(self.gpu.model_dir)
+        if not (model_dir / "model.bin").is_file():
+            raise FailedPrecondition(
+                f"asr.gpu.model_dir: {model_dir} has no model.bin; mount a CTranslate2 Whisper model there"
+                " (e.g. faster-whisper-large-v3; scripts download it on a machine with internet)"
+            )
+        if self.gpu.device == "cuda":
+            preload_cuda_libraries()
+            import ctranslate2
+
+            if ctranslate2.get_cuda_device_count() == 0:
+                raise FailedPrecondition("asr.engine: gpu needs a CUDA device, and CTranslate2 sees none")
+        from faster_whisper import WhisperModel
+
+        t0 = time.monotonic()
+        self.model = WhisperModel(
+            str(model_dir),
+            device=self.gpu.device,
+            device_index=self.gpu.device_index,
+            compute_type=self.gpu.compute_type,
+            num_workers=self.gpu.num_workers,
+            local_files_only=True,
+        )
+        self.multilingual = self.model.model.is_multilingual
+        log.info(
+            "whisper %s loaded on %s (%s) in %.1fs",
+            model_dir.name,
+            self.gpu.device,
+            self.gpu.compute_type,
+            time.monotonic() - t0,
+        )
+
+    def recognize(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText:
+        segments, info = self.model.transcribe(
+            audio,
+            language=language,
+            beam_size=self.gpu.beam_size,
+            vad_filter=False,
+            condition_on_previous_text=False,
+            word_timestamps=True,
+            initial_prompt=hint_prompt(hints),
+        )
+        segments = list(segments)
+        words = tuple(
+            WordTiming(w.word.strip(), int(w.start * 1000), int(w.end * 1000), round(float(w.probability), 3))
+            for s in segments
+            for w in (s.words or ())
+        )
+        confidence = float(np.mean([math.exp(s.avg_logprob) for s in segments])) if segments else 0.0
+        text = " ".join(s.text.strip() for s in segments).strip()
+        return FinalText(text, round(confidence, 3), info.language or (language or ""), words)
+
+    def quick(self, audio: np.ndarray, language: str | None) -> str:
+        """Pass 1: greedy, no timestamps, the utterance so far."""
+        segments, _ = self.model.transcribe(
+            audio,
+            language=language,
+            beam_size=1,
+            vad_filter=False,
+            condition_on_previous_text=False,
+            without_timestamps=True,
+            temperature=0.0,
+        )
+        return " ".join(s.text.strip() for s in segments).strip()
+
+
+class WhisperPartial:
+    """Pass 1 of one stream on the GPU model: keep the utterance's audio, re-decode it when asked."""
+
+    english_only = False
+
+    def __init__(self, whisper: WhisperGpu, language: str | None):
+        self._whisper = whisper
+        self._language = language
+        self.language = language or ""
+        self._chunks: list[np.ndarray] = []
+
+    def start(self) -> None:
+        self._chunks = []
+
+    def accept(self, pcm: np.ndarray) -> None:
+        if len(pcm):
+            self._chunks.append(pcm)
+
+    def hypothesis(self) -> str:
+        if not self._chunks:
+            return ""
+        audio = np.concatenate(self._chunks).astype(np.float32) / 32768.0
+        return self._whisper.quick(audio, self._language)
+
+    def end(self) -> None:
+        self._chunks = []
+
+    def release(self) -> None:
+        self._chunks = []
+
+
+class GpuAsrEngine(AsrEngine):
+    name = "whisper-gpu"
+
+    def __init__(self, service: str, config: AsrServiceConfig):
+        self.service = service
+        self.config = config
+        self.interim_interval_ms = config.gpu.interim_interval_ms
+        self.vad: SileroVad | None = None
+        self.final = WhisperGpu(config)
+        self.stream_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="asr-stream")
+        self.final_pool = ThreadPoolExecutor(max_workers=config.gpu.num_workers, thread_name_prefix="asr-final")
+        self._ready = False
+
+    @property
+    def device(self) -> str:
+        return self.config.gpu.device
+
+    def resident_bytes(self) -> int:
+        if self.final.model is None or self.device != "cuda":
+            return 0
+        return (Path(self.config.gpu.model_dir) / "model.bin").stat().st_size  # float16 weights, as stored
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.vad = await loop.run_in_executor(self.stream_pool, SileroVad, self.service)
+        await loop.run_in_executor(self.final_pool, self.final.load)
+        noise = np.random.default_rng(0).normal(0, 0.01, RATE).astype(np.float32)
+        await loop.run_in_executor(
+            self.final_pool, self.final.recognize, noise, None if self.final.multilingual else "en", ()
+        )
+        self._ready = True
+
+    async def close(self) -> None:
+        self.stream_pool.shutdown(wait=False, cancel_futures=True)
+        self.final_pool.shutdown(wait=False, cancel_futures=True)
+
+    def check_options(self, options: RecognitionOptions) -> None:
+        language = whisper_language(options.language)
+        if not self.final.multilingual and language not in (None, "en"):
+            raise InvalidArgument("config.language", f"the mounted model ({self.config.gpu.model_dir}) is English-only")
+
+    async def open_stream(self, options: RecognitionOptions) -> AsrStream:
+        if not self._ready:
+            raise FailedPrecondition("asr is still loading its model; retry when the service reports SERVING")
+        language = whisper_language(options.language)
+        if language is None and not self.final.multilingual:
+            language = "en"
+        partial = WhisperPartial(self.final, language) if options.interim_results else None
+        return TwoPassStream(self, options, language, partial)

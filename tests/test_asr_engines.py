@@ -1,0 +1,136 @@
+"""asr parts in process: the endpointer's rules, Silero found without importing torch, the base model joined from
+its wheels, and the GPU engine's code run on CPU with the real tiny.en model (no test double)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+from services.asr import evaluation as ev
+from services.asr.vad import WINDOW, Endpointer, SileroVad
+from services.common.config import AsrGpuConfig, AsrServiceConfig
+from services.common.engines import RESULT, SPEECH_END, SPEECH_START, Endpointing, RecognitionOptions
+
+MS = 16  # samples per ms at 16 kHz
+
+
+def run_endpointer(probabilities, **endpointing):
+    ep = Endpointer(Endpointing(**endpointing))
+    out = []
+    for i, p in enumerate(probabilities):
+        level = -20.0 if p >= 0.5 else -90.0  # loud speech, digital silence
+        out += [(t.kind, t.offset // MS, t.reason) for t in ep.push(p, i * WINDOW, level)]
+    out += [(t.kind, t.offset // MS, t.reason) for t in ep.flush(len(probabilities) * WINDOW)]
+    return out
+
+
+def test_endpointer_start_end_and_hangover():
+    # 10 silent windows, 20 speech windows (640 ms), 5 silent (160 ms < hangover), 10 speech, then silence.
+    probs = [0.0] * 10 + [0.9] * 20 + [0.0] * 5 + [0.9] * 10 + [0.0] * 20
+    events = [e for e in run_endpointer(probs) if e[0] in ("start", "end")]
+    assert events == [("start", 320, ""), ("end", 45 * 32, "endpoint")]  # one utterance: the short gap held
+
+
+def test_endpointer_discards_speech_shorter_than_min_speech():
+    probs = [0.0] * 5 + [0.9] * 5 + [0.0] * 20  # 160 ms blip
+    assert [e[0] for e in run_endpointer(probs)] == ["candidate", "discard"]
+    assert [e[0] for e in run_endpointer(probs, min_speech_ms=100)] == ["candidate", "start", "end"]
+
+
+def test_endpointer_longer_hangover_joins_more():
+    probs = [0.0] * 5 + [0.9] * 20 + [0.0] * 10 + [0.9] * 20 + [0.0] * 20  # a 320 ms pause
+    assert sum(e[0] == "end" for e in run_endpointer(probs)) == 2
+    assert sum(e[0] == "end" for e in run_endpointer(probs, hangover_ms=400)) == 1
+
+
+def test_endpointer_max_utterance_cuts_and_goes_on():
+    probs = [0.0] * 5 + [0.9] * 100 + [0.0] * 20  # 3.2 s of speech, max 1 s
+    events = run_endpointer(probs, max_utterance_ms=1000)
+    ends = [e for e in events if e[0] == "end"]
+    assert [e[2] for e in ends] == ["max_utterance"] * 3 + ["endpoint"]
+    starts = [e[1] for e in events if e[0] == "start"]
+    assert starts[1:] == [e[1] for e in ends[:-1]]  # each forced end is the next utterance's start
+    assert all(b - a <= 1000 + 32 for a, b in zip(starts, [e[1] for e in ends], strict=True))
+
+
+def test_silero_is_found_without_importing_its_package():
+    vad = SileroVad("test")
+    assert vad.path.name == "silero_vad.onnx" and "silero_vad" in str(vad.path)
+    assert "silero_vad" not in sys.modules and "torch" not in sys.modules
+    state = vad.new_state()
+    import numpy as np
+
+    assert vad.probability(state, np.zeros(WINDOW, dtype=np.float32)) < 0.1
+
+
+def test_base_model_is_joined_from_its_two_wheels(tmp_path):
+    from services.asr.models import BASE_PARTS, _package_dir, base_model_dir
+
+    path = base_model_dir(tmp_path)
+    parts = [_package_dir(pkg) / "data" / part for pkg, part in BASE_PARTS]
+    assert (path / "model.bin").stat().st_size == sum(p.stat().st_size for p in parts)
+    with open(path / "model.bin", "rb") as f, open(parts[0], "rb") as first:
+        assert f.read(4096) == first.read(4096)
+    assert {p.name for p in path.iterdir()} == {"model.bin", "config.json", "tokenizer.json", "vocabulary.json"}
+    assert base_model_dir(tmp_path) == path  # the second call reuses it
+
+
+async def collect(stream, pcm: bytes) -> list:
+    events = []
+
+    async def consume():
+        async for event in stream.events():
+            events.append(event)
+
+    task = asyncio.create_task(consume())
+    for i in range(0, len(pcm), 3200):
+        await stream.feed(pcm[i : i + 3200])
+    await stream.finish()
+    await task
+    await stream.close()
+    return events
+
+
+async def test_gpu_engine_code_on_cpu_with_tiny_en(asr_speakers):
+    """GpuAsrEngine with asr.gpu.device=cpu and the tiny.en model from its wheel: the same calls it makes on CUDA
+    (word timestamps, whisper re-decodes as interim results), checked on what it hears."""
+    from services.asr.gpu_engine import GpuAsrEngine
+    from services.asr.models import tiny_en_dir
+
+    config = AsrServiceConfig(
+        port=1,
+        engine="gpu",
+        gpu=AsrGpuConfig(model_dir=str(tiny_en_dir()), device="cpu", compute_type="int8", num_workers=1, beam_size=1),
+    )
+    engine = GpuAsrEngine("asr_gpu_on_cpu", config)
+    await engine.start()
+    try:
+        text = ev.SENTENCES[2]
+        stream = asr_speakers.padded("joe", [text], 16000)
+        events = await collect(
+            await engine.open_stream(RecognitionOptions(language="en", interim_results=True)), stream.pcm
+        )
+        kinds = [e.kind for e in events]
+        assert kinds[0] == SPEECH_START and SPEECH_END in kinds
+        results = [e.result for e in events if e.kind == RESULT]
+        assert results[-1].is_final and not any(r.is_final for r in results[:-1])
+        assert any(r.transcript for r in results[:-1]), "whisper re-decodes gave no interim result"
+        final = results[-1]
+        assert ev.wer([text], [final.transcript]) <= 0.15
+        assert [w.word.strip(",.").lower() for w in final.words] == ev.words(final.transcript)
+        u = stream.utterances[0]
+        assert all(u.start_ms - 300 <= w.start_ms <= w.end_ms <= u.end_ms + 300 for w in final.words)
+    finally:
+        await engine.close()
+
+
+async def test_gpu_engine_refuses_a_missing_model_dir(tmp_path):
+    from services.asr.gpu_engine import GpuAsrEngine
+    from services.common.errors import FailedPrecondition
+
+    engine = GpuAsrEngine("asr", AsrServiceConfig(port=1, engine="gpu", gpu=AsrGpuConfig(model_dir=str(tmp_path))))
+    with pytest.raises(FailedPrecondition, match="asr.gpu.model_dir"):
+        await engine.start()
+    await engine.close()
