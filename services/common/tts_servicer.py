@@ -331,7 +331,8 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
             started = time.monotonic()
             resampler: audio.StreamResampler | None = None
             max_bytes = fmt.bytes_for_ms(self.max_chunk_ms) if self.max_chunk_ms else None
-            first_bytes = fmt.bytes_for_ms(self.first_chunk_ms) if self.first_chunk_ms else max_bytes
+            first_ms = min(self.first_chunk_ms, self.max_chunk_ms or self.first_chunk_ms) if self.first_chunk_ms else 0
+            first_bytes = fmt.bytes_for_ms(first_ms) if first_ms else max_bytes
             samples_sent = sequence = 0
             first = True
             span = audio_pb2.TextSpan()
