@@ -64,6 +64,13 @@ async def serve(name: str, server_config: ServerConfig, parts: ServiceParts) -> 
         ("grpc.max_receive_message_length", server_config.max_message_bytes),
         ("grpc.max_send_message_length", server_config.max_message_bytes),
         ("grpc.so_reuseport", 0),
+        # The router keeps its backend channels alive with a ping every 10 s, also while only a health Watch (no
+        # data) is open. gRPC's server default (one ping per 5 min without data, 2 strikes) answers that with GOAWAY
+        # "too_many_pings" after ~30 s, which drops every call in flight on that channel (seen on long Converse
+        # streams). Accept pings every 5 s.
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5000),
     ]
     server = grpc.aio.server(options=options)
     health_servicer = health.aio.HealthServicer()

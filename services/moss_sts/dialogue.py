@@ -179,8 +179,10 @@ class _Reply:
     queued_s: float = 0.0  # audio handed to the event queue (paces generation)
     sent_s: float = 0.0  # audio taken from the queue by the caller (what the user got)
     first_text_wall: float | None = None
-    first_audio_wall: float | None = None
+    first_audio_wall: float | None = None  # first audio taken by the caller
     last_audio_wall: float | None = None
+    progress: asyncio.Event = field(default_factory=asyncio.Event)  # the caller took audio
+    started_speaking: bool = False
     interrupted_reason: str = ""
     interrupted_wall: float | None = None
     served_by: str = ""
@@ -266,6 +268,7 @@ class DialogueSession(StsSession):
         self._ignored: set[int] = set()  # utterances spoken over the agent that did not interrupt it
         self._overlap_start_ms: int | None = None  # speech that started while the agent thought or spoke
         self._overlap_utt: int | None = None
+        self._barged_utt: int | None = None  # the utterance that interrupted the reply (the next turn's)
         # Over-long turn: recognition off until the user pauses.
         self._skipping = False
         self._drop_results = False
@@ -336,14 +339,21 @@ class DialogueSession(StsSession):
                 if self._error is not None:
                     raise self._error
                 return
-            event, chunk = item
-            if chunk is not None:
-                reply, piece, samples = chunk
+            event, extra = item
+            if event.kind == REPLY_AUDIO:
+                reply, piece, samples = extra
                 if reply.interrupted_reason:
                     continue  # audio of a reply interrupted while this chunk waited: never sent
+                now = time.monotonic()
+                if reply.first_audio_wall is None:
+                    reply.first_audio_wall = now
                 piece.sent_samples += samples
                 reply.sent_s += samples / event.audio.sample_rate_hz
-                reply.last_audio_wall = time.monotonic()
+                reply.last_audio_wall = now
+                reply.progress.set()
+            elif event.kind == TURN_COMPLETE and extra is not None:
+                reply, heard, interrupted = extra  # timings as sent: audio still queued at turn end went out first
+                event = dataclasses.replace(event, result=self._result(reply, heard, interrupted))
             yield event
 
     async def close(self) -> None:
@@ -402,7 +412,7 @@ class DialogueSession(StsSession):
         self._stream_base_ms = self._fed_samples * 1000 // RATE
         self._utterances = 0
         self._ignored.clear()
-        self._overlap_start_ms = self._overlap_utt = None
+        self._overlap_start_ms = self._overlap_utt = self._barged_utt = None
         self._asr_task = asyncio.create_task(self._asr_loop(self._stream), name="dialogue-asr")
 
     async def _rotate_stream(self) -> None:
@@ -489,6 +499,8 @@ class DialogueSession(StsSession):
             return
         if r.utterance_index == self._overlap_utt and self.state != LISTENING:
             return  # speech over the agent that has not interrupted it (yet)
+        # Speech that interrupted the reply belongs to the next turn, even while the reply is still winding down.
+        turn = self.turn + 1 if r.utterance_index == self._barged_utt and self.state != LISTENING else self.turn
         base = self._stream_base_ms
         shifted = dataclasses.replace(
             r,
@@ -497,7 +509,7 @@ class DialogueSession(StsSession):
             audio_processed_ms=r.audio_processed_ms + base,
         )
         if not r.is_final:
-            self._emit(StsEvent(USER_TRANSCRIPT, self.turn, transcript=shifted))
+            self._emit(StsEvent(USER_TRANSCRIPT, turn, transcript=shifted))
             return
         text = r.transcript.strip()
         if text:
@@ -505,7 +517,7 @@ class DialogueSession(StsSession):
             if room > 0:
                 self._pending.append(text[:room])
                 self._pending_chars += min(len(text), room) + 1
-            self._emit(StsEvent(USER_TRANSCRIPT, self.turn, transcript=shifted))
+            self._emit(StsEvent(USER_TRANSCRIPT, turn, transcript=shifted))
         self._maybe_end_turn()
 
     def _maybe_end_turn(self, force: bool = False) -> None:
@@ -545,6 +557,7 @@ class DialogueSession(StsSession):
         ):
             start, utt = self._overlap_start_ms, self._overlap_utt
             self._overlap_start_ms = self._overlap_utt = None
+            self._barged_utt = utt
             self._interrupt("barge_in")
             self._turn_start_ms = start  # that speech is the next user turn
             self._ignored.discard(utt)
@@ -635,7 +648,7 @@ class DialogueSession(StsSession):
             kept = self.assistant_message(reply, heard)
             if kept is not None:
                 self.context.add(kept)
-            self._emit(StsEvent(TURN_COMPLETE, turn.index, result=self._result(reply, heard, interrupted)))
+            self._emit(StsEvent(TURN_COMPLETE, turn.index), (reply, heard, interrupted))
         self._reply = None
         self.turn += 1
         self.turns_done += 1
@@ -675,8 +688,6 @@ class DialogueSession(StsSession):
 
     async def _reply_audio(self, reply: _Reply, piece: AudioPiece) -> None:
         """Cut the piece into chunks and hand each out when playback is within ``playout_lead_s`` of it."""
-        if piece.served_by:
-            reply.served_by = piece.served_by
         samples = len(piece.pcm) // 2
         if samples == 0:
             return
@@ -684,16 +695,23 @@ class DialogueSession(StsSession):
         reply.pieces.append(sent)
         rate = piece.sample_rate_hz
         offset = 0
+        lead = self.limits.playout_lead_s
         while offset < samples:
-            limit_ms = self.limits.first_chunk_ms if reply.first_audio_wall is None else self.limits.chunk_ms
+            limit_ms = self.limits.first_chunk_ms if not reply.started_speaking else self.limits.chunk_ms
             n = min(samples - offset, max(1, rate * limit_ms // 1000))
-            if reply.first_audio_wall is not None:
-                ahead = reply.queued_s - (time.monotonic() - reply.first_audio_wall)
-                if ahead > self.limits.playout_lead_s:
-                    await asyncio.sleep(ahead - self.limits.playout_lead_s)
+            # Pace: queue a chunk only while the audio queued is at most `lead` ahead of both what the caller has
+            # taken and what has played since the first chunk went out.
+            while True:
+                played = time.monotonic() - reply.first_audio_wall if reply.first_audio_wall else 0.0
+                ahead = reply.queued_s - min(reply.sent_s, played)
+                if ahead <= lead:
+                    break
+                reply.progress.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(reply.progress.wait(), max(0.005, ahead - lead))
             chunk = dataclasses.replace(piece, pcm=piece.pcm[offset * 2 : (offset + n) * 2])
-            if reply.first_audio_wall is None:
-                reply.first_audio_wall = time.monotonic()
+            if not reply.started_speaking:
+                reply.started_speaking = True
                 self._set_state(SPEAKING)
             self._emit(StsEvent(REPLY_AUDIO, reply.turn.index, audio=chunk), (reply, sent, n))
             offset += n

@@ -169,6 +169,7 @@ class RemoteStsSession(StsSession):
         self.backend = backend
         self.call = call
         self._finished = False
+        self._closed = False
 
     async def _write(self, request) -> None:
         try:
@@ -211,8 +212,16 @@ class RemoteStsSession(StsSession):
             if e.code() in BACKEND_FAULTS:
                 self.backend.record_failure()
             raise from_rpc_error(e, self.backend.name) from None
+        except asyncio.CancelledError:
+            # A read pending when we cancelled the call ourselves (close(): the caller sent a bad message) raises
+            # CancelledError; that ends the events, it is not this task being cancelled.
+            task = asyncio.current_task()
+            if self._closed and task is not None and not task.cancelling():
+                return
+            raise
 
     async def close(self) -> None:
+        self._closed = True
         self.call.cancel()  # no-op when finished; cancels the backend's handler when our caller went away
 
 

@@ -1,0 +1,590 @@
+"""Conversation through the router on a real CPU fleet: brain (llama.cpp + SmolLM2-135M) + moss_sts (cascade in a box)
++ router, on loopback. User speech is made by the fleet itself (moss_sts's Synthesizer: piper joe, reached through
+the router's REALTIME route), sent like a microphone: the user's words in one burst, silence at the pace of real time
+in between (so the server's endpointer, barge-in and idle timeout see a live caller).
+
+The context check is honest for a 135M model: a recording pass-through between moss_sts and the brain keeps each
+chat request the brain received, so the test checks the turns the brain saw (not what a tiny model makes of them).
+Timings are printed (make bench measures them), never asserted.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import queue
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import grpc
+import numpy as np
+import pytest
+
+from services.cli.fleet import free_port
+from services.common import audio
+from tests.conftest import start_fleet, wait_until
+from tests.speech import speech_like
+from tests.speech import wer as _wer
+from voice.v1 import (
+    audio_pb2,
+    conversation_pb2,
+    conversation_pb2_grpc,
+    routing_pb2,
+    synthesizer_pb2,
+    synthesizer_pb2_grpc,
+)
+
+RATE = 16_000
+FRAME_MS = 40
+C = conversation_pb2.ConversationControl
+SYSTEM = "You are a friendly voice assistant. Answer in one short sentence."
+pytestmark = pytest.mark.timeout(300)
+
+
+NUMBERS = "zero one two three four five six seven eight nine ten".split()
+
+
+def wer(reference: str, hypothesis: str) -> float:
+    """WER with digits read as words (whisper writes "2 plus 2")."""
+    spelled = " ".join(
+        NUMBERS[int(w)] if w.isdigit() and int(w) <= 10 else w for w in hypothesis.replace("?", " ").split()
+    )
+    return _wer(reference, spelled)
+
+
+# --- the brain pass-through that records what the brain was asked -----------------------------------------------
+class BrainRecorder:
+    """HTTP pass-through to the real brain; keeps every chat request body. An unreachable brain looks unreachable
+    (the connection is closed without an answer)."""
+
+    def __init__(self, upstream_port: int):
+        self.upstream_port = upstream_port
+        self.requests: list[dict] = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _forward(self, body: bytes | None):
+                if body is not None and self.path.endswith("/chat/completions"):
+                    recorder.requests.append(json.loads(body))
+                upstream = http.client.HTTPConnection("127.0.0.1", recorder.upstream_port, timeout=60)
+                try:
+                    upstream.request(self.command, self.path, body=body, headers={"Content-Type": "application/json"})
+                    reply = upstream.getresponse()
+                except OSError:
+                    self.close_connection = True  # like a dead server: no answer at all
+                    return
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", reply.getheader("Content-Type", "application/json"))
+                    self.end_headers()
+                    while chunk := reply.read1(65536):
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # moss_sts closed the stream (an interrupted reply): so do we, upstream
+                finally:
+                    upstream.close()
+
+            def do_GET(self):  # noqa: N802
+                self._forward(None)
+
+            def do_POST(self):  # noqa: N802
+                self._forward(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def conv(tmp_path_factory):
+    brain_port = free_port()
+    recorder = BrainRecorder(brain_port)
+    running = start_fleet(
+        tmp_path_factory.mktemp("conversation-fleet"),
+        services=("brain", "moss_sts", "router"),
+        brain={"port": brain_port, "base_url": f"http://127.0.0.1:{recorder.port}/v1"},
+        moss_sts={"idle_timeout_seconds": 3, "max_user_turn_seconds": 12, "default_max_tokens": 32},
+    )
+    running.recorder = recorder
+    yield running
+    running.fleet.stop()
+    recorder.close()
+
+
+@pytest.fixture(scope="module")
+def router_channel(conv):
+    with conv.channel("router") as channel:
+        yield channel
+
+
+@pytest.fixture(scope="module")
+def say(router_channel):
+    """Text -> 16 kHz speech by the fleet's own moss_sts Synthesizer (piper joe), through the router."""
+    stub = synthesizer_pb2_grpc.SynthesizerStub(router_channel)
+    cache: dict[str, bytes] = {}
+
+    def speak(text: str) -> bytes:
+        if text not in cache:
+            config = synthesizer_pb2.SynthesisConfig(
+                output_format=audio_pb2.AudioFormat(encoding=audio.S16LE, sample_rate_hz=RATE, channels=1),
+                routing=routing_pb2.Routing(mode=routing_pb2.ROUTE_MODE_REALTIME),
+            )
+            replies = list(stub.Synthesize(synthesizer_pb2.SynthesizeRequest(text=text, config=config), timeout=60))
+            assert {r.served_by for r in replies} == {"moss_sts/piper"}
+            cache[text] = b"".join(r.audio.data for r in replies)
+        return cache[text]
+
+    return speak
+
+
+# --- a live caller ----------------------------------------------------------------------------------------------
+class Talk:
+    """One Converse call: a sender thread that streams silence at the pace of real time and bursts the user's words
+    when asked; a reader thread that keeps every response with its arrival time."""
+
+    def __init__(self, channel, config: conversation_pb2.ConversationConfig | None = None, first=None, **fields):
+        if config is None:
+            config = conversation_pb2.ConversationConfig(
+                input_format=audio_pb2.AudioFormat(encoding=audio.S16LE, sample_rate_hz=RATE, channels=1),
+                system_prompt=SYSTEM,
+                language="en-US",
+                **fields,
+            )
+        self.first = first if first is not None else conversation_pb2.ConverseRequest(config=config)
+        self.outbox: queue.Queue = queue.Queue()
+        self.events: list[tuple[float, conversation_pb2.ConverseResponse]] = []
+        self.sent: list[tuple[str, float, float]] = []  # (what, first frame sent, last frame sent)
+        self.error: grpc.RpcError | None = None
+        self.done = threading.Event()
+        self.silence = True
+        self.cond = threading.Condition()
+        stub = conversation_pb2_grpc.ConversationStub(channel)
+        self.call = stub.Converse(self._requests(), timeout=240)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _requests(self):
+        yield self.first
+        frame = RATE * FRAME_MS // 1000 * 2
+        due = time.monotonic()
+        while True:
+            try:
+                item = self.outbox.get(timeout=max(0.0, due - time.monotonic()))
+            except queue.Empty:
+                item = None
+            if item is None:
+                if self.silence:
+                    yield conversation_pb2.ConverseRequest(audio=bytes(frame))
+                due += FRAME_MS / 1000
+                continue
+            kind, value, label = item
+            if kind == "end":
+                return
+            if kind == "control":
+                yield conversation_pb2.ConverseRequest(control=C(action=value))
+                continue
+            start = time.monotonic()
+            for i in range(0, len(value), frame * 5):
+                yield conversation_pb2.ConverseRequest(audio=value[i : i + frame * 5])
+            self.sent.append((label, start, time.monotonic()))
+            due = time.monotonic()
+
+    def _read(self):
+        try:
+            for reply in self.call:
+                with self.cond:
+                    self.events.append((time.monotonic(), reply))
+                    self.cond.notify_all()
+        except grpc.RpcError as e:
+            self.error = e
+        finally:
+            self.done.set()
+            with self.cond:
+                self.cond.notify_all()
+
+    def send(self, pcm: bytes, label: str = "speech"):
+        self.outbox.put(("audio", pcm, label))
+
+    def control(self, action):
+        self.outbox.put(("control", action, ""))
+
+    def end(self):
+        self.outbox.put(("end", None, ""))
+
+    def wait(self, predicate, timeout=90.0):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not predicate():
+                if self.done.is_set() or time.monotonic() > deadline:
+                    return predicate()
+                self.cond.wait(0.2)
+        return True
+
+    # views
+    def of(self, kind: str, turn: int | None = None):
+        return [
+            (t, e) for t, e in self.events if e.WhichOneof("event") == kind and (turn is None or e.turn_index == turn)
+        ]
+
+    def complete(self, turn: int):
+        found = self.of("turn_complete", turn)
+        return found[0][1].turn_complete if found else None
+
+    def ended(self, turn: int) -> bool:
+        return bool(self.of("turn_complete", turn) or self.of("turn_error", turn))
+
+    def reply_audio(self, turn: int) -> bytes:
+        return b"".join(e.reply_audio.data for _, e in self.of("reply_audio", turn))
+
+    def reply_text(self, turn: int) -> str:
+        return "".join(e.reply_text.delta for _, e in self.of("reply_text", turn))
+
+    def finals(self, turn: int) -> list[str]:
+        return [e.user_transcript.transcript for _, e in self.of("user_transcript", turn) if e.user_transcript.is_final]
+
+    def states(self) -> list[tuple[int, int]]:
+        return [(e.turn_index, e.state.state) for _, e in self.of("state")]
+
+
+def close(talk: Talk):
+    talk.end()
+    talk.done.wait(60)
+    talk.call.cancel()
+
+
+def trim(pcm: bytes) -> bytes:
+    """The voiced part of synthesized speech (no leading/trailing silence)."""
+    x = np.frombuffer(pcm, dtype=np.int16)
+    loud = np.flatnonzero(np.abs(x) > 300)
+    return x[loud[0] : loud[-1] + 1].tobytes() if len(loud) else pcm
+
+
+# --- the 3-turn conversation -------------------------------------------------------------------------------------
+def test_three_turn_conversation_carries_context(conv, router_channel, say):
+    lines = ["Hello, my name is Alice.", "What is two plus two?", "What is my name?"]
+    talk = Talk(router_channel)
+    asked_before = len(conv.recorder.requests)
+    try:
+        for turn, line in enumerate(lines):
+            talk.send(say(line), label=f"turn {turn}")
+            assert talk.wait(lambda turn=turn: talk.ended(turn)), f"turn {turn} never completed: {talk.events[-5:]}"
+            done = talk.complete(turn)
+            assert done is not None, f"turn {turn} failed: {talk.of('turn_error', turn)}"
+            heard = " ".join(talk.finals(turn))
+            assert wer(line, heard) <= 0.25, f"turn {turn}: heard {heard!r} for {line!r}"
+            assert wer(line, done.user_text) <= 0.25
+            assert done.reply_text.strip(), f"turn {turn}: empty reply"
+            assert done.reply_text == talk.reply_text(turn).strip(), "the context keeps the whole reply when not cut"
+            assert not done.interrupted and done.served_by == "moss_sts/cascade"
+            pcm = talk.reply_audio(turn)
+            seconds = len(pcm) / 2 / RATE
+            figures = speech_like(pcm, RATE)
+            assert seconds >= 0.5 and figures["rms"] > 0.01 and figures["modulation"] > 0.5, (seconds, figures)
+            assert abs(done.timings.reply_audio_ms - seconds * 1000) < 100, "reply_audio_ms is the audio sent"
+            print(
+                f"\nturn {turn}: {done.user_text!r} -> {done.reply_text!r} ({seconds:.1f} s audio);"
+                f" speech end -> first audio {done.timings.speech_end_to_first_audio_ms} ms"
+                f" (transcript {done.timings.speech_end_to_transcript_ms} ms,"
+                f" first text +{done.timings.transcript_to_first_text_ms} ms)"
+            )
+        # States went LISTENING -> THINKING -> SPEAKING -> LISTENING for every turn.
+        L, T, S = (
+            conversation_pb2.CONVERSATION_STATE_LISTENING,
+            conversation_pb2.CONVERSATION_STATE_THINKING,
+            conversation_pb2.CONVERSATION_STATE_SPEAKING,
+        )
+        assert talk.states() == [(0, L), (0, T), (0, S), (1, L), (1, T), (1, S), (2, L), (2, T), (2, S), (3, L)]
+        # Context: the brain's third request holds both earlier turns exactly as heard and answered.
+        asked = conv.recorder.requests[asked_before:]
+        assert len(asked) == 3
+        third = asked[2]["messages"]
+        expect = [("system", SYSTEM)]
+        for turn in range(3):
+            expect.append(("user", talk.complete(turn).user_text))
+            if turn < 2:
+                expect.append(("assistant", talk.complete(turn).reply_text))
+        assert [(m["role"], m["content"]) for m in third] == expect
+        assert "alice" in third[1]["content"].lower()
+        assert asked[2]["temperature"] == pytest.approx(0.5) and asked[2]["top_p"] == pytest.approx(0.8)
+        print(f"turn 2 reply (name asked): {talk.complete(2).reply_text!r}")
+    finally:
+        close(talk)
+    assert conv.metric("moss_sts", "voicefleet_sts_turns_total", outcome="complete") >= 3
+    assert conv.metric("moss_sts", "voicefleet_sts_speech_end_to_first_audio_seconds_count") >= 3
+    assert conv.metric("router", "voicefleet_sts_turns_total", outcome="complete") >= 3
+
+
+# --- barge-in ----------------------------------------------------------------------------------------------------
+def test_barge_in_stops_the_reply_and_keeps_only_what_was_heard(conv, router_channel, say):
+    talk = Talk(router_channel, sampling=conversation_pb2.SamplingConfig(max_tokens=160))
+    asked_before = len(conv.recorder.requests)
+    try:
+        talk.send(say("Please tell me a long story about a brave little dragon who wanted to fly."))
+        assert talk.wait(lambda: len(talk.reply_audio(0)) >= RATE * 2 * 1.5 or talk.ended(0)), talk.events[-3:]
+        assert not talk.ended(0), "the story ended before the test could talk over it; it must be longer"
+        talk.send(say("Stop. What is two plus two?"), label="barge-in")
+        assert talk.wait(lambda: talk.of("interrupted", 0))
+        (t_int, event), *_ = talk.of("interrupted", 0)
+        assert event.interrupted.reason == "barge_in"
+        assert talk.wait(lambda: talk.complete(0) is not None)
+        time.sleep(1.0)  # any audio still coming for turn 0 would arrive now
+        audio_times = [t for t, _ in talk.of("reply_audio", 0)]
+        assert max(audio_times) <= t_int, "reply audio kept coming after the interruption"
+        received_ms = len(talk.reply_audio(0)) / 2 / RATE * 1000
+        assert abs(event.interrupted.audio_sent_ms - received_ms) <= 60, "audio_sent_ms is what the caller got"
+        done = talk.complete(0)
+        assert done.interrupted and done.reply_text == event.interrupted.heard_text
+        generated = talk.reply_text(0)
+        assert generated.startswith(done.reply_text) and len(done.reply_text) < len(generated.strip())
+        # The barge-in speech is the next user turn, answered with the cut reply in the context.
+        assert talk.wait(lambda: talk.ended(1)), talk.events[-5:]
+        assert talk.complete(1) is not None and wer("stop what is two plus two", talk.complete(1).user_text) <= 0.34
+        asked = conv.recorder.requests[asked_before:]
+        assert [m["content"] for m in asked[1]["messages"] if m["role"] == "assistant"] == [done.reply_text]
+        label, speech_start, _ = next(s for s in talk.sent if s[0] == "barge-in")
+        print(
+            f"\nbarge-in: user speech sent -> last reply audio {(max(audio_times) - speech_start) * 1000:.0f} ms;"
+            f" last audio -> interrupted event {(t_int - max(audio_times)) * 1000:.0f} ms;"
+            f" heard {done.reply_text!r} of {generated!r}"
+        )
+    finally:
+        close(talk)
+    assert conv.metric("moss_sts", "voicefleet_sts_interruptions_total", reason="barge_in") >= 1
+
+
+def test_speech_shorter_than_the_barge_in_minimum_does_not_interrupt(conv, router_channel, say):
+    cough = trim(say("Okay, sure."))
+    talk = Talk(
+        router_channel,
+        sampling=conversation_pb2.SamplingConfig(max_tokens=60),
+        barge_in=conversation_pb2.BargeInConfig(min_speech_ms=max(1500, int(len(cough) / 2 / RATE * 1000) + 800)),
+    )
+    try:
+        talk.send(say("Please tell me a long story about the sea."))
+        assert talk.wait(lambda: len(talk.reply_audio(0)) >= RATE * 2 * 0.5 or talk.ended(0))
+        assert not talk.ended(0), "the reply ended before the test could talk over it; it must be longer"
+        talk.send(cough, label="backchannel")
+        assert talk.wait(lambda: talk.ended(0))
+        sent = next(s for s in talk.sent if s[0] == "backchannel")
+        assert max(t for t, _ in talk.of("reply_audio", 0)) > sent[2], "the reply went on after the backchannel"
+        assert not talk.of("interrupted", 0) and not talk.complete(0).interrupted
+        time.sleep(1.5)
+        assert not talk.of("turn_complete", 1) and not talk.of("turn_error", 1), "the backchannel became a turn"
+    finally:
+        close(talk)
+
+
+# --- controls and failures ---------------------------------------------------------------------------------------
+def test_interrupt_while_listening_is_a_noop_and_client_interrupt_cuts_the_reply(conv, router_channel, say):
+    talk = Talk(router_channel, sampling=conversation_pb2.SamplingConfig(max_tokens=120))
+    try:
+        talk.control(C.ACTION_INTERRUPT)  # nothing to stop
+        time.sleep(0.5)
+        assert not talk.of("interrupted") and talk.error is None
+        talk.send(say("Tell me a long story about a lighthouse keeper."))
+        assert talk.wait(lambda: len(talk.reply_audio(0)) >= RATE * 2 * 0.5 or talk.ended(0))
+        if not talk.ended(0):
+            talk.control(C.ACTION_INTERRUPT)
+            assert talk.wait(lambda: talk.of("interrupted", 0))
+            assert talk.of("interrupted", 0)[0][1].interrupted.reason == "client"
+            assert talk.wait(lambda: talk.complete(0) is not None) and talk.complete(0).interrupted
+    finally:
+        close(talk)
+    assert talk.error is None
+
+
+def test_end_of_turn_answers_without_waiting_for_the_endpointer(conv, router_channel, say):
+    talk = Talk(router_channel)
+    talk.silence = False  # nothing after the words: only ACTION_END_OF_TURN can end this turn
+    try:
+        talk.send(trim(say("What color is the sky?")))
+        talk.control(C.ACTION_END_OF_TURN)
+        talk.silence = True
+        assert talk.wait(lambda: talk.ended(0))
+        assert talk.complete(0) is not None and wer("what color is the sky", talk.complete(0).user_text) <= 0.25
+    finally:
+        close(talk)
+
+
+def test_brain_unreachable_is_a_turn_error_and_the_session_survives(conv, router_channel, say):
+    talk = Talk(router_channel)
+    brain = conv.fleet.members["brain"]
+    try:
+        brain.process.terminate()
+        brain.process.wait(30)
+        talk.send(say("What is two plus two?"))
+        assert talk.wait(lambda: talk.ended(0))
+        (_, failed), *_ = talk.of("turn_error", 0)
+        assert failed.turn_error.code == grpc.StatusCode.UNAVAILABLE.value[0]
+        assert "brain" in failed.turn_error.message and "unreachable" in failed.turn_error.message
+        conv.fleet.spawn("brain")
+        conv.fleet.wait_serving(["brain"], 120)
+        talk.send(say("What is my favorite color?"))
+        assert talk.wait(lambda: talk.ended(1), timeout=120)
+        assert talk.complete(1) is not None, talk.of("turn_error", 1)
+        assert talk.complete(1).reply_text and "favorite color" in talk.complete(1).user_text.lower()
+    finally:
+        close(talk)
+        if conv.fleet.members["brain"].process.poll() is not None:
+            conv.fleet.spawn("brain")
+            conv.fleet.wait_serving(["brain"], 120)
+    assert talk.error is None
+
+
+def test_ten_minute_monologue_hits_the_turn_bound_not_memory(conv, router_channel, say):
+    """600 s of continuous speech, sent as fast as the server takes it: past moss_sts.max_user_turn_seconds (12 s
+    here) the turn fails with RESOURCE_EXHAUSTED and nothing more is recognized until the user pauses; then the
+    session answers as usual."""
+    clip = trim(say("I keep talking about my garden and the roses and the tomatoes and the weather"))
+    monologue = clip * (int(600 * RATE * 2 / len(clip)) + 1)
+    talk = Talk(router_channel)
+    talk.silence = False
+    try:
+        talk.send(monologue, label="monologue")
+        talk.silence = True
+        assert talk.wait(lambda: talk.of("turn_error", 0), timeout=180), talk.events[-5:]
+        (_, failed), *_ = talk.of("turn_error", 0)
+        assert failed.turn_error.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+        assert "moss_sts.max_user_turn_seconds" in failed.turn_error.message
+        assert talk.wait(lambda: any(s[0] == "monologue" for s in talk.sent), timeout=180)
+        heard = " ".join(
+            e.user_transcript.transcript for _, e in talk.of("user_transcript") if e.user_transcript.is_final
+        )
+        assert len(heard) <= 2000, "the failed turn's transcript is bounded"
+        assert not talk.of("turn_complete", 0)
+        time.sleep(1.0)  # a pause: the agent listens again
+        talk.send(say("What is two plus two?"))
+        assert talk.wait(lambda: talk.ended(1), timeout=120)
+        assert talk.complete(1) is not None and wer("what is two plus two", talk.complete(1).user_text) <= 0.25
+    finally:
+        close(talk)
+    assert talk.error is None
+
+
+# --- bad input ---------------------------------------------------------------------------------------------------
+def converse_status(channel, messages, timeout=30) -> grpc.RpcError:
+    stub = conversation_pb2_grpc.ConversationStub(channel)
+    with pytest.raises(grpc.RpcError) as info:
+        list(stub.Converse(iter(messages), timeout=timeout))
+    return info.value
+
+
+def fmt(rate=RATE):
+    return audio_pb2.AudioFormat(encoding=audio.S16LE, sample_rate_hz=rate, channels=1)
+
+
+@pytest.mark.parametrize("target", ["router", "moss_sts"])
+def test_bad_input_gets_a_clear_status(conv, target):
+    with conv.channel(target) as channel:
+        e = converse_status(channel, [conversation_pb2.ConverseRequest(audio=bytes(640))])
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "config" in e.details()
+        e = converse_status(
+            channel, [conversation_pb2.ConverseRequest(config=conversation_pb2.ConversationConfig(language="en-US"))]
+        )
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "config.input_format.sample_rate_hz" in e.details()
+        e = converse_status(
+            channel,
+            [conversation_pb2.ConverseRequest(config=conversation_pb2.ConversationConfig(input_format=fmt(96000)))],
+        )
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "config.input_format.sample_rate_hz" in e.details()
+        config = conversation_pb2.ConverseRequest(config=conversation_pb2.ConversationConfig(input_format=fmt()))
+        e = converse_status(channel, [config, conversation_pb2.ConverseRequest(audio=bytes(641))])
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "audio" in e.details()
+        e = converse_status(channel, [config, conversation_pb2.ConverseRequest(control=C())])
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "control.action" in e.details()
+        e = converse_status(channel, [config, config])
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "config" in e.details()
+        bad = conversation_pb2.ConversationConfig(
+            input_format=fmt(), sampling=conversation_pb2.SamplingConfig(temperature=5.0)
+        )
+        e = converse_status(channel, [conversation_pb2.ConverseRequest(config=bad)])
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "config.sampling.temperature" in e.details()
+        bad = conversation_pb2.ConversationConfig(input_format=fmt(), voice="nobody")
+        e = converse_status(channel, [conversation_pb2.ConverseRequest(config=bad)])
+        assert e.code() == grpc.StatusCode.NOT_FOUND and "config.voice" in e.details()
+
+
+def test_idle_session_ends_with_deadline_exceeded(conv, router_channel):
+    talk = Talk(router_channel)
+    talk.silence = False
+    assert talk.done.wait(20)
+    assert talk.error is not None and talk.error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "moss_sts.idle_timeout_seconds" in talk.error.details()
+
+
+def test_any_input_rate_is_resampled(conv, router_channel, say):
+    pcm8 = audio.resample(say("What is two plus two?"), RATE, 8000)
+    talk = Talk(
+        router_channel,
+        first=conversation_pb2.ConverseRequest(
+            config=conversation_pb2.ConversationConfig(
+                input_format=fmt(8000), output_format=fmt(24000), system_prompt=SYSTEM, language="en-US"
+            )
+        ),
+    )
+    try:
+        talk.send(pcm8)
+        assert talk.wait(lambda: talk.ended(0))
+        assert wer("what is two plus two", talk.complete(0).user_text) <= 0.25
+        chunks = [e.reply_audio for _, e in talk.of("reply_audio", 0)]
+        assert chunks and {c.format.sample_rate_hz for c in chunks} == {24000}
+        assert [c.sequence for c in chunks] == list(range(len(chunks)))
+    finally:
+        close(talk)
+
+
+# --- CLI ---------------------------------------------------------------------------------------------------------
+def test_cli_converse_and_speak_realtime(conv, say, tmp_path):
+    import subprocess
+    import sys
+
+    for i, line in enumerate(["My name is Bob.", "What is my name?"]):
+        audio.write_wav(tmp_path / f"u{i}.wav", say(line), RATE)
+    cli = [sys.executable, "-m", "services.cli.main", "--router", conv.address("router")]
+    out = subprocess.run(
+        [*cli, "converse", str(tmp_path / "u0.wav"), "-o", str(tmp_path / "reply.wav"), "--fast"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "my name is bob" in out.stdout.lower() and "time to first audio" in out.stdout
+    pcm, rate = audio.read_wav(str(tmp_path / "reply.wav"))
+    assert len(pcm) / 2 / rate > 0.5
+    out = subprocess.run(
+        [
+            *cli,
+            "converse",
+            "--turns",
+            str(tmp_path / "u0.wav"),
+            str(tmp_path / "u1.wav"),
+            "-o",
+            str(tmp_path / "r.wav"),
+            "--fast",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert (tmp_path / "r-1.wav").exists() and (tmp_path / "r-2.wav").exists()
+    assert "what is my name" in out.stdout.lower()
+    out = subprocess.run(
+        [*cli, "speak", "Hello from the realtime route.", "--mode", "realtime", "-o", str(tmp_path / "s.wav")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "served by moss_sts/piper" in out.stdout, out.stderr + out.stdout
+
+
+def test_status_lists_moss_sts_serving(conv):
+    assert wait_until(lambda: conv.metric("router", "voicefleet_backend_serving", backend="moss_sts") == 1, 10)
