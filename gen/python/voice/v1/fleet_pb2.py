@@ -24,23 +24,23 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14voice/v1/fleet.proto\x12\x08voice.v1\"+\n\x15GetFleetStatusRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x9f\x01\n\rBackendStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\'\n\x06health\x18\x03 \x01(\x0e\x32\x17.voice.v1.BackendHealth\x12\x16\n\x0e\x65jected_for_ms\x18\x04 \x01(\r\x12\x1c\n\x14\x63onsecutive_failures\x18\x05 \x01(\r\x12\x10\n\x08services\x18\x06 \x03(\t\"r\n\x0e\x46\x61iloverRecord\x12\x14\n\x0c\x66rom_backend\x18\x01 \x01(\t\x12\x12\n\nto_backend\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nat_unix_ms\x18\x04 \x01(\x04\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"\x8b\x01\n\x16GetFleetStatusResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x08\x62\x61\x63kends\x18\x02 \x03(\x0b\x32\x17.voice.v1.BackendStatus\x12\x32\n\x10recent_failovers\x18\x03 \x03(\x0b\x32\x18.voice.v1.FailoverRecord*\xa7\x01\n\rBackendHealth\x12\x1e\n\x1a\x42\x41\x43KEND_HEALTH_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x42\x41\x43KEND_HEALTH_SERVING\x10\x01\x12\x1e\n\x1a\x42\x41\x43KEND_HEALTH_NOT_SERVING\x10\x02\x12\x1e\n\x1a\x42\x41\x43KEND_HEALTH_UNREACHABLE\x10\x03\x12\x1a\n\x16\x42\x41\x43KEND_HEALTH_EJECTED\x10\x04\x32\\\n\x05\x46leet\x12S\n\x0eGetFleetStatus\x12\x1f.voice.v1.GetFleetStatusRequest\x1a .voice.v1.GetFleetStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14voice/v1/fleet.proto\x12\x08voice.v1\"+\n\x15GetFleetStatusRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\xd4\x01\n\rBackendStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\'\n\x06health\x18\x03 \x01(\x0e\x32\x17.voice.v1.BackendHealth\x12\x16\n\x0e\x65jected_for_ms\x18\x04 \x01(\r\x12\x1c\n\x14\x63onsecutive_failures\x18\x05 \x01(\r\x12\x10\n\x08services\x18\x06 \x03(\t\x12\x10\n\x08routable\x18\x07 \x01(\x08\x12\x11\n\tejections\x18\x08 \x01(\r\x12\x0e\n\x06\x64\x65tail\x18\t \x01(\t\"r\n\x0e\x46\x61iloverRecord\x12\x14\n\x0c\x66rom_backend\x18\x01 \x01(\t\x12\x12\n\nto_backend\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nat_unix_ms\x18\x04 \x01(\x04\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"\x8b\x01\n\x16GetFleetStatusResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x08\x62\x61\x63kends\x18\x02 \x03(\x0b\x32\x17.voice.v1.BackendStatus\x12\x32\n\x10recent_failovers\x18\x03 \x03(\x0b\x32\x18.voice.v1.FailoverRecord*\xa7\x01\n\rBackendHealth\x12\x1e\n\x1a\x42\x41\x43KEND_HEALTH_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x42\x41\x43KEND_HEALTH_SERVING\x10\x01\x12\x1e\n\x1a\x42\x41\x43KEND_HEALTH_NOT_SERVING\x10\x02\x12\x1e\n\x1a\x42\x41\x43KEND_HEALTH_UNREACHABLE\x10\x03\x12\x1a\n\x16\x42\x41\x43KEND_HEALTH_EJECTED\x10\x04\x32\\\n\x05\x46leet\x12S\n\x0eGetFleetStatus\x12\x1f.voice.v1.GetFleetStatusRequest\x1a .voice.v1.GetFleetStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'voice.v1.fleet_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_BACKENDHEALTH']._serialized_start=500
-  _globals['_BACKENDHEALTH']._serialized_end=667
+  _globals['_BACKENDHEALTH']._serialized_start=553
+  _globals['_BACKENDHEALTH']._serialized_end=720
   _globals['_GETFLEETSTATUSREQUEST']._serialized_start=34
   _globals['_GETFLEETSTATUSREQUEST']._serialized_end=77
   _globals['_BACKENDSTATUS']._serialized_start=80
-  _globals['_BACKENDSTATUS']._serialized_end=239
-  _globals['_FAILOVERRECORD']._serialized_start=241
-  _globals['_FAILOVERRECORD']._serialized_end=355
-  _globals['_GETFLEETSTATUSRESPONSE']._serialized_start=358
-  _globals['_GETFLEETSTATUSRESPONSE']._serialized_end=497
-  _globals['_FLEET']._serialized_start=669
-  _globals['_FLEET']._serialized_end=761
+  _globals['_BACKENDSTATUS']._serialized_end=292
+  _globals['_FAILOVERRECORD']._serialized_start=294
+  _globals['_FAILOVERRECORD']._serialized_end=408
+  _globals['_GETFLEETSTATUSRESPONSE']._serialized_start=411
+  _globals['_GETFLEETSTATUSRESPONSE']._serialized_end=550
+  _globals['_FLEET']._serialized_start=722
+  _globals['_FLEET']._serialized_end=814
 # @@protoc_insertion_point(module_scope)

@@ -27,20 +27,26 @@ class GetFleetStatusRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ...) -> None: ...
 
 class BackendStatus(_message.Message):
-    __slots__ = ("name", "address", "health", "ejected_for_ms", "consecutive_failures", "services")
+    __slots__ = ("name", "address", "health", "ejected_for_ms", "consecutive_failures", "services", "routable", "ejections", "detail")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     EJECTED_FOR_MS_FIELD_NUMBER: _ClassVar[int]
     CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
     SERVICES_FIELD_NUMBER: _ClassVar[int]
+    ROUTABLE_FIELD_NUMBER: _ClassVar[int]
+    EJECTIONS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
     health: BackendHealth
     ejected_for_ms: int
     consecutive_failures: int
     services: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., health: _Optional[_Union[BackendHealth, str]] = ..., ejected_for_ms: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., services: _Optional[_Iterable[str]] = ...) -> None: ...
+    routable: bool
+    ejections: int
+    detail: str
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., health: _Optional[_Union[BackendHealth, str]] = ..., ejected_for_ms: _Optional[int] = ..., consecutive_failures: _Optional[int] = ..., services: _Optional[_Iterable[str]] = ..., routable: _Optional[bool] = ..., ejections: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class FailoverRecord(_message.Message):
     __slots__ = ("from_backend", "to_backend", "reason", "at_unix_ms", "request_id")
