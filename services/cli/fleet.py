@@ -93,7 +93,7 @@ def write_ephemeral_config(directory: Path, services=("cosyvoice_tts", "router")
     """A config file giving every service free loopback ports (tests, benchmarks); ``sections`` merge over it."""
     raw = {"fleet": {"services": list(services), "start_timeout_seconds": 90}}
     for f in dataclasses.fields(Config):
-        if f.name != "fleet":
+        if "port" in {g.name for g in dataclasses.fields(f.default_factory())}:  # fleet members only
             grace = 5 if f.name == "router" else 10
             raw[f.name] = {"port": free_port(), "metrics_port": free_port(), "grace_seconds": grace}
     for name, values in sections.items():

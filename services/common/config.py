@@ -546,6 +546,109 @@ class LeaseConfig:
         _check(path, "max_waiters", self.max_waiters >= 1, "must be >= 1")
 
 
+TTS_BACKENDS = ("cosyvoice_tts", "qwen_tts", "moss_sts")
+
+
+@dataclass
+class RoutesConfig:
+    """Which backend serves a request and what it fails over to (docs/router.md#policy).
+
+    Each list is a fallback chain in priority order: the first backend that is healthy (not ejected, recovered) and
+    has the voice serves; the next ones take over when it fails (Synthesize: before the first audio;
+    StreamingSynthesize: from the next sentence). Backends not configured in router.backends are skipped."""
+
+    # ROUTE_MODE_REALTIME (live dialogue: lowest time to first audio).
+    realtime: list[str] = field(default_factory=lambda: ["moss_sts", "cosyvoice_tts"])
+    # ROUTE_MODE_BROADCAST (narration: quality, cloned voices).
+    broadcast: list[str] = field(default_factory=lambda: ["cosyvoice_tts"])
+    # No mode given; empty: [router.default_tts_backend].
+    default: list[str] = field(default_factory=list)
+    # A request naming a voice goes to a backend that has it: its mode's chain first, then these, in order (a preset
+    # voice of qwen_tts routes to qwen_tts). Backends of the chain that lack the voice are skipped as fallbacks.
+    voice_owners: list[str] = field(default_factory=lambda: ["qwen_tts", "cosyvoice_tts", "moss_sts"])
+    # A request that pins a backend (routing.engine) fails with that backend's status (false) or fails over along
+    # its mode's chain (true).
+    failover_pinned: bool = False
+    # A backend that sent no audio this long (Synthesize: after the call; StreamingSynthesize: while text is due to
+    # be spoken) is given up for the next one in the chain. Bounded by half the caller's remaining time while a
+    # fallback is left, so a hung backend leaves time to fail over within the caller's deadline.
+    first_audio_timeout_ms: int = 3000
+    # Conversation: when moss_sts is unhealthy or fails mid-turn, the router answers with its own cascade (remote asr
+    # -> brain -> the first configured backend of this list), replaying the user's audio of the turn.
+    conversation_fallback: bool = True
+    conversation_fallback_tts: list[str] = field(default_factory=lambda: ["cosyvoice_tts"])
+
+    def validate(self, path: str) -> None:
+        for name in ("realtime", "broadcast", "default", "voice_owners", "conversation_fallback_tts"):
+            chain = getattr(self, name)
+            for i, backend in enumerate(chain):
+                _check(
+                    path,
+                    f"{name}[{i}]",
+                    backend in TTS_BACKENDS,
+                    f"{backend!r} is not a TTS backend; use {', '.join(TTS_BACKENDS)}",
+                )
+            dup = next((b for i, b in enumerate(chain) if b in chain[:i]), None)
+            _check(path, name, dup is None, f"names {dup!r} twice; each backend once, in priority order")
+        _check(path, "realtime", bool(self.realtime), "must name at least one backend")
+        _check(path, "broadcast", bool(self.broadcast), "must name at least one backend")
+        _check(
+            path,
+            "first_audio_timeout_ms",
+            100 <= self.first_audio_timeout_ms <= 120_000,
+            f"must be 100..120000, got {self.first_audio_timeout_ms}",
+        )
+
+
+@dataclass
+class RouterHealthConfig:
+    """Backend health beyond grpc.health.v1 Watch: passive outlier detection, recovery and deep probes
+    (docs/router.md#health)."""
+
+    # Consecutive failed calls (UNAVAILABLE, INTERNAL, timeouts) or failed probes that eject a backend.
+    eject_after_failures: int = 3
+    # First ejection; each next one doubles, up to max_ejection_seconds. Healthy for forget_ejections_seconds: the
+    # next ejection is short again.
+    ejection_seconds: float = 5.0
+    max_ejection_seconds: float = 60.0
+    forget_ejections_seconds: float = 300.0
+    # Back from an ejection or an outage, a backend serves again only after recovery_probes real tiny requests in a
+    # row succeed, probe_interval_seconds apart (hysteresis: flapping health never flaps the route).
+    recovery_probes: int = 3
+    probe_interval_seconds: float = 1.0
+    probe_timeout_ms: int = 3000
+    probe_text: str = "Hi."
+    # Deep health: these backends also get a short synthesis every deep_probe_interval_seconds while healthy; one
+    # that does not finish within deep_probe_deadline_ms counts as a failure (SERVING alone is not enough).
+    deep_probe: list[str] = field(default_factory=lambda: ["moss_sts"])
+    deep_probe_interval_seconds: float = 10.0
+    deep_probe_deadline_ms: int = 3000
+
+    def validate(self, path: str) -> None:
+        _check(path, "eject_after_failures", 1 <= self.eject_after_failures <= 100, "must be 1..100")
+        _check(path, "ejection_seconds", 0 < self.ejection_seconds <= 3600, "must be > 0 and <= 3600")
+        _check(
+            path,
+            "max_ejection_seconds",
+            self.ejection_seconds <= self.max_ejection_seconds <= 86_400,
+            f"must be ejection_seconds ({self.ejection_seconds})..86400, got {self.max_ejection_seconds}",
+        )
+        _check(path, "forget_ejections_seconds", self.forget_ejections_seconds > 0, "must be > 0")
+        _check(path, "recovery_probes", 1 <= self.recovery_probes <= 100, "must be 1..100")
+        _check(path, "probe_interval_seconds", 0.05 <= self.probe_interval_seconds <= 600, "must be 0.05..600")
+        _check(path, "probe_timeout_ms", 50 <= self.probe_timeout_ms <= 120_000, "must be 50..120000")
+        _check(path, "probe_text", bool(self.probe_text.strip()), "must be a few words to synthesize")
+        for i, backend in enumerate(self.deep_probe):
+            _check(
+                path,
+                f"deep_probe[{i}]",
+                backend in TTS_BACKENDS,
+                f"{backend!r} cannot be deep-probed (a short synthesis); use {', '.join(TTS_BACKENDS)}",
+            )
+        _check(path, "deep_probe_interval_seconds", 0.1 <= self.deep_probe_interval_seconds <= 3600, "must be 0.1..3600")
+        _check(path, "deep_probe_deadline_ms", 50 <= self.deep_probe_deadline_ms <= 120_000, "must be 50..120000")
+
+
 @dataclass
 class RouterConfig(ServerConfig):
     """The front door."""
@@ -562,6 +665,8 @@ class RouterConfig(ServerConfig):
     voices_cache_seconds: float = 5.0
     max_text_chars: int = 5000
     leases: LeaseConfig = field(default_factory=LeaseConfig)
+    routes: RoutesConfig = field(default_factory=RoutesConfig)
+    health: RouterHealthConfig = field(default_factory=RouterHealthConfig)
 
     def validate(self, path: str) -> None:
         super().validate(path)
@@ -575,6 +680,74 @@ class RouterConfig(ServerConfig):
         _check(path, "voices_cache_seconds", self.voices_cache_seconds >= 0, "must be >= 0")
         _check(path, "max_text_chars", 1 <= self.max_text_chars <= 100_000, "must be 1..100000")
         self.leases.validate(f"{path}.leases")
+        self.routes.validate(f"{path}.routes")
+        self.health.validate(f"{path}.health")
+        _check(
+            path,
+            "default_tts_backend",
+            self.default_tts_backend in TTS_BACKENDS,
+            f"{self.default_tts_backend!r} is not a TTS backend; use {', '.join(TTS_BACKENDS)}",
+        )
+
+
+@dataclass
+class HolderConfig:
+    """One model service as a GPU lease holder."""
+
+    # Bytes the lease asks for, in GiB: weights + cache + workspace (GPU engines); on CPU, the size accounted on
+    # the virtual card so time-sharing can be exercised without a GPU.
+    declared_gb: float = 1.0
+    priority: str = "INTERACTIVE"  # BATCH, INTERACTIVE or REALTIME
+    # Measured cost of moving the model on and off the card (the router weighs it when routing and revoking).
+    swap_in_ms: int = 0
+    swap_out_ms: int = 0
+
+    def validate(self, path: str) -> None:
+        _check(path, "declared_gb", self.declared_gb > 0, f"must be > 0, got {self.declared_gb}")
+        _check(
+            path,
+            "priority",
+            self.priority in ("BATCH", "INTERACTIVE", "REALTIME"),
+            f"must be BATCH, INTERACTIVE or REALTIME, got {self.priority!r}",
+        )
+        _check(path, "swap_in_ms", self.swap_in_ms >= 0, "must be >= 0")
+        _check(path, "swap_out_ms", self.swap_out_ms >= 0, "must be >= 0")
+
+
+def _default_holders() -> dict[str, HolderConfig]:
+    # Sizes from DESIGN §4 (FP16 estimates): MOSS-Speech ~15-21 GB, CosyVoice3 ~5-9 GB, Qwen3-TTS-0.6B ~3.4 GB.
+    return {
+        "moss_sts": HolderConfig(declared_gb=20, priority="REALTIME", swap_in_ms=8000, swap_out_ms=2000),
+        "cosyvoice_tts": HolderConfig(declared_gb=8, priority="INTERACTIVE", swap_in_ms=3000, swap_out_ms=800),
+        "qwen_tts": HolderConfig(declared_gb=3.4, priority="INTERACTIVE", swap_in_ms=2000, swap_out_ms=500),
+        "asr": HolderConfig(declared_gb=2, priority="INTERACTIVE", swap_in_ms=1500, swap_out_ms=300),
+    }
+
+
+@dataclass
+class ResidencyConfig:
+    """Model services holding GPU leases from the router (docs/leases.md)."""
+
+    # GPU engines always hold a lease before their weights go on the card. true: CPU engines hold one too, for
+    # their declared size on the router's virtual card (time-sharing without a GPU).
+    enabled: bool = False
+    # Longest wait for a lease before a load fails with UNAVAILABLE.
+    acquire_timeout_seconds: float = 120.0
+    # Requests that may wait for a model to be loaded back; more get RESOURCE_EXHAUSTED with a retry hint.
+    max_waiting_requests: int = 8
+    services: dict[str, HolderConfig] = field(default_factory=_default_holders)
+
+    def validate(self, path: str) -> None:
+        _check(path, "acquire_timeout_seconds", self.acquire_timeout_seconds > 0, "must be > 0")
+        _check(path, "max_waiting_requests", self.max_waiting_requests >= 0, "must be >= 0")
+        for name, holder in self.services.items():
+            _check(
+                f"{path}.services",
+                name,
+                name in MODEL_SERVICES,
+                f"is not a model service ({', '.join(MODEL_SERVICES)})",
+            )
+            holder.validate(f"{path}.services.{name}")
 
 
 @dataclass
@@ -603,6 +776,7 @@ class Config:
     asr: AsrServiceConfig = field(default_factory=lambda: AsrServiceConfig(port=50054, metrics_port=9304))
     moss_sts: MossStsConfig = field(default_factory=lambda: MossStsConfig(port=50055, metrics_port=9305))
     brain: BrainConfig = field(default_factory=BrainConfig)
+    residency: ResidencyConfig = field(default_factory=ResidencyConfig)
 
     def validate(self) -> None:
         for f in dataclasses.fields(self):

@@ -80,7 +80,7 @@ class GpuLease:
     async def acquire(self, progress: Callable[[str], None] | None = None, wait_s: float | None = None) -> int:
         """Open the stream and wait for a grant (progress gets 'queued at N: reason' lines)."""
         self._progress = progress
-        self._call = self.stub.Lease(self._requests())
+        self._call = self.stub.Lease(self._requests(), wait_for_ready=True)  # the router may still be starting
         self._outbox.put_nowait(gpu_pb2.LeaseRequest(request_id=new_request_id(), acquire=self.acquire_message))
         self._tasks.append(asyncio.create_task(self._read(), name="lease-read"))
         waiter = asyncio.create_task(self._granted.wait())

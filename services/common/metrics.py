@@ -133,8 +133,35 @@ LEASE_EVENTS = Counter(
     "GPU lease grants, revocations, releases and expiries, by holder service.",
     ["event", "holder"],
 )
+SWAP_SECONDS = Histogram(
+    "voicefleet_model_swap_seconds",
+    "Time to put a model on its device (in: lease wait + load) or take it off (out).",
+    ["service", "direction"],
+    buckets=LATENCY_BUCKETS,
+)
 LEASE_GRANTED_BYTES = Gauge("voicefleet_gpu_lease_granted_bytes", "GPU bytes granted to lease holders now.")
 BACKEND_UP = Gauge("voicefleet_backend_serving", "1 when a backend's health says SERVING.", ["backend"])
+BACKEND_ROUTABLE = Gauge(
+    "voicefleet_router_backend_routable",
+    "1 when the router routes to a backend: SERVING, not ejected, recovered (docs/router.md#health).",
+    ["backend"],
+)
+BACKEND_EJECTIONS = Counter(
+    "voicefleet_router_ejections_total",
+    "Backends ejected by outlier detection, by why: failures (calls), probe (a recovery or deep probe failed).",
+    ["backend", "reason"],
+)
+ROUTER_PROBES = Counter(
+    "voicefleet_router_probes_total",
+    "Real tiny requests the router sent to check a backend: kind recovery or deep; outcome ok or failed.",
+    ["backend", "kind", "outcome"],
+)
+FAILOVERS = Counter(
+    "voicefleet_router_failovers_total",
+    "Requests (or conversation turns) moved from one backend to another, by why: unavailable, deadline, internal,"
+    " resource_exhausted, no_audio (first-audio timeout), unhealthy (skipped: ejected or down), recovered (back).",
+    ["from", "to", "reason"],
+)
 
 
 def start_metrics_server(port: int, host: str = "127.0.0.1") -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from services.common.config import Config
 from services.common.engines import TtsEngine
+from services.common.model_control import resident_tts
 from services.common.server import ServiceParts, Servicer
 from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, instrument
 from voice.v1 import synthesizer_pb2_grpc
@@ -24,7 +25,13 @@ def make_engine(config: Config) -> TtsEngine:
 
 def build(config: Config) -> ServiceParts:
     section = config.cosyvoice_tts
-    engine = make_engine(config)
+    engine, model_control = resident_tts(
+        config,
+        SERVICE,
+        make_engine(config),
+        model="piper:en_US-joe-medium" if section.engine == "cpu" else section.gpu.model_dir,
+        gpu_engine=section.engine == "gpu",
+    )
     servicer = instrument(
         SynthesizerServicer(
             SERVICE,
@@ -36,7 +43,10 @@ def build(config: Config) -> ServiceParts:
         )
     )
     return ServiceParts(
-        servicers=[Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, servicer, "voice.v1.Synthesizer")],
+        servicers=[
+            Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, servicer, "voice.v1.Synthesizer"),
+            model_control,
+        ],
         start=engine.start,
         stop=engine.close,
     )

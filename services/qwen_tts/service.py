@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from services.common.config import Config
 from services.common.engines import Routing, TtsEngine, VoiceInfo
+from services.common.model_control import resident_tts
 from services.common.server import ServiceParts, Servicer
 from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, instrument, pick_voice
 from voice.v1 import synthesizer_pb2_grpc
@@ -48,7 +49,13 @@ def make_engine(config: Config) -> TtsEngine:
 
 def build(config: Config) -> ServiceParts:
     section = config.qwen_tts
-    engine = make_engine(config)
+    engine, model_control = resident_tts(
+        config,
+        SERVICE,
+        make_engine(config),
+        model="espeak-ng" if section.engine == "cpu" else section.gpu.model_dir,
+        gpu_engine=section.engine == "gpu",
+    )
     servicer = instrument(
         SynthesizerServicer(
             SERVICE,
@@ -59,7 +66,10 @@ def build(config: Config) -> ServiceParts:
         )
     )
     return ServiceParts(
-        servicers=[Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, servicer, "voice.v1.Synthesizer")],
+        servicers=[
+            Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, servicer, "voice.v1.Synthesizer"),
+            model_control,
+        ],
         start=engine.start,
         stop=engine.close,
     )

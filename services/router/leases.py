@@ -6,7 +6,8 @@ Rules (docs/leases.md):
 - A holder renews within ``renew_deadline`` and stops GPU work by itself when that passes unrenewed; the lease
   expires ``ttl`` after its last renew (ttl > renew_deadline), so an expired holder has stopped before its bytes are
   granted again. A crashed holder's bytes come back at expiry; a holder whose stream closed is treated the same.
-- To make room for a waiter, idle holders of strictly lower priority, past their minimum residency, are revoked:
+- To make room for a waiter, idle holders of lower or equal priority, past their minimum residency, are revoked
+  (equal priority lets two models that do not fit together take turns; minimum residency keeps them from thrashing):
   lowest priority first, then cheapest to bring back (swap-in cost), then least recently busy. A revoked lease is
   not renewed any more: the holder offloads and releases, or its bytes return at expiry.
 - Waiters are served in priority order, first come first served within a priority; no waiter is overtaken by a
@@ -223,7 +224,7 @@ class LeaseManager:
                 for lease in self.leases.values()
                 if not lease.revoking
                 and not lease.busy
-                and lease.request.priority < waiter.request.priority
+                and lease.request.priority <= waiter.request.priority
                 and now - lease.granted_at >= self.policy.min_residency_s
             ),
             key=lambda lease: (lease.request.priority, lease.request.swap_in_ms, lease.last_busy_at),

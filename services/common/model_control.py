@@ -1,0 +1,346 @@
+"""Where a service's model lives, the GPU lease that lets it be there, and voice.v1.ModelControl.
+
+``ModelResidency`` owns the state COLD → LOADING → RESIDENT → OFFLOADING → COLD. With leases on (GPU engines
+always; CPU engines when ``residency.enabled``, accounting their declared size on a virtual card), loading first
+acquires a lease from the router's GpuLeases, then loads the weights; a revoke waits for in-flight requests to
+finish, offloads and releases; a lost lease (renew deadline passed, router gone) offloads at once.
+
+``ResidentTtsEngine`` wraps a TTS engine so the shared servicer needs no change: a request to a COLD model waits
+(bounded: RESOURCE_EXHAUSTED with a retry hint past ``max_waiting_requests``) while the model is loaded back, and
+in-flight requests make the lease's renewals say ``busy`` (busy holders are not revoked).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
+
+from services.common import metrics
+from services.common.engines import TtsEngine
+from services.common.errors import ResourceExhausted, Unavailable
+from services.common.lease_client import GpuLease
+from services.common.rpc import new_request_id, rpc
+from voice.v1 import gpu_pb2, gpu_pb2_grpc
+
+log = logging.getLogger("voicefleet.residency")
+GIB = 1 << 30
+
+COLD, LOADING, RESIDENT, OFFLOADING = (
+    gpu_pb2.RESIDENCY_COLD,
+    gpu_pb2.RESIDENCY_LOADING,
+    gpu_pb2.RESIDENCY_RESIDENT,
+    gpu_pb2.RESIDENCY_OFFLOADING,
+)
+
+
+@dataclass
+class ResidencyHooks:
+    """How to move one engine's model: first start, later reloads, offloads, and what it holds."""
+
+    start: Callable[[], Awaitable[None]]
+    reload: Callable[[], Awaitable[None]]
+    offload: Callable[[], Awaitable[None]]
+    resident_bytes: Callable[[], int]
+    engine: str
+    model: str
+    device: Callable[[], str]
+
+
+class ModelResidency:
+    def __init__(
+        self,
+        service: str,
+        hooks: ResidencyHooks,
+        *,
+        lease_enabled: bool,
+        router_address: str = "",
+        declared_bytes: int = 0,
+        priority: int = gpu_pb2.LEASE_PRIORITY_INTERACTIVE,
+        swap_in_ms: int = 0,
+        swap_out_ms: int = 0,
+        acquire_timeout_s: float = 120.0,
+        max_waiting_requests: int = 8,
+    ):
+        self.service = service
+        self.hooks = hooks
+        self.lease_enabled = lease_enabled
+        self.router_address = router_address
+        self.declared_bytes = declared_bytes
+        self.priority = priority
+        self.swap_in_ms, self.swap_out_ms = swap_in_ms, swap_out_ms
+        self.acquire_timeout_s = acquire_timeout_s
+        self.max_waiting = max_waiting_requests
+        self.state = COLD
+        self.active = 0
+        self.waiting = 0
+        self.lease: GpuLease | None = None
+        self._channel: grpc.aio.Channel | None = None
+        self._lock = asyncio.Lock()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._started = False
+
+    # --- loading and offloading ---------------------------------------------------------------------------------
+    async def load(self, progress: Callable[[str, float], None] = lambda stage, fraction: None) -> None:
+        async with self._lock:
+            if self.state == RESIDENT:
+                progress("ready", 1.0)
+                return
+            self.state = LOADING
+            t0 = time.monotonic()
+            try:
+                if self.lease_enabled:
+                    progress("waiting for GPU lease", 0.1)
+                    await self._acquire(lambda line: progress(line, 0.2))
+                progress("loading weights", 0.5)
+                if self._started:
+                    await self.hooks.reload()
+                else:
+                    await self.hooks.start()
+                    self._started = True
+            except BaseException:
+                self.state = COLD
+                if self.lease is not None:
+                    await self.lease.close()
+                    self.lease = None
+                raise
+            self.state = RESIDENT
+            metrics.SWAP_SECONDS.labels(self.service, "in").observe(time.monotonic() - t0)
+            log.info("%s resident in %.2fs (lease epoch %s)", self.service, time.monotonic() - t0, self.epoch)
+            progress("ready", 1.0)
+
+    async def _acquire(self, progress: Callable[[str], None]) -> None:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(self.router_address)
+        self.lease = GpuLease(
+            self._channel,
+            self.service,
+            self.hooks.model,
+            self.declared_bytes,
+            self.priority,
+            self.swap_in_ms,
+            self.swap_out_ms,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+            busy=lambda: self.active > 0,
+        )
+        try:
+            await self.lease.acquire(progress=progress, wait_s=self.acquire_timeout_s)
+        except grpc.aio.AioRpcError as e:
+            raise Unavailable(
+                f"{self.service}: cannot reach the router's GpuLeases at {self.router_address}: {e.details()}"
+            ) from None
+
+    async def offload(self, reason: str) -> None:
+        async with self._lock:
+            if self.state != RESIDENT:
+                return
+            self.state = OFFLOADING
+            await self._idle.wait()  # in-flight requests finish first (new ones wait for the reload)
+            t0 = time.monotonic()
+            await self.hooks.offload()
+            if self.lease is not None:
+                await self.lease.close()
+                self.lease = None
+            self.state = COLD
+            metrics.SWAP_SECONDS.labels(self.service, "out").observe(time.monotonic() - t0)
+            log.info("%s offloaded (%s)", self.service, reason)
+
+    async def _on_revoke(self, reason: str) -> None:
+        await self.offload(f"revoked: {reason}")
+
+    async def _on_lost(self, reason: str) -> None:
+        await self.offload(f"lease lost: {reason}")
+
+    async def close(self) -> None:
+        if self.lease is not None:
+            await self.lease.close()
+        if self._channel is not None:
+            await self._channel.close()
+
+    # --- requests -----------------------------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def use(self):
+        """Hold the model resident for one request (loading it back first if it was offloaded)."""
+        if self.state != RESIDENT:
+            if self.waiting >= self.max_waiting:
+                raise ResourceExhausted(
+                    f"{self.service} is loading its model onto the GPU and {self.waiting} requests already wait;"
+                    f" retry in about {max(1, self.swap_in_ms // 1000)} s or use another engine"
+                )
+            self.waiting += 1
+            try:
+                await self.load()
+            finally:
+                self.waiting -= 1
+        self.active += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self.active -= 1
+            if self.active == 0:
+                self._idle.set()
+
+    # --- status -------------------------------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        return (self.lease.epoch or 0) if self.lease else 0
+
+    def status(self) -> gpu_pb2.ModelStatus:
+        return gpu_pb2.ModelStatus(
+            service=self.service,
+            engine=self.hooks.engine,
+            model=self.hooks.model,
+            device=self.hooks.device(),
+            residency=self.state,
+            resident_bytes=self.hooks.resident_bytes() if self.state == RESIDENT else 0,
+            declared_bytes=self.declared_bytes,
+            lease_epoch=self.epoch,
+            active_streams=self.active,
+        )
+
+
+class ResidentTtsEngine(TtsEngine):
+    """A TTS engine whose model may be offloaded: every request holds it resident (see ModelResidency.use)."""
+
+    def __init__(self, inner: TtsEngine, residency: ModelResidency):
+        self.inner = inner
+        self.residency = residency
+        self.name = inner.name
+        self.service = inner.service
+        self.clones_voices = inner.clones_voices
+
+    @property
+    def native_sample_rate(self) -> int:
+        return self.inner.native_sample_rate
+
+    async def start(self) -> None:
+        await self.residency.load()
+
+    async def close(self) -> None:
+        await self.residency.close()
+        await self.inner.close()
+
+    async def voices(self):
+        return await self.inner.voices()
+
+    async def synthesize(self, text, options) -> AsyncIterator:
+        async with self.residency.use():
+            async with contextlib.aclosing(self.inner.synthesize(text, options)) as pieces:
+                async for piece in pieces:
+                    yield piece
+
+    async def synthesize_text_stream(self, events, options, policy) -> AsyncIterator:
+        async with self.residency.use():
+            async with contextlib.aclosing(self.inner.synthesize_text_stream(events, options, policy)) as pieces:
+                async for piece in pieces:
+                    yield piece
+
+    async def register_voice(self, *args, **kwargs):
+        async with self.residency.use():
+            return await self.inner.register_voice(*args, **kwargs)
+
+    def resident_bytes(self) -> int:
+        return self.inner.resident_bytes()
+
+    @property
+    def device(self) -> str:
+        return self.inner.device
+
+    @property
+    def served_by(self) -> str:
+        return self.inner.served_by
+
+
+def tts_hooks(engine: TtsEngine, model: str) -> ResidencyHooks:
+    """Residency hooks of a TTS engine: GPU engines implement offload()/reload(); CPU engines only account."""
+
+    async def nothing() -> None:
+        return None
+
+    return ResidencyHooks(
+        start=engine.start,
+        reload=getattr(engine, "reload", nothing),
+        offload=getattr(engine, "offload", nothing),
+        resident_bytes=engine.resident_bytes,
+        engine=engine.name,
+        model=model,
+        device=lambda: engine.device,
+    )
+
+
+class ModelControlServicer(gpu_pb2_grpc.ModelControlServicer):
+    def __init__(self, residency: ModelResidency):
+        self.residency = residency
+        self.service = residency.service
+        for method in ("Load", "Offload", "GetModelStatus"):
+            setattr(self, method, rpc(self.service, method)(getattr(type(self), method)).__get__(self))
+
+    async def Load(self, request, context):
+        rid = request.request_id or new_request_id()
+        queue: asyncio.Queue = asyncio.Queue()
+        if request.priority:
+            self.residency.priority = request.priority
+        task = asyncio.create_task(self.residency.load(lambda stage, fraction: queue.put_nowait((stage, fraction))))
+        task.add_done_callback(lambda _t: queue.put_nowait(None))
+        try:
+            while (item := await queue.get()) is not None:
+                stage, fraction = item
+                yield gpu_pb2.LoadResponse(
+                    request_id=rid, stage=stage, progress=fraction, status=self.residency.status()
+                )
+            task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+
+    async def Offload(self, request, context):
+        await self.residency.offload(request.reason or "ModelControl.Offload")
+        return gpu_pb2.OffloadResponse(
+            request_id=request.request_id or new_request_id(), status=self.residency.status()
+        )
+
+    async def GetModelStatus(self, request, context):
+        return gpu_pb2.GetModelStatusResponse(
+            request_id=request.request_id or new_request_id(), status=self.residency.status()
+        )
+
+
+def residency_for(config, service: str, hooks: ResidencyHooks, gpu_engine: bool) -> ModelResidency:
+    """The residency of ``service`` from the fleet config: leases always for GPU engines, on CPU when enabled."""
+    rc = config.residency
+    spec = rc.services.get(service)
+    if spec is None:
+        spec = type(next(iter(rc.services.values())))() if rc.services else None
+    return ModelResidency(
+        service,
+        hooks,
+        lease_enabled=gpu_engine or rc.enabled,
+        router_address=config.router.address,
+        declared_bytes=int((spec.declared_gb if spec else 0) * GIB),
+        priority=gpu_pb2.LeasePriority.Value(f"LEASE_PRIORITY_{spec.priority}")
+        if spec
+        else gpu_pb2.LEASE_PRIORITY_INTERACTIVE,
+        swap_in_ms=spec.swap_in_ms if spec else 0,
+        swap_out_ms=spec.swap_out_ms if spec else 0,
+        acquire_timeout_s=rc.acquire_timeout_seconds,
+        max_waiting_requests=rc.max_waiting_requests,
+    )
+
+
+def resident_tts(config, service: str, engine: TtsEngine, model: str, gpu_engine: bool) -> tuple[TtsEngine, object]:
+    """``engine`` wrapped to hold its model resident per request, and the service's ModelControl servicer."""
+    from services.common.server import Servicer
+
+    residency = residency_for(config, service, tts_hooks(engine, model), gpu_engine)
+    control = Servicer(
+        gpu_pb2_grpc.add_ModelControlServicer_to_server, ModelControlServicer(residency), "voice.v1.ModelControl"
+    )
+    return ResidentTtsEngine(engine, residency), control

@@ -1,0 +1,83 @@
+"""Two models that do not fit on the card together take turns, and both are served (real processes, loopback).
+
+The CPU engines account their declared sizes on the router's virtual card: cosyvoice_tts 8 GiB + qwen_tts 6 GiB on
+a 10 GiB card. ModelControl shows where each model is; the router's lease table never grants more than the card.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import start_fleet
+from tests.speech import DISTRACTORS, transcribe, wer
+from voice.v1 import gpu_pb2, gpu_pb2_grpc, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
+
+GB = 1 << 30
+SENTENCE = "the quick brown fox jumps over the lazy dog"
+
+
+@pytest.fixture(scope="module")
+def shared_card(tmp_path_factory):
+    fleet = start_fleet(
+        tmp_path_factory.mktemp("card"),
+        services=("cosyvoice_tts", "qwen_tts", "router"),
+        router={
+            "leases": {"capacity_gb": 10, "min_residency_seconds": 1, "ttl_seconds": 3, "renew_deadline_seconds": 2}
+        },
+        residency={
+            "enabled": True,
+            "services": {
+                "cosyvoice_tts": {"declared_gb": 8, "priority": "INTERACTIVE", "swap_in_ms": 1000},
+                "qwen_tts": {"declared_gb": 6, "priority": "INTERACTIVE", "swap_in_ms": 500},
+            },
+        },
+    )
+    yield fleet
+    fleet.fleet.stop()
+
+
+def status(fleet, name):
+    with fleet.channel(name) as channel:
+        return gpu_pb2_grpc.ModelControlStub(channel).GetModelStatus(gpu_pb2.GetModelStatusRequest(), timeout=10).status
+
+
+def leases(fleet):
+    with fleet.channel("router") as channel:
+        return gpu_pb2_grpc.GpuLeasesStub(channel).ListLeases(gpu_pb2.ListLeasesRequest(), timeout=10)
+
+
+def speak(fleet, engine):
+    with fleet.channel("router") as channel:
+        stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
+        request = synthesizer_pb2.SynthesizeRequest(
+            text=SENTENCE + ".", config=synthesizer_pb2.SynthesisConfig(routing=routing_pb2.Routing(engine=engine))
+        )
+        replies = list(stub.Synthesize(request, timeout=60))
+    rate = replies[0].audio.format.sample_rate_hz
+    return b"".join(r.audio.data for r in replies), rate, replies[0].served_by
+
+
+def test_both_models_are_served_by_taking_turns(shared_card):
+    for engine in ("cosyvoice_tts", "qwen_tts", "cosyvoice_tts", "qwen_tts"):
+        pcm, rate, served_by = speak(shared_card, engine)
+        assert served_by.startswith(engine)
+        assert wer(SENTENCE, transcribe(pcm, rate, vocabulary=SENTENCE.split() + DISTRACTORS)) <= 0.34
+        # The one that just spoke is resident and holds the lease; the card is never over-granted.
+        assert status(shared_card, engine).residency == gpu_pb2.RESIDENCY_RESIDENT
+        table = leases(shared_card)
+        assert table.granted_bytes <= table.capacity_bytes == 10 * GB
+        assert [lease.holder for lease in table.leases] == [engine]
+    other = status(shared_card, "cosyvoice_tts")
+    assert other.residency == gpu_pb2.RESIDENCY_COLD and other.lease_epoch == 0
+    assert other.declared_bytes == 8 * GB
+
+
+def test_model_control_load_streams_progress_and_offload_frees_the_card(shared_card):
+    with shared_card.channel("cosyvoice_tts") as channel:
+        control = gpu_pb2_grpc.ModelControlStub(channel)
+        stages = [r.stage for r in control.Load(gpu_pb2.LoadRequest(request_id="prefetch"), timeout=60)]
+        assert stages[-1] == "ready"
+        assert status(shared_card, "cosyvoice_tts").residency == gpu_pb2.RESIDENCY_RESIDENT
+        off = control.Offload(gpu_pb2.OffloadRequest(reason="test"), timeout=30)
+    assert off.status.residency == gpu_pb2.RESIDENCY_COLD
+    assert all(lease.holder != "cosyvoice_tts" for lease in leases(shared_card).leases)
