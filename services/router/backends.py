@@ -10,7 +10,7 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.common import metrics
+from services.common import metrics, security
 from voice.v1 import fleet_pb2
 
 log = logging.getLogger("voicefleet.router.backends")
@@ -45,7 +45,7 @@ class Backend:
     def __init__(self, name: str, address: str):
         self.name = name
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.channel = security.fleet_channel(address, options=CHANNEL_OPTIONS)
         self.health = UNKNOWN
         self.changed_at = time.monotonic()
         self.consecutive_failures = 0
