@@ -19,6 +19,7 @@ import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.common import security
 from services.common.config import Config, load_config
 
 
@@ -42,7 +43,7 @@ class Member:
 
 def health_status(address: str, timeout: float = 1.0, service: str = "") -> str:
     """SERVING / NOT_SERVING / UNREACHABLE / ... for one address."""
-    with grpc.insecure_channel(address) as channel:
+    with security.client_channel(address) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=service), timeout=timeout

@@ -20,7 +20,7 @@ import time
 
 import grpc
 
-from services.common import audio
+from services.common import audio, security
 from services.common.config import ConfigError, load_config
 from voice.v1 import (
     audio_pb2,
@@ -36,7 +36,9 @@ from voice.v1 import (
 
 def _config(args):
     try:
-        return load_config(args.config)
+        config = load_config(args.config)
+        security.configure(config.security)  # TLS and the bearer token for every call the CLI makes
+        return config
     except ConfigError as e:
         sys.exit(f"voicefleet: bad configuration: {e}")
 
@@ -114,7 +116,7 @@ def cmd_speak(args) -> int:
             routing=routing_pb2.Routing(mode=MODES.get(args.mode, 0), engine=args.engine or ""),
         ),
     )
-    with grpc.insecure_channel(_router_address(args, config)) as channel:
+    with security.client_channel(_router_address(args, config)) as channel:
         stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
         t0 = time.monotonic()
         first = None
@@ -180,7 +182,7 @@ def cmd_transcribe(args) -> int:
     speech_end_at: dict[int, float] = {}  # utterance -> when its SPEECH_END arrived
     finals = []
     last_start = 0
-    with grpc.insecure_channel(_router_address(args, config)) as channel:
+    with security.client_channel(_router_address(args, config)) as channel:
         stub = recognizer_pb2_grpc.RecognizerStub(channel)
         try:
             replies = stub.StreamingRecognize(
@@ -246,7 +248,7 @@ def cmd_status(args) -> int:
         for name, backend in config.router.backends.items():
             print(f"  {name:<12} {backend:<18} {health_status(backend)}")
         return 1
-    with grpc.insecure_channel(address) as channel:
+    with security.client_channel(address) as channel:
         try:
             reply = fleet_pb2_grpc.FleetStub(channel).GetFleetStatus(fleet_pb2.GetFleetStatusRequest(), timeout=5)
         except grpc.RpcError as e:

@@ -7,14 +7,14 @@ import time
 
 import grpc
 
-from services.common import audio
+from services.common import audio, security
 from voice.v1 import audio_pb2, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 
 def _stub(args):
     from services.cli.main import _config, _router_address
 
-    return grpc.insecure_channel(_router_address(args, _config(args)))
+    return security.client_channel(_router_address(args, _config(args)))
 
 
 def _fail(e: grpc.RpcError):

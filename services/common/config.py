@@ -646,7 +646,9 @@ class RouterHealthConfig:
                 backend in TTS_BACKENDS,
                 f"{backend!r} cannot be deep-probed (a short synthesis); use {', '.join(TTS_BACKENDS)}",
             )
-        _check(path, "deep_probe_interval_seconds", 0.1 <= self.deep_probe_interval_seconds <= 3600, "must be 0.1..3600")
+        _check(
+            path, "deep_probe_interval_seconds", 0.1 <= self.deep_probe_interval_seconds <= 3600, "must be 0.1..3600"
+        )
         _check(path, "deep_probe_deadline_ms", 50 <= self.deep_probe_deadline_ms <= 120_000, "must be 50..120000")
 
 
@@ -752,6 +754,32 @@ class ResidencyConfig:
 
 
 @dataclass
+class SecurityConfig:
+    """Transport security and access control (docs/security.md). Everything off by default (loopback fleet)."""
+
+    # PEM files. tls_cert + tls_key: every fleet port listens with TLS. tls_ca: the fleet CA clients verify with.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    # Model services require client certificates signed by tls_ca (mutual TLS between router and services).
+    mtls: bool = False
+    # Accepted on the router's public RPCs as "authorization: Bearer <token>"; empty = no token needed.
+    bearer_tokens: list[str] = field(default_factory=list)
+    # Shared secret of fleet services: GpuLeases, ModelControl and model services' ports need it when set.
+    fleet_token: str = ""
+
+    def validate(self, path: str) -> None:
+        _check(path, "tls_key", bool(self.tls_cert) == bool(self.tls_key), "tls_cert and tls_key go together")
+        _check(
+            path,
+            "tls_ca",
+            not self.mtls or bool(self.tls_ca and self.tls_cert),
+            "mtls needs tls_ca, tls_cert and tls_key",
+        )
+        _check(path, "bearer_tokens", all(t.strip() for t in self.bearer_tokens), "tokens must not be empty")
+
+
+@dataclass
 class FleetConfig:
     """What `voicefleet up` starts, in this order (the router last, once its backends are up)."""
 
@@ -778,6 +806,7 @@ class Config:
     moss_sts: MossStsConfig = field(default_factory=lambda: MossStsConfig(port=50055, metrics_port=9305))
     brain: BrainConfig = field(default_factory=BrainConfig)
     residency: ResidencyConfig = field(default_factory=ResidencyConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def validate(self) -> None:
         for f in dataclasses.fields(self):

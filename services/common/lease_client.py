@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
+from services.common import security
 from services.common.errors import FailedPrecondition, Unavailable
 from services.common.rpc import new_request_id
 from voice.v1 import gpu_pb2, gpu_pb2_grpc
@@ -186,7 +187,11 @@ class GpuLease:
 
 
 async def _hold(args) -> None:
-    async with grpc.aio.insecure_channel(args.router) as channel:
+    if args.config:
+        from services.common.config import load_config
+
+        security.configure(load_config(args.config).security)
+    async with security.fleet_channel(args.router) as channel:
         lease = GpuLease(
             channel,
             args.holder,
@@ -205,6 +210,7 @@ async def _hold(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description="hold a GPU lease from the router until killed")
     parser.add_argument("--router", default="127.0.0.1:50051")
+    parser.add_argument("--config", help="fleet config (for TLS and the fleet token)")
     parser.add_argument("--holder", required=True)
     parser.add_argument("--model", default="manual")
     parser.add_argument("--gb", type=float, required=True)

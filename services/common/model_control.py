@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from services.common import metrics
+from services.common import metrics, security
 from services.common.engines import TtsEngine
 from services.common.errors import ResourceExhausted, Unavailable
 from services.common.lease_client import GpuLease
@@ -117,7 +117,7 @@ class ModelResidency:
 
     async def _acquire(self, progress: Callable[[str], None]) -> None:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.router_address)
+            self._channel = security.fleet_channel(self.router_address)
         self.lease = GpuLease(
             self._channel,
             self.service,

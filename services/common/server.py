@@ -22,6 +22,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from services.common import security
 from services.common.config import Config, ConfigError, ServerConfig, load_config
 from services.common.metrics import start_metrics_server
 
@@ -72,7 +73,7 @@ async def serve(name: str, server_config: ServerConfig, parts: ServiceParts) -> 
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
         ("grpc.http2.min_ping_interval_without_data_ms", 5000),
     ]
-    server = grpc.aio.server(options=options)
+    server = grpc.aio.server(options=options, interceptors=[security.AccessInterceptor(public=name == "router")])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [s.full_name for s in parts.servicers]
@@ -84,7 +85,12 @@ async def serve(name: str, server_config: ServerConfig, parts: ServiceParts) -> 
         (*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
     )
     try:
-        server.add_insecure_port(server_config.address)
+        # mTLS (when on) is for model services' ports; the router's public port takes bearer tokens instead.
+        credentials = security.server_credentials(require_client_cert=security.settings().mtls and name != "router")
+        if credentials is None:
+            server.add_insecure_port(server_config.address)
+        else:
+            server.add_secure_port(server_config.address, credentials)
     except RuntimeError as e:
         raise SystemExit(
             f"{name}: cannot listen on {server_config.address} ({e}); is the port in use? set {name}.port"
@@ -125,6 +131,8 @@ def run_service(name: str, build: Callable[[Config], ServiceParts], argv: list[s
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
+        security.configure(config.security)
+        security.check_files()
     except ConfigError as e:
         print(f"{name}: bad configuration: {e}", file=sys.stderr)
         raise SystemExit(2) from None
