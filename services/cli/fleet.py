@@ -41,9 +41,9 @@ class Member:
         return "(output went to the terminal)"
 
 
-def health_status(address: str, timeout: float = 1.0, service: str = "") -> str:
-    """SERVING / NOT_SERVING / UNREACHABLE / ... for one address."""
-    with security.client_channel(address) as channel:
+def health_status(address: str, timeout: float = 1.0, service: str = "", settings=None) -> str:
+    """SERVING / NOT_SERVING / UNREACHABLE / ... for one address (``settings``: that fleet's security section)."""
+    with security.client_channel(address, settings=settings) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=service), timeout=timeout
@@ -77,11 +77,11 @@ def http_status(address: str, path: str, timeout: float = 1.0) -> str:
         return "UNREACHABLE"
 
 
-def member_status(name: str, address: str, timeout: float = 1.0) -> str:
+def member_status(name: str, address: str, timeout: float = 1.0, settings=None) -> str:
     """Readiness of a fleet member: gRPC health for services, an HTTP check for the brain."""
     if name in HTTP_MEMBERS:
         return http_status(address, HTTP_MEMBERS[name], timeout)
-    return health_status(address, timeout)
+    return health_status(address, timeout, settings=settings)
 
 
 def free_port() -> int:
@@ -148,7 +148,7 @@ class LocalFleet:
                 m = self.members[name]
                 if m.process.poll() is not None:
                     raise FleetError(f"{name} exited with code {m.process.returncode} while starting:\n{m.log_tail()}")
-                if member_status(name, m.address, timeout=0.5) == "SERVING":
+                if member_status(name, m.address, timeout=0.5, settings=self.config.security) == "SERVING":
                     pending.discard(name)
             if pending and time.monotonic() > deadline:
                 raise FleetError(f"not SERVING after {timeout:.0f}s: {', '.join(sorted(pending))}")

@@ -59,8 +59,8 @@ def server_credentials(require_client_cert: bool) -> grpc.ServerCredentials | No
     )
 
 
-def channel_credentials() -> grpc.ChannelCredentials | None:
-    s = _settings
+def channel_credentials(settings: SecurityConfig | None = None) -> grpc.ChannelCredentials | None:
+    s = settings or _settings
     if not (s.tls_ca or s.tls_cert):
         return None
     ca = _read("tls_ca", s.tls_ca) if s.tls_ca else None
@@ -69,50 +69,41 @@ def channel_credentials() -> grpc.ChannelCredentials | None:
     return grpc.ssl_channel_credentials(ca)
 
 
-class _Metadata(
-    grpc.aio.UnaryUnaryClientInterceptor,
-    grpc.aio.UnaryStreamClientInterceptor,
-    grpc.aio.StreamUnaryClientInterceptor,
-    grpc.aio.StreamStreamClientInterceptor,
-):
-    """Adds fixed metadata (the fleet token) to every call of a channel."""
+class _FleetToken(grpc.AuthMetadataPlugin):
+    """Puts the fleet token on every call of a channel. (Call credentials, not a client interceptor: grpc aio drops
+    interceptor-added metadata on stream-stream calls, such as the lease stream.)"""
 
-    def __init__(self, pairs: list[tuple[str, str]]):
-        self.pairs = pairs
+    def __init__(self, token: str):
+        self.token = token
 
-    def _with(self, details):
-        metadata = grpc.aio.Metadata(*(details.metadata or ()))
-        for key, value in self.pairs:
-            metadata.add(key, value)
-        return details._replace(metadata=metadata)
-
-    async def intercept_unary_unary(self, continuation, details, request):
-        return await continuation(self._with(details), request)
-
-    async def intercept_unary_stream(self, continuation, details, request):
-        return await continuation(self._with(details), request)
-
-    async def intercept_stream_unary(self, continuation, details, request_iterator):
-        return await continuation(self._with(details), request_iterator)
-
-    async def intercept_stream_stream(self, continuation, details, request_iterator):
-        return await continuation(self._with(details), request_iterator)
+    def __call__(self, context, callback):
+        callback(((FLEET_TOKEN_HEADER, self.token),), None)
 
 
 def fleet_channel(address: str, options=None) -> grpc.aio.Channel:
-    """An aio channel from one fleet service to another: TLS when configured, the fleet token when set."""
-    interceptors = [_Metadata([(FLEET_TOKEN_HEADER, _settings.fleet_token)])] if _settings.fleet_token else None
+    """An aio channel from one fleet service to another: TLS when configured, the fleet token when set.
+
+    The token rides on call credentials, which need a secure transport: TLS, or (without TLS) gRPC's local TCP
+    credentials, which only connect to loopback addresses — a fleet token never crosses a network in plain text.
+    """
     creds = channel_credentials()
+    if _settings.fleet_token:
+        transport = creds or grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+        creds = grpc.composite_channel_credentials(
+            transport, grpc.metadata_call_credentials(_FleetToken(_settings.fleet_token))
+        )
     if creds is None:
-        return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
-    return grpc.aio.secure_channel(address, creds, options=options, interceptors=interceptors)
+        return grpc.aio.insecure_channel(address, options=options)
+    return grpc.aio.secure_channel(address, creds, options=options)
 
 
-def client_channel(address: str, token: str | None = None) -> grpc.Channel:
+def client_channel(address: str, token: str | None = None, settings: SecurityConfig | None = None) -> grpc.Channel:
     """A blocking channel for the CLI and the fleet launcher: TLS when configured; the bearer token (default: the
-    first configured one, since the CLI runs beside the fleet's config) on every call."""
-    token = token if token is not None else (_settings.bearer_tokens[0] if _settings.bearer_tokens else "")
-    creds = channel_credentials()
+    first configured one, since the CLI runs beside the fleet's config) on every call. ``settings`` overrides the
+    process-wide settings (the launcher checks fleets with their own config)."""
+    s = settings or _settings
+    token = token if token is not None else (s.bearer_tokens[0] if s.bearer_tokens else "")
+    creds = channel_credentials(s)
     channel = grpc.insecure_channel(address) if creds is None else grpc.secure_channel(address, creds)
     if token:
         channel = grpc.intercept_channel(channel, _SyncBearer(token))
