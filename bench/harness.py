@@ -67,7 +67,7 @@ def machine() -> dict:
 
 def fmt(value: float, unit: str) -> str:
     if unit == "s":
-        return f"{value * 1000:.1f} ms"
+        return f"{value * 1e6:.0f} µs" if value < 0.001 else f"{value * 1000:.1f} ms"
     return f"{value:.3f}"
 
 
