@@ -258,7 +258,18 @@ def cmd_status(args) -> int:
         health = fleet_pb2.BackendHealth.Name(b.health).removeprefix("BACKEND_HEALTH_")
         ok &= b.health == fleet_pb2.BACKEND_HEALTH_SERVING
         extra = f"  {b.consecutive_failures} consecutive failures" if b.consecutive_failures else ""
-        print(f"{b.name:<14} {b.address:<18} {health}{extra}")
+        if b.detail and b.detail != health:
+            extra += f"  [{b.detail}]"  # ejected for how long, or recovering: probes passed so far
+        if b.ejections:
+            extra += f"  ejected {b.ejections}x since the router started"
+        routed = "" if b.routable else "  (not routed to)"
+        print(f"{b.name:<14} {b.address:<18} {health}{routed}{extra}")
+    if reply.recent_failovers:
+        print("\nrecent failovers (newest first):")
+        for f in reply.recent_failovers[:10]:
+            when = time.strftime("%H:%M:%S", time.localtime(f.at_unix_ms / 1000))
+            request = f"  request {f.request_id}" if f.request_id else ""
+            print(f"  {when}  {f.from_backend} -> {f.to_backend}  ({f.reason}){request}")
     return 0 if ok else 1
 
 

@@ -1,4 +1,28 @@
-"""The router's backends: one channel each, health followed with grpc.health.v1 Watch."""
+"""The router's backends: one channel each; health from grpc.health.v1 Watch plus passive outlier detection.
+
+A backend is *routable* (the policy sends it requests) when its Watch says SERVING and it is not recovering.
+It stops being routable when
+
+* its Watch says NOT_SERVING or the connection drops (UNREACHABLE), or
+* it is *ejected*: ``eject_after_failures`` consecutive failed calls (UNAVAILABLE, INTERNAL, a backend that sent no
+  audio in time) or failed deep probes. Ejection lasts ``ejection_seconds``, doubling with each ejection up to
+  ``max_ejection_seconds``; a backend healthy for ``forget_ejections_seconds`` starts short again.
+
+Either way it then *recovers* before it is routable again: once SERVING and past its ejection, the router sends it a
+real tiny request (a short Synthesize; an empty recognition stream for asr) every ``probe_interval_seconds``, and only
+``recovery_probes`` successes in a row make it routable. A failed probe ejects it again, for longer. This is the
+hysteresis that keeps a flapping backend from flapping the route: every bad moment restarts the count.
+
+A backend that has never been routable (the router just started) becomes routable at its first SERVING: services
+report SERVING only after warm-up.
+
+Deep probe (``deep_probe`` backends, default moss_sts): while routable, a short synthesis every
+``deep_probe_interval_seconds`` must finish within ``deep_probe_deadline_ms``; a miss counts as a failed call.
+SERVING alone says the process is up, not that the model answers.
+
+State changes take ``now`` from an injectable clock so the rules are unit-tested without sleeping
+(tests/test_router_health.py).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +30,14 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common import metrics, security
-from voice.v1 import fleet_pb2
+from services.common.config import RouterHealthConfig
+from voice.v1 import audio_pb2, fleet_pb2, recognizer_pb2, recognizer_pb2_grpc, synthesizer_pb2, synthesizer_pb2_grpc
 
 log = logging.getLogger("voicefleet.router.backends")
 
@@ -38,47 +64,169 @@ CHANNEL_OPTIONS = [
 SERVING = fleet_pb2.BACKEND_HEALTH_SERVING
 NOT_SERVING = fleet_pb2.BACKEND_HEALTH_NOT_SERVING
 UNREACHABLE = fleet_pb2.BACKEND_HEALTH_UNREACHABLE
+EJECTED = fleet_pb2.BACKEND_HEALTH_EJECTED
 UNKNOWN = fleet_pb2.BACKEND_HEALTH_UNSPECIFIED
+
+PROBE_RECOGNIZE_MS = 200  # silence sent by the asr recovery probe
+
+
+def health_name(health: int) -> str:
+    return fleet_pb2.BackendHealth.Name(health).removeprefix("BACKEND_HEALTH_")
 
 
 class Backend:
-    def __init__(self, name: str, address: str):
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        health: RouterHealthConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        connect: bool = True,
+    ):
         self.name = name
         self.address = address
-        self.channel = security.fleet_channel(address, options=CHANNEL_OPTIONS)
-        self.health = UNKNOWN
-        self.changed_at = time.monotonic()
+        self.config = health or RouterHealthConfig()
+        self.clock = clock
+        self.channel = security.fleet_channel(address, options=CHANNEL_OPTIONS) if connect else None
+        self.watch = UNKNOWN  # what grpc.health.v1 Watch says
+        self.changed_at = clock()
         self.consecutive_failures = 0
+        self.ejections = 0  # ejections in a row (the next one lasts longer); forgotten after a healthy spell
+        self.total_ejections = 0
+        self.ejected_until = float("-inf")
+        self.recovering = False  # must pass recovery probes before it is routable again
+        self.good_probes = 0
+        self.ever_routable = False
+        self.routable_since = float("-inf")
+        self.last_deep_probe = clock()
+        self.deep = name in self.config.deep_probe
+        self._routable = False
+        self._down = asyncio.Event()  # set while not routable (sessions on this backend wait for it)
+        self._down.set()
         self._first_answer = asyncio.Event()
-        self._watch_task: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
 
     @property
     def serves(self) -> tuple[str, ...]:
         return SERVES.get(self.name, ())
 
+    # --- what the policy asks ---------------------------------------------------------------------------------
+    @property
+    def health(self) -> int:
+        """As GetFleetStatus shows it: EJECTED while an ejection is in force, else what Watch says."""
+        return EJECTED if self.ejected() else self.watch
+
+    def ejected(self, now: float | None = None) -> bool:
+        return (self.clock() if now is None else now) < self.ejected_until
+
+    def ejected_for(self, now: float | None = None) -> float:
+        return max(0.0, self.ejected_until - (self.clock() if now is None else now))
+
+    def routable(self) -> bool:
+        """The policy routes here: SERVING, not ejected, not recovering."""
+        return self._routable
+
     def usable(self) -> bool:
-        """Worth trying: serving, or not known yet (the call itself will tell)."""
-        return self.health in (SERVING, UNKNOWN)
+        """Worth trying when nothing better is left: serving or not known yet (the call itself will tell), even if
+        ejected or recovering. UNREACHABLE / NOT_SERVING backends are not tried at all."""
+        return self.watch in (SERVING, UNKNOWN)
 
     def describe(self) -> str:
-        return f"{self.name} ({self.address}) is {fleet_pb2.BackendHealth.Name(self.health).removeprefix('BACKEND_HEALTH_')}"
+        return f"{self.name} ({self.address}) is {self.state_detail()}"
+
+    def state_detail(self) -> str:
+        now = self.clock()
+        if self.ejected(now):
+            return f"EJECTED for {self.ejected_for(now):.1f}s more (ejection {self.ejections} in a row)"
+        if self.watch != SERVING:
+            return health_name(self.watch)
+        if self.recovering:
+            return f"RECOVERING ({self.good_probes} of {self.config.recovery_probes} probes ok)"
+        return "SERVING"
+
+    async def wait_unroutable(self) -> None:
+        await self._down.wait()
+
+    # --- state changes (pure: ``now`` from the clock) ---------------------------------------------------------
+    def _update(self) -> None:
+        routable = self.watch == SERVING and not self.recovering
+        if routable != self._routable:
+            self._routable = routable
+            if routable:
+                self.ever_routable = True
+                self.routable_since = self.clock()
+                self._down.clear()
+            else:
+                self._down.set()
+            log.info("%s is %s", self.name, "routable" if routable else f"not routable: {self.state_detail()}")
+        metrics.BACKEND_ROUTABLE.labels(self.name).set(1 if routable else 0)
+
+    def set_watch(self, health: int) -> None:
+        if health != self.watch:
+            log.info("%s health -> %s", self.name, health_name(health))
+            if health != SERVING and self.ever_routable:
+                self._start_recovery()  # back from any outage only through recovery probes
+            self.watch = health
+            self.changed_at = self.clock()
+        metrics.BACKEND_UP.labels(self.name).set(1 if health == SERVING else 0)
+        self._update()
+        self._first_answer.set()
+
+    def _start_recovery(self) -> None:
+        self.recovering = True
+        self.good_probes = 0
 
     def record_success(self) -> None:
         self.consecutive_failures = 0
 
-    def record_failure(self) -> None:
+    def record_failure(self, reason: str = "failures") -> None:
+        """A failed call (UNAVAILABLE, INTERNAL, or no audio in time) or a failed deep probe."""
         self.consecutive_failures += 1
+        if self.consecutive_failures >= self.config.eject_after_failures and not self.ejected():
+            self.eject(reason)
 
-    def _set(self, health: int) -> None:
-        if health != self.health:
-            log.info("%s -> %s", self.name, fleet_pb2.BackendHealth.Name(health))
-            self.health = health
-            self.changed_at = time.monotonic()
-        metrics.BACKEND_UP.labels(self.name).set(1 if health == SERVING else 0)
-        self._first_answer.set()
+    def eject(self, reason: str) -> None:
+        now = self.clock()
+        c = self.config
+        if self._routable and now - self.routable_since >= c.forget_ejections_seconds:
+            self.ejections = 0  # healthy for long: this is a new problem, start short
+        self.ejections += 1
+        self.total_ejections += 1
+        seconds = min(c.ejection_seconds * 2 ** (self.ejections - 1), c.max_ejection_seconds)
+        self.ejected_until = now + seconds
+        self.consecutive_failures = 0
+        self._start_recovery()
+        metrics.BACKEND_EJECTIONS.labels(self.name, reason).inc()
+        log.warning("%s ejected for %.1fs (%s; ejection %d in a row)", self.name, seconds, reason, self.ejections)
+        self._update()
 
+    def probe_result(self, ok: bool) -> None:
+        """A recovery probe finished."""
+        if not ok:
+            self.eject("probe")
+            return
+        self.good_probes += 1
+        self.consecutive_failures = 0
+        if self.good_probes >= self.config.recovery_probes:
+            self.recovering = False
+            self.good_probes = 0
+            log.info("%s recovered (%d probes in a row)", self.name, self.config.recovery_probes)
+        self._update()
+
+    def probe_due(self, now: float) -> str | None:
+        """Which probe to send now: "recovery", "deep" or None."""
+        if self.recovering:
+            return "recovery" if self.watch == SERVING and now >= self.ejected_until else None
+        if self.deep and self._routable and now - self.last_deep_probe >= self.config.deep_probe_interval_seconds:
+            return "deep"
+        return None
+
+    # --- the tasks --------------------------------------------------------------------------------------------
     def start(self) -> None:
-        self._watch_task = asyncio.create_task(self._watch(), name=f"watch-{self.name}")
+        self._tasks = [
+            asyncio.create_task(self._watch(), name=f"watch-{self.name}"),
+            asyncio.create_task(self._probe_loop(), name=f"probe-{self.name}"),
+        ]
 
     async def first_answer(self, wait_s: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -90,24 +238,87 @@ class Backend:
         while True:
             try:
                 async for answer in stub.Watch(health_pb2.HealthCheckRequest(service="")):
-                    self._set(SERVING if answer.status == health_pb2.HealthCheckResponse.SERVING else NOT_SERVING)
+                    self.set_watch(SERVING if answer.status == health_pb2.HealthCheckResponse.SERVING else NOT_SERVING)
                     backoff = 0.2
-                self._set(NOT_SERVING)  # the server ended the watch: it is shutting down
+                self.set_watch(NOT_SERVING)  # the server ended the watch: it is shutting down
             except grpc.aio.AioRpcError as e:
-                self._set(UNREACHABLE if e.code() == grpc.StatusCode.UNAVAILABLE else NOT_SERVING)
+                self.set_watch(UNREACHABLE if e.code() == grpc.StatusCode.UNAVAILABLE else NOT_SERVING)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 2.0)
 
+    async def _probe_loop(self) -> None:
+        c = self.config
+        tick = min(c.probe_interval_seconds, c.deep_probe_interval_seconds) if self.deep else c.probe_interval_seconds
+        while True:
+            await asyncio.sleep(tick)
+            kind = self.probe_due(self.clock())
+            if kind is None:
+                continue
+            if kind == "deep":
+                self.last_deep_probe = self.clock()
+            timeout = (c.deep_probe_deadline_ms if kind == "deep" else c.probe_timeout_ms) / 1000
+            ok = await self.probe(timeout)
+            metrics.ROUTER_PROBES.labels(self.name, kind, "ok" if ok else "failed").inc()
+            if kind == "recovery" and self.recovering:
+                self.probe_result(ok)
+            elif kind == "deep":
+                if ok:
+                    self.record_success()
+                else:
+                    log.warning("%s failed its deep probe (a short synthesis within %.1fs)", self.name, timeout)
+                    self.record_failure("deep_probe")
+
+    async def probe(self, timeout_s: float) -> bool:
+        """A real tiny request that must finish OK within ``timeout_s``: a short Synthesize (TTS backends) or a
+        recognition stream of a little silence (asr)."""
+        try:
+            if "voice.v1.Synthesizer" in self.serves:
+                stub = synthesizer_pb2_grpc.SynthesizerStub(self.channel)
+                request = synthesizer_pb2.SynthesizeRequest(request_id="router-probe", text=self.config.probe_text)
+                audio = 0
+                async for reply in stub.Synthesize(request, timeout=timeout_s):
+                    audio += len(reply.audio.data)
+                return audio > 0
+            if "voice.v1.Recognizer" in self.serves:
+                stub = recognizer_pb2_grpc.RecognizerStub(self.channel)
+                rate = 16_000
+                config = recognizer_pb2.RecognitionConfig(
+                    input_format=audio_pb2.AudioFormat(
+                        encoding=audio_pb2.AUDIO_ENCODING_LINEAR_PCM_S16LE, sample_rate_hz=rate, channels=1
+                    )
+                )
+
+                def requests():
+                    yield recognizer_pb2.StreamingRecognizeRequest(request_id="router-probe", config=config)
+                    yield recognizer_pb2.StreamingRecognizeRequest(audio=bytes(rate * PROBE_RECOGNIZE_MS // 1000 * 2))
+
+                async for _ in stub.StreamingRecognize(requests(), timeout=timeout_s):
+                    pass
+                return True
+            return self.watch == SERVING
+        except grpc.aio.AioRpcError as e:
+            log.info("%s probe failed: %s %s", self.name, e.code().name, e.details())
+            return False
+
     async def close(self) -> None:
-        if self._watch_task:
-            self._watch_task.cancel()
-        await self.channel.close()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.channel is not None:
+            await self.channel.close()
 
     def to_proto(self) -> fleet_pb2.BackendStatus:
+        now = self.clock()
         return fleet_pb2.BackendStatus(
             name=self.name,
             address=self.address,
             health=self.health,
+            ejected_for_ms=round(self.ejected_for(now) * 1000),
             consecutive_failures=self.consecutive_failures,
             services=list(self.serves),
+            routable=self._routable,
+            ejections=self.total_ejections,
+            detail=self.state_detail(),
         )

@@ -1,10 +1,20 @@
-"""Which backend serves a request: explicit engine, then the voice's owner, then the mode's route.
+"""Which backends serve a request, in what order: the request's route (docs/router.md#policy).
 
-Routes by mode (first usable backend wins):
-  REALTIME     -> moss_sts, cosyvoice_tts
-  BROADCAST    -> cosyvoice_tts
-  UNSPECIFIED  -> router.default_tts_backend
-Only configured backends that serve Synthesizer take part. Failover mid-stream is the failover issue's work.
+1. ``routing.engine`` pins a backend (unknown names: INVALID_ARGUMENT). It fails with that backend's status unless
+   router.routes.failover_pinned lets it fail over along its mode's chain.
+2. A voice: the backends that have it, in the order of the mode's chain, then router.routes.voice_owners (a preset
+   voice of qwen_tts routes to qwen_tts). The first serves; the mode chain's other backends that have the same voice
+   are its fallbacks. No backend has it: NOT_FOUND listing the voices there are.
+3. Otherwise the mode's chain (router.routes.realtime / broadcast / default), each backend with its default voice.
+
+Capability checks: a backend serves a request only if the voice is one of its voices and speaks the requested
+language (output sample rates are checked once, 8..48 kHz; backends resample). Health: backends that are routable
+(SERVING, not ejected, recovered) come first, in chain order; backends that are ejected or recovering but reachable
+follow as a last resort (better than failing when nothing else is left); unreachable ones are not tried. When the
+preferred backend is passed over for its health, that is counted as a failover with reason ``unhealthy``.
+
+Voice lists come from each backend's ListVoices (cached router.voices_cache_seconds). While a fallback is left, a
+lookup waits at most the first-audio timeout (or half the caller's time), so a hung backend cannot eat the deadline.
 """
 
 from __future__ import annotations
@@ -12,32 +22,48 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from services.common.config import RoutesConfig
 from services.common.engines import Routing, TtsEngine, VoiceInfo
 from services.common.errors import InvalidArgument, NotFound, Unavailable, VoiceError
 from services.common.tts_servicer import pick_voice
+from services.router.failover import Candidate, FailoverLog, RoutedTts
 from services.router.remote import RemoteTtsEngine
 from voice.v1 import routing_pb2
 
 log = logging.getLogger("voicefleet.router.policy")
 
-MODE_ROUTES = {
-    routing_pb2.ROUTE_MODE_REALTIME: ("moss_sts", "cosyvoice_tts"),
-    routing_pb2.ROUTE_MODE_BROADCAST: ("cosyvoice_tts",),
-}
+MODE_FIELDS = {routing_pb2.ROUTE_MODE_REALTIME: "realtime", routing_pb2.ROUTE_MODE_BROADCAST: "broadcast"}
 
 
 class RouterTtsResolver:
-    def __init__(self, engines: dict[str, RemoteTtsEngine], default_backend: str):
+    def __init__(
+        self,
+        engines: dict[str, RemoteTtsEngine],
+        default_backend: str,
+        routes: RoutesConfig | None = None,
+        failovers: FailoverLog | None = None,
+        deadline_margin_s: float = 0.05,
+    ):
         self.engines = engines  # TTS-capable backends only, by name
         self.default_backend = default_backend
+        self.routes = routes or RoutesConfig()
+        self.failovers = failovers or FailoverLog()
+        self.margin = deadline_margin_s
+        self.first_audio_timeout_s = self.routes.first_audio_timeout_ms / 1000
 
-    def _route(self, mode: int) -> list[RemoteTtsEngine]:
-        names = MODE_ROUTES.get(mode, (self.default_backend,))
-        route = [self.engines[n] for n in names if n in self.engines]
+    # --- chains -----------------------------------------------------------------------------------------------
+    def _mode_field(self, mode: int) -> str:
+        return MODE_FIELDS.get(mode, "default")
+
+    def chain(self, mode: int) -> list[str]:
+        """The configured backends of the mode's route, in priority order."""
+        field = self._mode_field(mode)
+        names = getattr(self.routes, field) or [self.default_backend]
+        route = [n for n in names if n in self.engines]
         if not route:
             raise Unavailable(
-                f"no TTS backend configured for mode {routing_pb2.RouteMode.Name(mode)};"
-                f" configured: {', '.join(self.engines) or 'none'}"
+                f"no TTS backend configured for mode {routing_pb2.RouteMode.Name(mode)}: router.routes.{field} names"
+                f" {', '.join(names)}; configured: {', '.join(self.engines) or 'none'}"
             )
         return route
 
@@ -49,48 +75,101 @@ class RouterTtsResolver:
             )
         return engine
 
+    # --- resolve ----------------------------------------------------------------------------------------------
     async def resolve(
         self, voice: str, language: str, routing: Routing, time_remaining: float | None, field: str = "config"
     ) -> tuple[TtsEngine, VoiceInfo]:
         if routing.engine:
-            engine = self._by_name(routing.engine, field=f"{field}.routing.engine")
-            self._check_usable(engine)
-            voices = await engine.voices(time_remaining)
-            return engine, pick_voice(voices, voice, language, where=engine.service, field=field)
-        if voice:
-            return await self._owner_of(voice, language, routing.mode, time_remaining, field)
-        route = self._route(routing.mode)
-        engine = next((e for e in route if e.backend.usable()), route[0])
-        self._check_usable(engine)
-        voices = await engine.voices(time_remaining)
-        return engine, pick_voice(voices, "", language, where=engine.service, field=field)
+            pinned = self._by_name(routing.engine, field=f"{field}.routing.engine")
+            order = [pinned.service]
+            if self.routes.failover_pinned:
+                order += [n for n in self._safe_chain(routing.mode) if n != pinned.service]
+            elif not pinned.backend.usable():
+                raise Unavailable(f"{pinned.backend.describe()}; retry shortly or pick another engine")
+            fallbacks = order[1:]
+        elif voice:
+            chain = self.chain(routing.mode)
+            order = chain + [n for n in (*self.routes.voice_owners, *self.engines) if n in self.engines]
+            order = list(dict.fromkeys(order))
+            fallbacks = chain
+        else:
+            order = fallbacks = self.chain(routing.mode)
+        candidates = await self._candidates(order, voice, language, time_remaining, field)
+        # The first candidate serves; of the others, only the route's fallbacks take over.
+        first = candidates[0]
+        chosen = [first] + [c for c in candidates[1:] if c.name in fallbacks]
+        preferred = self.engines[order[0]]
+        if first.name != preferred.service and not preferred.backend.routable():
+            # Passed over for its health (counted only when it would have served this voice, as far as we know).
+            if not voice or any(v.id == voice for v in preferred.cached_voices):
+                self.failovers.record(preferred.service, first.name, "unhealthy")
+        return RoutedTts(chosen, self.failovers, self.first_audio_timeout_s, self.margin), first.voice
 
-    async def _owner_of(
-        self, voice: str, language: str, mode: int, time_remaining: float | None, field: str = "config"
-    ) -> tuple[TtsEngine, VoiceInfo]:
-        """The backend that has ``voice`` (mode's route first, then any)."""
-        order = [e.service for e in self._route(mode)] if mode in MODE_ROUTES else []
-        order += [n for n in self.engines if n not in order]
-        lists = await asyncio.gather(*(self.engines[n].voices(time_remaining) for n in order), return_exceptions=True)
-        down = []
-        for name, voices in zip(order, lists, strict=True):
-            if isinstance(voices, VoiceError):
-                down.append(f"{name}: {voices.message}")
+    def _safe_chain(self, mode: int) -> list[str]:
+        try:
+            return self.chain(mode)
+        except Unavailable:
+            return []
+
+    async def _candidates(
+        self, order: list[str], voice: str, language: str, time_remaining: float | None, field: str
+    ) -> list[Candidate]:
+        """The backends of ``order`` that can serve (voice, language): routable ones first (chain order), then
+        reachable ones that are ejected or recovering (last resort). Raises when none can."""
+        engines = [self.engines[n] for n in order]
+        routable = [e for e in engines if e.backend.routable()]
+        fallback = [e for e in engines if not e.backend.routable() and e.backend.usable()]
+        problems: list[VoiceError] = []
+        down: list[str] = [e.backend.describe() for e in engines if not e.backend.usable()]
+        known: set[str] = set()
+        found: list[Candidate] = []
+        for group in (routable, fallback):
+            if not group:
                 continue
-            if any(v.id == voice for v in voices):
-                return self.engines[name], pick_voice(voices, voice, language, where=name, field=field)
+            lookups = await self._voice_lists(group, time_remaining, several=len(order) > 1)
+            for engine, voices in zip(group, lookups, strict=True):
+                if isinstance(voices, VoiceError):
+                    down.append(f"{engine.service}: {voices.message}")
+                    continue
+                known.update(v.id for v in voices)
+                if voice and not any(v.id == voice for v in voices):
+                    if len(order) == 1:  # a pinned backend: say it is not one of ITS voices
+                        pick_voice(voices, voice, language, engine.service, field)
+                    continue
+                try:
+                    found.append(Candidate(engine, pick_voice(voices, voice, language, engine.service, field)))
+                except VoiceError as e:  # the voice or default voice does not speak the language
+                    problems.append(e)
+            if found:
+                return found
+        if problems:
+            raise problems[0]
         if down:
-            raise Unavailable(
-                f"voice {voice!r} was not found on the reachable backends; unreachable: {'; '.join(down)}"
+            what = f"voice {voice!r} was not found on the reachable backends" if voice else "no backend can serve"
+            raise Unavailable(f"{what}; unreachable: {'; '.join(down)}; retry shortly or pick another engine")
+        raise NotFound(
+            f"{field}.voice: {voice!r} is not a voice of any backend; ListVoices shows: {', '.join(sorted(known))}"
+        )
+
+    async def _voice_lists(
+        self, engines: list[RemoteTtsEngine], time_remaining: float | None, several: bool
+    ) -> list[list[VoiceInfo] | VoiceError]:
+        """Every engine's voices, at once; a lookup waits less than the caller's whole time when others are left."""
+        budget = time_remaining
+        if several:
+            cap = (
+                self.first_audio_timeout_s
+                if time_remaining is None
+                else min(self.first_audio_timeout_s, time_remaining / 2)
             )
-        known = sorted({v.id for vs in lists if isinstance(vs, list) for v in vs})
-        raise NotFound(f"{field}.voice: {voice!r} is not a voice of any backend; ListVoices shows: {', '.join(known)}")
+            budget = cap + self.margin
+        results = await asyncio.gather(*(e.voices(budget) for e in engines), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, VoiceError):
+                raise r
+        return results
 
-    @staticmethod
-    def _check_usable(engine: RemoteTtsEngine) -> None:
-        if not engine.backend.usable():
-            raise Unavailable(f"{engine.backend.describe()}; retry shortly or pick another engine")
-
+    # --- other RPCs -------------------------------------------------------------------------------------------
     async def voices(self, service: str) -> list[VoiceInfo]:
         names = [service] if service else list(self.engines)
         if service:
@@ -108,4 +187,4 @@ class RouterTtsResolver:
         # Cloning lives in cosyvoice_tts (BROADCAST route) unless an engine is named.
         if routing.engine:
             return self._by_name(routing.engine)
-        return self._route(routing.mode or routing_pb2.ROUTE_MODE_BROADCAST)[0]
+        return self.engines[self.chain(routing.mode or routing_pb2.ROUTE_MODE_BROADCAST)[0]]

@@ -27,6 +27,8 @@ from services.common.errors import DeadlineExceeded, VoiceError, from_rpc_error
 from services.router.backends import Backend
 from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
+BACKEND_FAULTS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+
 
 class RemoteTtsEngine(TtsEngine):
     name = "remote"
@@ -47,6 +49,11 @@ class RemoteTtsEngine(TtsEngine):
     @property
     def served_by(self) -> str:
         return f"{self.backend.name}/remote"
+
+    @property
+    def cached_voices(self) -> list[VoiceInfo]:
+        """The last voice list ListVoices gave (possibly stale; empty before the first)."""
+        return self._voices
 
     def _timeout(self, time_remaining: float | None) -> float | None:
         if time_remaining is None:
@@ -168,7 +175,9 @@ class RemoteTtsEngine(TtsEngine):
                 )
             self.backend.record_success()
         except grpc.aio.AioRpcError as e:
-            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL):
+            # A backend fault counts against its health; DEADLINE_EXCEEDED is the caller's deadline (a hung backend
+            # is counted by the failover's first-audio timeout, which gives it ample time).
+            if e.code() in BACKEND_FAULTS:
                 self.backend.record_failure()
             raise from_rpc_error(e, self.backend.name) from None
         finally:

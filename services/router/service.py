@@ -11,6 +11,8 @@ from services.common.rpc import new_request_id, rpc
 from services.common.server import ServiceParts, Servicer
 from services.common.tts_servicer import SynthesizerServicer, instrument
 from services.router.backends import Backend
+from services.router.failover import FailoverLog
+from services.router.failover_sts import FailoverStsEngine
 from services.router.lease_servicer import GpuLeasesServicer, card_capacity_bytes
 from services.router.leases import LeaseManager, LeasePolicy
 from services.router.policy import RouterTtsResolver
@@ -23,20 +25,40 @@ SERVICE = "router"
 
 
 class FleetServicer(fleet_pb2_grpc.FleetServicer):
-    def __init__(self, backends: dict[str, Backend]):
+    def __init__(self, backends: dict[str, Backend], failovers: FailoverLog | None = None):
         self.backends = backends
+        self.failovers = failovers or FailoverLog()
 
     @rpc(SERVICE, "GetFleetStatus")
     async def GetFleetStatus(self, request, context):
         return fleet_pb2.GetFleetStatusResponse(
             request_id=request.request_id or new_request_id(),
             backends=[b.to_proto() for b in self.backends.values()],
+            recent_failovers=list(self.failovers.records),
         )
+
+
+def conversation_fallback(config: Config, asr_backend: Backend | None, tts: dict[str, RemoteTtsEngine]):
+    """The router's cascade for Conversation failover: remote asr -> brain -> the first configured backend of
+    router.routes.conversation_fallback_tts (None when switched off or a part is not configured)."""
+    routes = config.router.routes
+    tts_name = next((n for n in routes.conversation_fallback_tts if n in tts), None)
+    if not routes.conversation_fallback or asr_backend is None or tts_name is None:
+        return None
+    from services.moss_sts.brain import ChatBrain
+    from services.moss_sts.cascade import CascadeStsEngine
+    from services.moss_sts.dialogue import DialogueLimits
+
+    b, margin = config.brain, config.router.deadline_margin_ms / 1000
+    brain = ChatBrain(b.url, b.model, SERVICE, b.api_key, b.connect_timeout_seconds, b.read_timeout_seconds)
+    limits = DialogueLimits.from_config(config.moss_sts)
+    return CascadeStsEngine(SERVICE, RemoteAsrEngine(asr_backend, margin), brain, tts[tts_name], limits)
 
 
 def build(config: Config) -> ServiceParts:
     rc = config.router
-    backends = {name: Backend(name, address) for name, address in rc.backends.items()}
+    backends = {name: Backend(name, address, rc.health) for name, address in rc.backends.items()}
+    failovers = FailoverLog()
     tts = {
         name: RemoteTtsEngine(b, rc.deadline_margin_ms / 1000, rc.voices_cache_seconds)
         for name, b in backends.items()
@@ -45,7 +67,7 @@ def build(config: Config) -> ServiceParts:
     synthesizer = instrument(
         SynthesizerServicer(
             SERVICE,
-            RouterTtsResolver(tts, rc.default_tts_backend),
+            RouterTtsResolver(tts, rc.default_tts_backend, rc.routes, failovers, rc.deadline_margin_ms / 1000),
             max_text_chars=rc.max_text_chars,
             default_deadline_s=rc.default_deadline_seconds,
         )
@@ -68,10 +90,16 @@ def build(config: Config) -> ServiceParts:
     from voice.v1 import conversation_pb2_grpc
 
     sts_backend = next((b for b in backends.values() if "voice.v1.Conversation" in b.serves), None)
+    sts_engine = FailoverStsEngine(
+        RemoteStsEngine(sts_backend, rc.deadline_margin_ms / 1000),
+        conversation_fallback(config, asr_backend, tts),
+        failovers,
+        max_user_turn_s=config.moss_sts.max_user_turn_seconds,
+        default_system_prompt=config.moss_sts.default_system_prompt,
+        max_system_prompt_chars=config.moss_sts.max_system_prompt_chars,
+    )
     conversation = instrument_conversation(
-        ConversationServicer(
-            SERVICE, RemoteStsEngine(sts_backend, rc.deadline_margin_ms / 1000), StsLimits.from_config(config.moss_sts)
-        )
+        ConversationServicer(SERVICE, sts_engine, StsLimits.from_config(config.moss_sts))
     )
 
     lc = rc.leases
@@ -89,6 +117,7 @@ def build(config: Config) -> ServiceParts:
     )
 
     async def start() -> None:
+        await sts_engine.start()
         await leases.start()
         for b in backends.values():
             b.start()
@@ -96,18 +125,17 @@ def build(config: Config) -> ServiceParts:
         await asyncio.gather(*(b.first_answer(wait_s=2.0) for b in backends.values()))
 
     async def stop() -> None:
+        await sts_engine.close()
         await leases.stop()
         await asyncio.gather(*(b.close() for b in backends.values()))
 
     return ServiceParts(
         servicers=[
             Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, synthesizer, "voice.v1.Synthesizer"),
-            Servicer(fleet_pb2_grpc.add_FleetServicer_to_server, FleetServicer(backends), "voice.v1.Fleet"),
+            Servicer(fleet_pb2_grpc.add_FleetServicer_to_server, FleetServicer(backends, failovers), "voice.v1.Fleet"),
             Servicer(recognizer_pb2_grpc.add_RecognizerServicer_to_server, recognizer, "voice.v1.Recognizer"),
             Servicer(gpu_pb2_grpc.add_GpuLeasesServicer_to_server, leases, "voice.v1.GpuLeases"),
-            Servicer(
-                conversation_pb2_grpc.add_ConversationServicer_to_server, conversation, "voice.v1.Conversation"
-            ),
+            Servicer(conversation_pb2_grpc.add_ConversationServicer_to_server, conversation, "voice.v1.Conversation"),
         ],
         start=start,
         stop=stop,

@@ -1,0 +1,167 @@
+"""The router's health rules (services/router/backends.py) on an injected clock: outlier ejection, growing and
+capped ejection times, recovery only through probes in a row (hysteresis), and the routing config's validation.
+The same rules run against real processes in tests/test_faults_router.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.common.config import ConfigError, RouterHealthConfig, load_config
+from services.router.backends import EJECTED, NOT_SERVING, SERVING, UNREACHABLE, Backend
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def backend(**health) -> tuple[Backend, Clock]:
+    clock = Clock()
+    config = RouterHealthConfig(
+        **{
+            "eject_after_failures": 3,
+            "ejection_seconds": 2.0,
+            "max_ejection_seconds": 10.0,
+            "forget_ejections_seconds": 100.0,
+            "recovery_probes": 3,
+            **health,
+        }
+    )
+    return Backend("moss_sts", "127.0.0.1:1", config, clock=clock, connect=False), clock
+
+
+def recover(b: Backend, clock: Clock) -> None:
+    clock.now = max(clock.now, b.ejected_until)
+    for _ in range(b.config.recovery_probes):
+        assert b.probe_due(clock.now) == "recovery"
+        b.probe_result(True)
+
+
+def test_first_serving_is_routable_at_once():
+    b, _ = backend()
+    assert not b.routable()
+    b.set_watch(SERVING)
+    assert b.routable() and b.health == SERVING
+
+
+def test_consecutive_failures_eject_and_a_success_resets_the_count():
+    b, clock = backend()
+    b.set_watch(SERVING)
+    b.record_failure()
+    b.record_failure()
+    b.record_success()
+    b.record_failure()
+    b.record_failure()
+    assert b.routable(), "failures were not consecutive"
+    b.record_failure()
+    assert not b.routable() and b.health == EJECTED
+    assert b.ejected_for() == pytest.approx(2.0)
+    assert b.to_proto().ejected_for_ms == 2000 and b.to_proto().health == EJECTED
+
+
+def test_ejection_time_doubles_and_is_capped():
+    b, clock = backend()
+    b.set_watch(SERVING)
+    seen = []
+    for _ in range(5):
+        b.eject("failures")
+        seen.append(b.ejected_for())
+        clock.now = b.ejected_until
+        b.probe_result(False)  # the recovery probe fails: ejected again, for longer
+        seen.append(b.ejected_for())
+        recover(b, clock)
+        assert b.routable()
+    assert seen[:4] == [2.0, 4.0, 8.0, 10.0] and max(seen) == 10.0
+
+
+def test_a_long_healthy_spell_forgets_earlier_ejections():
+    b, clock = backend()
+    b.set_watch(SERVING)
+    b.eject("failures")
+    recover(b, clock)
+    b.eject("failures")
+    assert b.ejected_for() == 4.0
+    recover(b, clock)
+    clock.now += 101  # healthy longer than forget_ejections_seconds
+    b.eject("failures")
+    assert b.ejected_for() == 2.0
+
+
+def test_recovery_needs_probes_in_a_row_and_no_probe_while_ejected():
+    b, clock = backend()
+    b.set_watch(SERVING)
+    b.eject("failures")
+    assert b.probe_due(clock.now) is None, "no probe before the ejection is over"
+    clock.now = b.ejected_until
+    b.probe_result(True)
+    b.probe_result(True)
+    assert not b.routable() and "RECOVERING (2 of 3" in b.state_detail()
+    b.probe_result(True)
+    assert b.routable()
+
+
+def test_flapping_watch_never_makes_it_routable_until_probes_pass():
+    b, clock = backend()
+    b.set_watch(SERVING)
+    for _ in range(20):  # SERVING / NOT_SERVING flapping, a probe passing in each good moment
+        b.set_watch(NOT_SERVING)
+        assert not b.routable()
+        b.set_watch(SERVING)
+        b.probe_result(True)
+        b.probe_result(True)
+        assert not b.routable(), "the route must not come back on a flapping backend"
+        clock.now += 0.5
+    b.probe_result(True)  # a third good probe in a row once it stops flapping
+    assert b.routable()
+
+
+def test_unreachable_is_not_usable_but_ejected_serving_is_a_last_resort():
+    b, _ = backend()
+    b.set_watch(SERVING)
+    b.eject("failures")
+    assert not b.routable() and b.usable()
+    b.set_watch(UNREACHABLE)
+    assert not b.usable() and not b.routable()
+
+
+def test_deep_probe_due_only_while_routable():
+    b, clock = backend(deep_probe_interval_seconds=5.0)
+    assert b.deep
+    b.set_watch(SERVING)
+    clock.now += 5
+    assert b.probe_due(clock.now) == "deep"
+    b.eject("deep_probe")
+    assert b.probe_due(clock.now) is None
+    other = Backend("cosyvoice_tts", "127.0.0.1:1", RouterHealthConfig(), clock=clock, connect=False)
+    other.set_watch(SERVING)
+    clock.now += 100
+    assert not other.deep and other.probe_due(clock.now) is None
+
+
+@pytest.mark.parametrize(
+    "env,field",
+    [
+        ({"VOICEFLEET_ROUTER__ROUTES__REALTIME": "[moss_sts, piper]"}, "router.routes.realtime[1]"),
+        ({"VOICEFLEET_ROUTER__ROUTES__BROADCAST": "[cosyvoice_tts, cosyvoice_tts]"}, "router.routes.broadcast"),
+        ({"VOICEFLEET_ROUTER__ROUTES__REALTIME": "[]"}, "router.routes.realtime"),
+        ({"VOICEFLEET_ROUTER__ROUTES__FIRST_AUDIO_TIMEOUT_MS": "0"}, "router.routes.first_audio_timeout_ms"),
+        ({"VOICEFLEET_ROUTER__ROUTES__PRIORITY": "[moss_sts]"}, "router.routes.priority"),
+        ({"VOICEFLEET_ROUTER__HEALTH__RECOVERY_PROBES": "0"}, "router.health.recovery_probes"),
+        ({"VOICEFLEET_ROUTER__HEALTH__MAX_EJECTION_SECONDS": "1"}, "router.health.max_ejection_seconds"),
+        ({"VOICEFLEET_ROUTER__HEALTH__DEEP_PROBE": "[asr]"}, "router.health.deep_probe[0]"),
+        ({"VOICEFLEET_ROUTER__DEFAULT_TTS_BACKEND": "asr"}, "router.default_tts_backend"),
+    ],
+)
+def test_bad_routing_config_fails_naming_the_field(env, field):
+    with pytest.raises(ConfigError) as err:
+        load_config(env=env)
+    assert str(err.value).startswith(field), err.value
+
+
+def test_default_routes():
+    routes = load_config(env={}).router.routes
+    assert routes.realtime == ["moss_sts", "cosyvoice_tts"] and routes.broadcast == ["cosyvoice_tts"]
+    assert routes.voice_owners[0] == "qwen_tts"
