@@ -1,0 +1,130 @@
+"""Conversation (moss_sts CPU cascade through the router): user speech end -> first reply audio, barge-in -> silence.
+
+A fleet of brain (llama.cpp + SmolLM2-135M) + moss_sts + router on loopback; the caller is the tests' live caller
+(tests/test_conversation_fleet.Talk): silence at the pace of real time, each user line in one burst. User lines are
+piper speech made by the fleet (moss_sts's Synthesizer).
+
+* speech end -> first reply audio: the server's TurnTimings (end of the user's speech, as its audio arrived, to the
+  first reply audio sent; includes the endpointer's hangover) and the caller's view (last frame of the line sent ->
+  first reply audio received; the line's own trailing silence is inside it);
+* barge-in -> silence: the caller talks over a long reply; first frame of that speech sent -> last reply audio
+  received (includes barge_in.min_speech_ms of speech by design), and the interruption itself (last audio received
+  -> interrupted event) plus the server's histogram (barge-in detected -> last audio handed out).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+
+from bench.harness import Row
+from services.cli.fleet import LocalFleet, free_port
+from tests.test_conversation_fleet import RATE, BrainRecorder, Talk, close
+from voice.v1 import audio_pb2, conversation_pb2, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
+
+LINES = [
+    "Hello, my name is Alice.",
+    "What is two plus two?",
+    "What color is the sky?",
+    "Can you recommend a good book?",
+    "What is the capital of France?",
+    "How are you today?",
+]
+TURNS = 12
+BARGE_INS = 6
+
+
+def _speaker(channel):
+    stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
+    cache: dict[str, bytes] = {}
+
+    def say(text: str) -> bytes:
+        if text not in cache:
+            config = synthesizer_pb2.SynthesisConfig(
+                output_format=audio_pb2.AudioFormat(encoding=1, sample_rate_hz=RATE, channels=1),
+                routing=routing_pb2.Routing(mode=routing_pb2.ROUTE_MODE_REALTIME),
+            )
+            replies = stub.Synthesize(synthesizer_pb2.SynthesizeRequest(text=text, config=config), timeout=60)
+            cache[text] = b"".join(r.audio.data for r in replies)
+        return cache[text]
+
+    return say
+
+
+def _turns(channel, say, n: int) -> tuple[list[float], list[float]]:
+    server, client = [], []
+    talk = Talk(channel)
+    try:
+        for i in range(n):
+            talk.send(say(LINES[i % len(LINES)]), label=f"turn {i}")
+            if not talk.wait(lambda i=i: talk.ended(i), timeout=120) or talk.complete(i) is None:
+                continue
+            done = talk.complete(i)
+            server.append(done.timings.speech_end_to_first_audio_ms / 1000)
+            first = talk.of("reply_audio", i)
+            sent = next(s for s in talk.sent if s[0] == f"turn {i}")
+            if first:
+                client.append(first[0][0] - sent[2])
+            time.sleep(0.3)
+    finally:
+        close(talk)
+    return server, client
+
+
+def _barge_ins(channel, say, n: int) -> tuple[list[float], list[float]]:
+    to_silence, cut = [], []
+    for _ in range(n):
+        talk = Talk(channel, sampling=conversation_pb2.SamplingConfig(max_tokens=160))
+        try:
+            talk.send(say("Please tell me a long story about a brave little dragon who wanted to fly."))
+            talk.wait(lambda talk=talk: len(talk.reply_audio(0)) >= RATE * 2 * 1.5 or talk.ended(0))
+            if talk.ended(0):
+                continue
+            talk.send(say("Stop. What is two plus two?"), label="barge-in")
+            if not talk.wait(lambda talk=talk: talk.of("interrupted", 0), timeout=30):
+                continue
+            time.sleep(1.0)
+            t_int = talk.of("interrupted", 0)[0][0]
+            last = max(t for t, _ in talk.of("reply_audio", 0))
+            start = next(s for s in talk.sent if s[0] == "barge-in")[1]
+            to_silence.append(last - start)
+            cut.append(max(0.0, t_int - last))
+        finally:
+            close(talk)
+    return to_silence, cut
+
+
+def run():
+    with tempfile.TemporaryDirectory() as tmp:
+        brain_port = free_port()
+        recorder = BrainRecorder(brain_port)
+        fleet = LocalFleet.on_free_ports(
+            tmp,
+            ("brain", "moss_sts", "router"),
+            brain={"port": brain_port, "base_url": f"http://127.0.0.1:{recorder.port}/v1"},
+            moss_sts={"default_max_tokens": 48},
+        )
+        import grpc
+
+        try:
+            with grpc.insecure_channel(fleet.config.router.address) as channel:
+                say = _speaker(channel)
+                for line in LINES:
+                    say(line)
+                server, client = _turns(channel, say, TURNS)
+                to_silence, cut = _barge_ins(channel, say, BARGE_INS)
+        finally:
+            fleet.stop()
+            recorder.close()
+    rows = [
+        Row("speech end -> first reply audio (server TurnTimings)", "s", server, "includes the 400 ms hangover"),
+        Row("last user frame sent -> first reply audio (caller)", "s", client, "line's trailing silence inside"),
+        Row("barge-in speech sent -> last reply audio (caller)", "s", to_silence, "includes min_speech 500 ms"),
+        Row("last reply audio -> interrupted event (caller)", "s", cut),
+    ]
+    extra = {
+        "turns": TURNS,
+        "barge_ins": BARGE_INS,
+        "engine": "moss_sts/cascade (whisper tiny.en, SmolLM2-135M, piper)",
+    }
+    return rows, extra
