@@ -84,7 +84,7 @@ class BrainRecorder:
                     while chunk := reply.read1(65536):
                         self.wfile.write(chunk)
                         self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
+                except (BrokenPipeError, ConnectionResetError, http.client.HTTPException):
                     pass  # moss_sts closed the stream (an interrupted reply): so do we, upstream
                 finally:
                     upstream.close()

@@ -702,13 +702,20 @@ class DialogueSession(StsSession):
             # Pace: queue a chunk only while the audio queued is at most `lead` ahead of both what the caller has
             # taken and what has played since the first chunk went out.
             while True:
+                if reply.interrupted_reason:
+                    raise asyncio.CancelledError  # belt and braces: never queue audio for a cut reply
                 played = time.monotonic() - reply.first_audio_wall if reply.first_audio_wall else 0.0
                 ahead = reply.queued_s - min(reply.sent_s, played)
                 if ahead <= lead:
                     break
                 reply.progress.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(reply.progress.wait(), max(0.005, ahead - lead))
+                # Not asyncio.wait_for: on Python 3.11 it can swallow a cancel (the interruption) when the event
+                # is set in the same loop iteration; asyncio.wait never does.
+                waiter = asyncio.ensure_future(reply.progress.wait())
+                try:
+                    await asyncio.wait({waiter}, timeout=max(0.005, ahead - lead))
+                finally:
+                    waiter.cancel()
             chunk = dataclasses.replace(piece, pcm=piece.pcm[offset * 2 : (offset + n) * 2])
             if not reply.started_speaking:
                 reply.started_speaking = True
