@@ -244,3 +244,42 @@ def test_max_utterance_forces_finals(asr, asr_speakers):
     assert vad.count(recognizer_pb2.VadEvent.KIND_SPEECH_START) == vad.count(recognizer_pb2.VadEvent.KIND_SPEECH_END)
     assert vad.count(recognizer_pb2.VadEvent.KIND_SPEECH_END) == len(finals)
     assert ev.wer([" ".join(ev.SENTENCES[:3])], [" ".join(f.transcript for f in finals)]) <= 0.35
+
+
+def test_unary_recognize_through_the_router(router, asr_speakers):
+    stream = asr_speakers.padded("joe", [ev.SENTENCES[5]], 24000)
+    request = recognizer_pb2.RecognizeRequest(request_id="u", config=ev.config(24000, interim=False), audio=stream.pcm)
+    replies = list(router.Recognize(request, timeout=60))
+    assert {r.request_id for r in replies} == {"u"}
+    finals = [r.result.transcript for r in replies if r.WhichOneof("event") == "result"]
+    assert ev.wer([ev.SENTENCES[5]], finals) <= 0.15
+
+
+def test_streams_over_the_limit_are_resource_exhausted(asr_fleet, asr):
+    """16 open streams (asr.max_concurrent_streams) are served; the 17th is refused; the server stays up."""
+    gate = threading.Event()
+
+    def held():  # a live stream: silence every 0.5 s (under the idle timeout) until the gate opens
+        yield config_msg()
+        while not gate.wait(0.5):
+            yield Req(audio=SILENCE_100MS)
+
+    calls = [asr.StreamingRecognize(held(), timeout=20) for _ in range(16)]
+    try:
+        assert wait_until(
+            lambda: (
+                asr_fleet.metric("asr", "voicefleet_active_streams", service="asr", method="StreamingRecognize") >= 16
+            )
+        )
+        with pytest.raises(grpc.RpcError) as err:
+            run(asr, [config_msg(), Req(audio=SILENCE_100MS)])
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "asr.max_concurrent_streams" in err.value.details()
+    finally:
+        gate.set()
+        for call in calls:
+            call.cancel()
+    assert wait_until(
+        lambda: asr_fleet.metric("asr", "voicefleet_active_streams", service="asr", method="StreamingRecognize") == 0
+    )
+    assert_serving(asr)

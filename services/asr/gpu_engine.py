@@ -204,6 +204,17 @@ class GpuAsrEngine(AsrEngine):
         self.stream_pool.shutdown(wait=False, cancel_futures=True)
         self.final_pool.shutdown(wait=False, cancel_futures=True)
 
+    # Residency (for a GPU lease holder; services/common/model_control.py): weights on and off the card.
+    async def load(self) -> None:
+        if self.final.model is None:
+            await asyncio.get_running_loop().run_in_executor(self.final_pool, self.final.load)
+        self._ready = True
+
+    async def offload(self) -> None:
+        """Drop the model (CTranslate2 frees its CUDA memory with it). New streams fail until ``load``."""
+        self._ready = False
+        self.final.model = None
+
     def check_options(self, options: RecognitionOptions) -> None:
         language = whisper_language(options.language)
         if not self.final.multilingual and language not in (None, "en"):
