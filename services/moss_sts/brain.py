@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator
 
 from services.common import metrics
@@ -24,6 +25,21 @@ log = logging.getLogger("voicefleet.moss_sts.brain")
 
 # Sampling seed sent when the session gives none (0 means "a fixed default" in the contract).
 DEFAULT_SEED = 1234
+
+
+def request_headers(request_id: str) -> dict[str, str]:
+    """Our request id for the brain's logs. llama-cpp-python's server answers HTTP 400 ("Wrong uuid") to an
+    X-Request-Id that is not a UUID (starlette-context validates it), and voicefleet ids are 16 hex digits: send
+    X-Request-Id only when it is a UUID, and the id itself always as X-Voicefleet-Request-Id."""
+    if not request_id:
+        return {}
+    headers = {"X-Voicefleet-Request-Id": request_id}
+    try:
+        uuid.UUID(request_id)
+        headers["X-Request-Id"] = request_id
+    except ValueError:
+        pass
+    return headers
 
 
 class ChatBrain:
@@ -74,7 +90,7 @@ class ChatBrain:
             "max_tokens": max_tokens,
             "seed": sampling.seed or DEFAULT_SEED,
         }
-        headers = {"X-Request-Id": request_id} if request_id else {}
+        headers = request_headers(request_id)
         sent = time.monotonic()
         first = True
         try:
