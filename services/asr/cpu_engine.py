@@ -168,6 +168,7 @@ class CpuAsrEngine(AsrEngine):
         self.service = service
         self.config = config
         self.interim_interval_ms = config.interim_interval_ms
+        self.speculative_final_ms = config.speculative_final_ms
         self.vad: SileroVad | None = None
         self.final = WhisperFinals(config)
         self.partials = PocketsphinxPool()

@@ -175,6 +175,7 @@ class GpuAsrEngine(AsrEngine):
         self.service = service
         self.config = config
         self.interim_interval_ms = config.gpu.interim_interval_ms
+        self.speculative_final_ms = config.speculative_final_ms
         self.vad: SileroVad | None = None
         self.final = WhisperGpu(config)
         self.stream_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="asr-stream")

@@ -83,6 +83,8 @@ class _FinalJob:
     audio_start: int
     reason: str
     detected_at: float
+    # A speculative decode of this utterance started during the hangover (see TwoPassStream._maybe_speculate).
+    future: concurrent.futures.Future | None = None
 
 
 class PipelineEngineParts(Protocol):
@@ -93,6 +95,7 @@ class PipelineEngineParts(Protocol):
     final_pool: concurrent.futures.Executor
     final: FinalRecognizer
     interim_interval_ms: int
+    speculative_final_ms: int
 
 
 def ms(samples: int) -> int:
@@ -126,6 +129,8 @@ class TwoPassStream(AsrStream):
         self._interim_sent = False
         self._interim_compute = 0.0
         self._interval = int(engine.interim_interval_ms * RATE / 1000)
+        self._speculate = int(getattr(engine, "speculative_final_ms", 0) * RATE / 1000)
+        self._spec: tuple[int, concurrent.futures.Future] | None = None  # (silence start, decode)
         self._events: asyncio.Queue = asyncio.Queue()
         self._closed = False
         self._ended = False
@@ -169,6 +174,8 @@ class TwoPassStream(AsrStream):
         if self._closed:
             return
         self._closed = True
+        if self._spec is not None:
+            self._spec[1].cancel()
         self._events.put_nowait(None)
         inflight = self._inflight
         if inflight is not None and not inflight.done():
@@ -258,6 +265,8 @@ class TwoPassStream(AsrStream):
                 interim = self._look()
                 if interim is not None:
                     events.append(interim)
+            if self._speculate and job is None and self._ep.state == "speech":
+                self._maybe_speculate()
             if not self._ep.in_utterance and job is None:
                 self._trim(PREROLL)
         self._pending = pending[cursor:]
@@ -332,7 +341,30 @@ class TwoPassStream(AsrStream):
         )
         return AsrEvent(RESULT, result=result)
 
+    def _recognize(self, audio: np.ndarray) -> tuple[FinalText, float]:
+        """Thread (final pool): pass 2 on one utterance; returns the text and the compute time."""
+        t0 = time.perf_counter()
+        text = self._engine.final.recognize(audio, self._language, self._options.phrase_hints)
+        return text, time.perf_counter() - t0
+
+    def _maybe_speculate(self) -> None:
+        """Start pass 2 once the silence after speech has lasted ``speculative_final_ms``, before the hangover ends:
+        if the utterance does end there, its final is (nearly) ready; if speech resumes, the decode is dropped."""
+        silence = self._ep.silence_start
+        if self._spec is not None and self._spec[0] != silence:
+            self._spec[1].cancel()  # speech came back: a decode still waiting in line never runs
+            self._spec = None
+        if silence is None or self._spec is not None or self._pos - silence < self._speculate:
+            return
+        audio_start = max(self._buf_start, self._utt_start - PAD_BEFORE)
+        audio = self._slice(audio_start, self._pos).astype(np.float32) / 32768.0
+        self._spec = (silence, self._engine.final_pool.submit(self._recognize, audio))
+
     def _make_job(self, end: int, reason: str) -> _FinalJob:
+        spec, self._spec = self._spec, None
+        if spec is not None and not (reason == "endpoint" and spec[0] == self._ep.silence_start):
+            spec[1].cancel()
+            spec = None
         if self._partial_on:
             t0 = time.perf_counter()
             self._end_partial()
@@ -342,6 +374,8 @@ class TwoPassStream(AsrStream):
         audio_start = max(self._buf_start, self._utt_start - PAD_BEFORE)
         audio = self._slice(audio_start, end + PAD_AFTER).astype(np.float32) / 32768.0
         job = _FinalJob(self._index, self._utt_start, end, audio, audio_start, reason, time.monotonic())
+        if spec is not None:
+            job.future = spec[1]
         if reason == "max_utterance":
             self._utt_start = end
             self._trim(self._pos - end + PAD_BEFORE)
@@ -350,12 +384,9 @@ class TwoPassStream(AsrStream):
         return job
 
     async def _finalize(self, job: _FinalJob) -> None:
-        t0 = time.perf_counter()
-        future = self._engine.final_pool.submit(
-            self._engine.final.recognize, job.audio, self._language, self._options.phrase_hints
-        )
-        text = await asyncio.wrap_future(future)  # a cancel leaves this one decode to finish; nothing follows it
-        compute = time.perf_counter() - t0
+        future = job.future or self._engine.final_pool.submit(self._recognize, job.audio)
+        # A cancel leaves this one decode to finish; nothing follows it.
+        text, compute = await asyncio.wrap_future(future)
         if len(job.audio):
             self._rtf_final.observe(compute / (len(job.audio) / RATE))
         if (

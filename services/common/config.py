@@ -301,6 +301,9 @@ class AsrServiceConfig(ServerConfig):
     final_workers: int = 1
     # How much new audio between looks at pocketsphinx's partial hypothesis (interim results).
     interim_interval_ms: int = 160
+    # Start the final decode once the silence after speech has lasted this long, before the hangover has passed; if
+    # speech resumes the decode is dropped (0 = decode only after the hangover). docs/asr.md#endpoint-latency
+    speculative_final_ms: int = 96
     # Streams served at once; more get RESOURCE_EXHAUSTED.
     max_concurrent_streams: int = 16
     # A stream that sends no message for this long is ended with DEADLINE_EXCEEDED.
@@ -323,6 +326,7 @@ class AsrServiceConfig(ServerConfig):
         _check(path, "whisper_threads", 1 <= self.whisper_threads <= 64, "must be 1..64")
         _check(path, "final_workers", 1 <= self.final_workers <= 16, "must be 1..16")
         _check(path, "interim_interval_ms", 32 <= self.interim_interval_ms <= 5000, "must be 32..5000")
+        _check(path, "speculative_final_ms", 0 <= self.speculative_final_ms <= 5000, "must be 0..5000")
         _check(path, "max_concurrent_streams", 1 <= self.max_concurrent_streams <= 1000, "must be 1..1000")
         _check(path, "idle_timeout_seconds", self.idle_timeout_seconds > 0, "must be > 0")
         _check(path, "max_stream_seconds", self.max_stream_seconds >= 10, "must be >= 10")
