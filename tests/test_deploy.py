@@ -16,6 +16,14 @@ ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 
 
+def test_gpu_override_builds_gpu_stages_that_exist():
+    override = yaml.safe_load((DEPLOY / "compose.gpu.yaml").read_text())
+    for name, svc in override["services"].items():
+        dockerfile = ROOT / svc["build"]["dockerfile"]
+        assert re.search(r"^FROM .* AS gpu$", dockerfile.read_text(), re.M), f"{name}: no gpu stage"
+        assert svc["environment"] == {f"VOICEFLEET_{name.upper()}__ENGINE": "gpu"}
+
+
 def test_compose_builds_what_exists_and_mounts_a_valid_config():
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     config = load_config(DEPLOY / "voicefleet.yaml", env={})
@@ -37,7 +45,11 @@ def test_prometheus_scrapes_every_service():
     config = load_config(DEPLOY / "voicefleet.yaml", env={})
     prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     targets = {t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
-    expected = {f"{name}:{getattr(config, name).metrics_port}" for name in config.fleet.services}
+    expected = {
+        f"{name}:{getattr(config, name).metrics_port}"
+        for name in config.fleet.services
+        if getattr(config, name).metrics_port  # the brain (llama.cpp server) has no Prometheus endpoint
+    }
     assert targets == expected
 
 
