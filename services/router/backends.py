@@ -113,8 +113,8 @@ class Backend:
     # --- what the policy asks ---------------------------------------------------------------------------------
     @property
     def health(self) -> int:
-        """As GetFleetStatus shows it: EJECTED while an ejection is in force, else what Watch says."""
-        return EJECTED if self.ejected() else self.watch
+        """As GetFleetStatus shows it: what Watch says, or EJECTED while SERVING under an ejection."""
+        return EJECTED if self.watch == SERVING and self.ejected() else self.watch
 
     def ejected(self, now: float | None = None) -> bool:
         return (self.clock() if now is None else now) < self.ejected_until
@@ -136,10 +136,10 @@ class Backend:
 
     def state_detail(self) -> str:
         now = self.clock()
-        if self.ejected(now):
-            return f"EJECTED for {self.ejected_for(now):.1f}s more (ejection {self.ejections} in a row)"
         if self.watch != SERVING:
             return health_name(self.watch)
+        if self.ejected(now):
+            return f"EJECTED for {self.ejected_for(now):.1f}s more (ejection {self.ejections} in a row)"
         if self.recovering:
             return f"RECOVERING ({self.good_probes} of {self.config.recovery_probes} probes ok)"
         return "SERVING"

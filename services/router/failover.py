@@ -79,7 +79,8 @@ class FailoverLog:
                 request_id=request_id,
             )
         )
-        log.warning("failover %s -> %s (%s) request %s", from_backend, to_backend, reason, request_id or "-")
+        level = logging.DEBUG if reason == "unhealthy" else logging.WARNING  # one per request while it is down
+        log.log(level, "failover %s -> %s (%s) request %s", from_backend, to_backend, reason, request_id or "-")
 
 
 @dataclass(frozen=True)
@@ -112,9 +113,12 @@ class RoutedTts(TtsEngine):
         failovers: FailoverLog,
         first_audio_timeout_s: float,
         margin_s: float,
+        passed_over: str = "",
     ):
         assert candidates
         self.candidates = candidates
+        # The route's preferred backend when it was passed over for its health (counted once the request starts).
+        self.passed_over = passed_over
         self.failovers = failovers
         self.first_audio_timeout_s = first_audio_timeout_s
         self.margin_s = margin_s
@@ -163,7 +167,12 @@ class RoutedTts(TtsEngine):
         self.failovers.record(cand.name, self.candidates[i + 1].name, reason, request_id)
 
     # --- Synthesize ---------------------------------------------------------------------------------------------
+    def _count_passed_over(self, request_id: str) -> None:
+        if self.passed_over:
+            self.failovers.record(self.passed_over, self.candidates[0].name, "unhealthy", request_id)
+
     async def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+        self._count_passed_over(options.request_id)
         deadline = None if options.time_remaining is None else time.monotonic() + options.time_remaining
         errors: list[VoiceError] = []
         for i in range(len(self.candidates)):
@@ -191,6 +200,7 @@ class RoutedTts(TtsEngine):
     async def synthesize_text_stream(
         self, events: AsyncIterator[TextEvent], options: SynthesisOptions, policy: BufferPolicy
     ) -> AsyncIterator[AudioPiece]:
+        self._count_passed_over(options.request_id)
         text = TextLog(events)
         pump = asyncio.create_task(text.pump(), name="text-log")
         deadline = None if options.time_remaining is None else time.monotonic() + options.time_remaining

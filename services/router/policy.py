@@ -98,12 +98,15 @@ class RouterTtsResolver:
         # The first candidate serves; of the others, only the route's fallbacks take over.
         first = candidates[0]
         chosen = [first] + [c for c in candidates[1:] if c.name in fallbacks]
-        preferred = self.engines[order[0]]
-        if first.name != preferred.service and not preferred.backend.routable():
-            # Passed over for its health (counted only when it would have served this voice, as far as we know).
+        preferred, passed_over = self.engines[order[0]], ""
+        looked_up = any(c.name == preferred.service for c in candidates)
+        if first.name != preferred.service and (not preferred.backend.routable() or not looked_up):
+            # Passed over for its health: not routable, or its voice list did not come (counted only when it would
+            # have served this voice, as far as we know).
             if not voice or any(v.id == voice for v in preferred.cached_voices):
-                self.failovers.record(preferred.service, first.name, "unhealthy")
-        return RoutedTts(chosen, self.failovers, self.first_audio_timeout_s, self.margin), first.voice
+                passed_over = preferred.service
+        routed = RoutedTts(chosen, self.failovers, self.first_audio_timeout_s, self.margin, passed_over)
+        return routed, first.voice
 
     def _safe_chain(self, mode: int) -> list[str]:
         try:
