@@ -192,11 +192,24 @@ def run(with_wer: bool = False):
         Row("RTF final pass whisper base (int8, 2 threads)", "x", rtf["base"]),
         Row("RTF interim pass pocketsphinx (20 ms steps + hyp)", "x", rtf["pocketsphinx"]),
     ]
+    single = [speakers.padded("joe", [t], 16000, lead_s=0.5, tail_s=0.8) for t in ev.SENTENCES[:16]]
+    with tempfile.TemporaryDirectory() as tmp:  # the final decode only after the hangover, for comparison
+        fleet = LocalFleet.on_free_ports(tmp, services=("asr",), asr={"speculative_final_ms": 0})
+        try:
+            results = [r for s in single[:8] for r in concurrent_streams(fleet.config.asr.address, [s], interim=True)]
+            rows.append(
+                Row(
+                    "speech end -> final (1 live stream), speculative_final_ms=0",
+                    "s",
+                    [x for r in results for x in r["end_to_final"]],
+                )
+            )
+        finally:
+            fleet.stop()
     with tempfile.TemporaryDirectory() as tmp:
         fleet = LocalFleet.on_free_ports(tmp, services=("asr",))
         try:
             address = fleet.config.asr.address
-            single = [speakers.padded("joe", [t], 16000, lead_s=0.5, tail_s=0.8) for t in ev.SENTENCES[:16]]
             results = [r for s in single for r in concurrent_streams(address, [s], interim=True)]
             end_to_final = [x for r in results for x in r["end_to_final"]]
             rows += [

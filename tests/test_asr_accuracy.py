@@ -129,3 +129,18 @@ def test_unknown_language_is_refused(asr):
         list(asr.StreamingRecognize(ev.requests(bytes(3200), 16000, cfg), timeout=10))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "config.language" in err.value.details()
+
+
+def test_a_pause_shorter_than_the_hangover_keeps_one_utterance(asr, asr_speakers):
+    """150 ms of silence inside an utterance: past speculative_final_ms (96), under the hangover (200). The
+    speculative final started in the pause is dropped; the one final has both halves."""
+    first, second = ev.SENTENCES[6], ev.SENTENCES[8]
+    (a, rate), (b, _) = asr_speakers._cache[("joe", first)], asr_speakers._cache[("joe", second)]
+    a = a[: 2 * ev.truth_bounds(a)[1]]  # piper's own trailing and leading quiet cut off: the pause is exactly 150 ms
+    b = b[2 * ev.truth_bounds(b)[0] :]
+    half_s = bytes(rate)  # 0.5 s
+    pcm = half_s + a + bytes(int(rate * 0.15) * 2) + b + half_s * 2
+    replies = list(asr.StreamingRecognize(ev.requests(pcm, rate, ev.config(rate, interim=False)), timeout=60))
+    finals = [r.result.transcript for r in replies if r.WhichOneof("event") == "result"]
+    assert len(finals) == 1, finals
+    assert ev.wer([f"{first} {second}"], finals) <= 0.15, finals
