@@ -188,13 +188,18 @@ class RoutedTts(TtsEngine):
                 await pieces.aclose()
                 self._give_up(i, e, opts.request_id, errors)
                 continue
+            relay = metrics.ROUTER_RELAY.labels("Synthesize")
             async with contextlib.aclosing(pieces):
                 if first is _DONE:
                     return
                 yield first
-                async for piece in pieces:  # committed: audio went out, a failure from here on is the caller's status
-                    yield piece
-            return
+                while True:  # committed: audio went out, a failure from here on is the caller's status
+                    piece = await anext(pieces, _DONE)
+                    if piece is _DONE:
+                        return
+                    received = time.perf_counter()
+                    yield piece  # returns once the servicer has written it to the caller
+                    relay.observe(time.perf_counter() - received)
 
     # --- StreamingSynthesize ------------------------------------------------------------------------------------
     async def synthesize_text_stream(
@@ -206,6 +211,7 @@ class RoutedTts(TtsEngine):
         deadline = None if options.time_remaining is None else time.monotonic() + options.time_remaining
         errors: list[VoiceError] = []
         spoken_end = 0  # end of the last text span whose audio was sent
+        relay = metrics.ROUTER_RELAY.labels("StreamingSynthesize")
         try:
             for i in range(len(self.candidates)):
                 cand, opts, _ = self._attempt(i, options, deadline, errors)
@@ -236,7 +242,9 @@ class RoutedTts(TtsEngine):
                                 piece, text_start=base + piece.text_start, text_end=base + piece.text_end
                             )
                             spoken_end = max(spoken_end, piece.text_end)
+                            received = time.perf_counter()
                             yield piece
+                            relay.observe(time.perf_counter() - received)
                 except (VoiceError, _Stalled) as e:
                     self._give_up(i, e, opts.request_id, errors)
                     log.info("%s: continuing the text stream at character %d", opts.request_id, spoken_end)
