@@ -81,3 +81,23 @@ def test_model_control_load_streams_progress_and_offload_frees_the_card(shared_c
         off = control.Offload(gpu_pb2.OffloadRequest(reason="test"), timeout=30)
     assert off.status.residency == gpu_pb2.RESIDENCY_COLD
     assert all(lease.holder != "cosyvoice_tts" for lease in leases(shared_card).leases)
+
+
+def test_status_cli_shows_the_lease_table(shared_card):
+    import subprocess
+    import sys
+
+    speak(shared_card, "qwen_tts")  # qwen_tts resident and holding the card
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "--config", str(shared_card.config_path), "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "GPU card: 10.0 GiB, 6.0 GiB granted" in result.stdout, result.stdout + result.stderr
+    holder_line = next(
+        line
+        for line in result.stdout.splitlines()
+        if line.strip().startswith("qwen_tts ") and "GiB" not in line and "espeak" in line
+    )
+    assert "6.0" in holder_line

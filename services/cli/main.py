@@ -26,6 +26,8 @@ from voice.v1 import (
     audio_pb2,
     fleet_pb2,
     fleet_pb2_grpc,
+    gpu_pb2,
+    gpu_pb2_grpc,
     recognizer_pb2,
     recognizer_pb2_grpc,
     routing_pb2,
@@ -270,7 +272,34 @@ def cmd_status(args) -> int:
             when = time.strftime("%H:%M:%S", time.localtime(f.at_unix_ms / 1000))
             request = f"  request {f.request_id}" if f.request_id else ""
             print(f"  {when}  {f.from_backend} -> {f.to_backend}  ({f.reason}){request}")
+    with security.client_channel(address) as channel:
+        _print_leases(channel, config)
     return 0 if ok else 1
+
+
+def _print_leases(channel, config) -> None:
+    """The GPU lease table (GpuLeases is fleet-only: the CLI sends the fleet token from the config when set)."""
+    metadata = [(security.FLEET_TOKEN_HEADER, config.security.fleet_token)] if config.security.fleet_token else []
+    try:
+        table = gpu_pb2_grpc.GpuLeasesStub(channel).ListLeases(
+            gpu_pb2.ListLeasesRequest(), metadata=metadata, timeout=5
+        )
+    except grpc.RpcError as e:
+        print(f"\nGPU leases: not shown ({e.code().name}: {e.details()})")
+        return
+    gib = 1 << 30
+    print(f"\nGPU card: {table.capacity_bytes / gib:.1f} GiB, {table.granted_bytes / gib:.1f} GiB granted")
+    if table.leases:
+        print(f"  {'holder':<14} {'model':<34} {'GiB':>5} {'epoch':>6} {'expires':>8}  state")
+    for lease in table.leases:
+        state = "revoking" if lease.revoking else ("busy" if lease.busy else "idle")
+        print(
+            f"  {lease.holder:<14} {lease.model[:34]:<34} {lease.bytes / gib:>5.1f} {lease.epoch:>6}"
+            f" {lease.expires_in_ms / 1000:>7.1f}s  {state}"
+        )
+    for w in table.waiting:
+        priority = gpu_pb2.LeasePriority.Name(w.priority).removeprefix("LEASE_PRIORITY_")
+        print(f"  waiting: {w.holder} {w.bytes / gib:.1f} GiB ({priority})")
 
 
 def main(argv: list[str] | None = None) -> int:
