@@ -364,7 +364,7 @@ def test_speech_shorter_than_the_barge_in_minimum_does_not_interrupt(conv, route
     cough = trim(say("Okay, sure."))
     talk = Talk(
         router_channel,
-        sampling=conversation_pb2.SamplingConfig(max_tokens=60),
+        sampling=conversation_pb2.SamplingConfig(max_tokens=40),
         barge_in=conversation_pb2.BargeInConfig(min_speech_ms=max(1500, int(len(cough) / 2 / RATE * 1000) + 800)),
     )
     try:
