@@ -41,6 +41,7 @@ from services.common.engines import (
     VoiceInfo,
 )
 from services.common.errors import DeadlineExceeded, VoiceError
+from services.common.text import _STREAM_SENTENCE_END as _SENTENCE_END
 from voice.v1 import fleet_pb2
 
 log = logging.getLogger("voicefleet.router.failover")
@@ -266,6 +267,7 @@ class TextLog:
         self.done = False  # the caller's events are over (or failed)
         self.error: BaseException | None = None  # the caller's bad message, raised to whoever replays
         self.arrived: list[tuple[int, float]] = []  # (text length after a delta, when it came)
+        self.marks: list[tuple[int, float]] = []  # (text position, when) of flushes and the end
         self._changed = asyncio.Event()
 
     def _wake(self) -> None:
@@ -280,8 +282,10 @@ class TextLog:
                     self.arrived.append((len(self.text), time.monotonic()))
                 if event.flush:
                     self.flushes.append(len(self.text))
+                    self.marks.append((len(self.text), time.monotonic()))
                 if event.end:
                     self.ended = True
+                    self.marks.append((len(self.text), time.monotonic()))
                 self._wake()
         except VoiceError as e:
             self.error = e
@@ -317,20 +321,28 @@ class TextLog:
                 return
             await changed.wait()
 
+    def _arrival(self, pos: int) -> float | None:
+        """When the character at ``pos`` arrived."""
+        i = bisect.bisect_right([n for n, _ in self.arrived], pos)
+        return self.arrived[i][1] if i < len(self.arrived) else None
+
     def stalled(self, spoken_end: int, last_audio: float, timeout: float, policy: BufferPolicy) -> bool:
-        """The backend owes audio and sent none for ``timeout``: text past ``spoken_end`` is speakable (ended,
-        flushed, or complete words the max-wait timer speaks) and has waited that long since it was due."""
+        """The backend owes audio and sent none for ``timeout`` since it became due: text past ``spoken_end`` that
+        the segmenter speaks (a sentence end followed by whitespace, a flush, the end, or complete words once no
+        text came for max-wait) and ``timeout`` passed since then and since the last audio."""
         pending = self.text[spoken_end:]
         if not pending.strip():
             return False
-        # When did text past spoken_end first arrive (later than the last audio: it waited since then)?
-        i = bisect.bisect_right([n for n, _ in self.arrived], spoken_end)
-        since = max(last_audio, self.arrived[i][1] if i < len(self.arrived) else last_audio)
-        flushed = bool(self.flushes) and self.flushes[-1] > spoken_end
-        if self.ended or flushed:
-            due = since
-        elif any(c.isspace() for c in pending.strip()) or pending[-1:].isspace():
-            due = since + policy.max_wait_s
-        else:
+        due: list[float] = []
+        sentence = _SENTENCE_END.search(self.text, spoken_end)
+        if sentence is not None:
+            # The whitespace after a full stop makes it a sentence end (CJK stops need none).
+            at = self._arrival(min(sentence.end(), len(self.text) - 1))
+            if at is not None:
+                due.append(at)
+        due += [t for pos, t in self.marks if pos > spoken_end]
+        if any(c.isspace() for c in pending.strip()) or pending[-1:].isspace():  # complete words: the timer speaks
+            due.append(self.arrived[-1][1] + policy.max_wait_s)
+        if not due:
             return False  # one unfinished word: nothing is due yet
-        return time.monotonic() - due > timeout
+        return time.monotonic() - max(last_audio, min(due)) > timeout
