@@ -60,6 +60,10 @@ class RouterTtsResolver:
         field = self._mode_field(mode)
         names = getattr(self.routes, field) or [self.default_backend]
         route = [n for n in names if n in self.engines]
+        if not route and field == "default":
+            # A fleet without the default route's backends (e.g. only qwen_tts) serves unpinned requests from the
+            # TTS backends it has, rather than refusing them; explicit mode routes stay as configured.
+            route = list(self.engines)
         if not route:
             raise Unavailable(
                 f"no TTS backend configured for mode {routing_pb2.RouteMode.Name(mode)}: router.routes.{field} names"
