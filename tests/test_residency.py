@@ -22,7 +22,8 @@ def shared_card(tmp_path_factory):
         tmp_path_factory.mktemp("card"),
         services=("cosyvoice_tts", "qwen_tts", "router"),
         router={
-            "leases": {"capacity_gb": 10, "min_residency_seconds": 1, "ttl_seconds": 3, "renew_deadline_seconds": 2}
+            "leases": {"capacity_gb": 10, "min_residency_seconds": 1, "ttl_seconds": 3, "renew_deadline_seconds": 2},
+            "routes": {"default": ["cosyvoice_tts", "qwen_tts"]},
         },
         residency={
             "enabled": True,
@@ -101,3 +102,38 @@ def test_status_cli_shows_the_lease_table(shared_card):
         if line.strip().startswith("qwen_tts ") and "GiB" not in line and "espeak" in line
     )
     assert "6.0" in holder_line
+
+
+def test_cold_preferred_model_yields_to_a_warm_fallback_and_is_prefetched(shared_card):
+    import time
+
+    from voice.v1 import fleet_pb2, fleet_pb2_grpc
+
+    speak(shared_card, "qwen_tts")  # qwen_tts warm, cosyvoice_tts cold (its swap-in: 1000 ms)
+    assert status(shared_card, "cosyvoice_tts").residency == gpu_pb2.RESIDENCY_COLD
+
+    def unpinned(budget_ms):
+        with shared_card.channel("router") as channel:
+            request = synthesizer_pb2.SynthesizeRequest(
+                text=SENTENCE + ".",
+                config=synthesizer_pb2.SynthesisConfig(routing=routing_pb2.Routing(latency_budget_ms=budget_ms)),
+            )
+            replies = list(synthesizer_pb2_grpc.SynthesizerStub(channel).Synthesize(request, timeout=60))
+        return replies[0].served_by, b"".join(r.audio.data for r in replies)
+
+    # The route prefers cosyvoice_tts, but its swap-in would miss a 200 ms budget: the warm qwen_tts serves.
+    served_by, pcm = unpinned(200)
+    assert served_by.startswith("qwen_tts") and pcm
+    with shared_card.channel("router") as channel:
+        fleet = fleet_pb2_grpc.FleetStub(channel).GetFleetStatus(fleet_pb2.GetFleetStatusRequest(), timeout=10)
+    assert any(
+        f.from_backend == "cosyvoice_tts" and f.to_backend == "qwen_tts" and f.reason == "cold"
+        for f in fleet.recent_failovers
+    )
+    # ...and the router prefetched cosyvoice_tts: it becomes resident without a request of its own.
+    deadline = time.monotonic() + 30
+    while status(shared_card, "cosyvoice_tts").residency != gpu_pb2.RESIDENCY_RESIDENT and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert status(shared_card, "cosyvoice_tts").residency == gpu_pb2.RESIDENCY_RESIDENT
+    served_by, _ = unpinned(200)
+    assert served_by.startswith("cosyvoice_tts")

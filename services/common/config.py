@@ -578,6 +578,9 @@ class RoutesConfig:
     # be spoken) is given up for the next one in the chain. Bounded by half the caller's remaining time while a
     # fallback is left, so a hung backend leaves time to fail over within the caller's deadline.
     first_audio_timeout_ms: int = 3000
+    # Latency budget for requests that give none (Routing.latency_budget_ms): a cold time-shared model whose
+    # swap-in takes longer is passed over for a warm fallback of the route, and prefetched.
+    default_latency_budget_ms: int = 1000
     # Conversation: when moss_sts is unhealthy or fails mid-turn, the router answers with its own cascade (remote asr
     # -> brain -> the first configured backend of this list), replaying the user's audio of the turn.
     conversation_fallback: bool = True

@@ -139,6 +139,11 @@ SWAP_SECONDS = Histogram(
     ["service", "direction"],
     buckets=LATENCY_BUCKETS,
 )
+PREFETCHES = Counter(
+    "voicefleet_model_prefetches_total",
+    "Models the router asked to load because a request found them cold.",
+    ["backend"],
+)
 LEASE_GRANTED_BYTES = Gauge("voicefleet_gpu_lease_granted_bytes", "GPU bytes granted to lease holders now.")
 BACKEND_UP = Gauge("voicefleet_backend_serving", "1 when a backend's health says SERVING.", ["backend"])
 BACKEND_ROUTABLE = Gauge(

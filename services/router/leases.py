@@ -114,6 +114,8 @@ class LeaseManager:
     _epochs: itertools.count = field(default_factory=lambda: itertools.count(1))
     _seq: itertools.count = field(default_factory=itertools.count)
     last_epoch: int = 0
+    # Every holder name that ever asked: their models time-share the card (residency-aware routing reads it).
+    holders_seen: set[str] = field(default_factory=set)
 
     # --- queries ----------------------------------------------------------------------------------------------
     @property
@@ -146,6 +148,7 @@ class LeaseManager:
         if len(self.waiters) >= self.policy.max_waiters:
             raise ResourceExhausted(f"acquire: {len(self.waiters)} requests already wait for GPU memory; retry later")
         self.waiters.append(Waiter(stream, request, self.clock(), next(self._seq)))
+        self.holders_seen.add(request.holder)
         events = self.tick()
         if not any(isinstance(e, Granted) and e.stream == stream for e in events):
             position = [w.stream for w in self._ordered_waiters()].index(stream)

@@ -50,6 +50,7 @@ class RouterTtsResolver:
         self.failovers = failovers or FailoverLog()
         self.margin = deadline_margin_s
         self.first_audio_timeout_s = self.routes.first_audio_timeout_ms / 1000
+        self.residency = None  # a ResidencyView when the router grants GPU leases (set by the router's build)
 
     # --- chains -----------------------------------------------------------------------------------------------
     def _mode_field(self, mode: int) -> str:
@@ -99,6 +100,7 @@ class RouterTtsResolver:
         else:
             order = fallbacks = self.chain(routing.mode)
         candidates = await self._candidates(order, voice, language, time_remaining, field)
+        candidates = self._warm_first(candidates, fallbacks, routing.latency_budget_ms)
         # The first candidate serves; of the others, only the route's fallbacks take over.
         first = candidates[0]
         chosen = [first] + [c for c in candidates[1:] if c.name in fallbacks]
@@ -111,6 +113,20 @@ class RouterTtsResolver:
                 passed_over = preferred.service
         routed = RoutedTts(chosen, self.failovers, self.first_audio_timeout_s, self.margin, passed_over)
         return routed, first.voice
+
+    def _warm_first(self, candidates: list[Candidate], fallbacks: list[str], budget_ms: int) -> list[Candidate]:
+        """A cold preferred model whose swap-in would miss the latency budget yields to a warm fallback (and is
+        prefetched); without a warm fallback the request waits for the swap-in (bounded by the service's queue)."""
+        view = self.residency
+        if view is None or len(candidates) < 2 or not view.too_cold(candidates[0].name, budget_ms):
+            return candidates
+        warm = next((c for c in candidates[1:] if c.name in fallbacks and view.warm(c.name)), None)
+        if warm is None:
+            return candidates
+        cold = candidates[0].name
+        view.prefetch(cold)
+        self.failovers.record(cold, warm.name, "cold")
+        return [warm, *(c for c in candidates if c is not warm)]
 
     def _safe_chain(self, mode: int) -> list[str]:
         try:

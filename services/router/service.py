@@ -19,6 +19,7 @@ from services.router.policy import RouterTtsResolver
 from services.router.remote import RemoteTtsEngine
 from services.router.remote_asr import RemoteAsrEngine
 from services.router.remote_sts import RemoteStsEngine
+from services.router.residency import ResidencyView
 from voice.v1 import fleet_pb2, fleet_pb2_grpc, gpu_pb2_grpc, recognizer_pb2_grpc, synthesizer_pb2_grpc
 
 SERVICE = "router"
@@ -64,10 +65,11 @@ def build(config: Config) -> ServiceParts:
         for name, b in backends.items()
         if "voice.v1.Synthesizer" in b.serves
     }
+    tts_resolver = RouterTtsResolver(tts, rc.default_tts_backend, rc.routes, failovers, rc.deadline_margin_ms / 1000)
     synthesizer = instrument(
         SynthesizerServicer(
             SERVICE,
-            RouterTtsResolver(tts, rc.default_tts_backend, rc.routes, failovers, rc.deadline_margin_ms / 1000),
+            tts_resolver,
             max_text_chars=rc.max_text_chars,
             default_deadline_s=rc.default_deadline_seconds,
         )
@@ -114,6 +116,10 @@ def build(config: Config) -> ServiceParts:
                 max_waiters=lc.max_waiters,
             )
         )
+    )
+
+    tts_resolver.residency = ResidencyView(
+        leases.manager, config.residency, backends, rc.routes.default_latency_budget_ms
     )
 
     async def start() -> None:
