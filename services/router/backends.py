@@ -18,7 +18,9 @@ report SERVING only after warm-up.
 
 Deep probe (``deep_probe`` backends, default moss_sts): while routable, a short synthesis every
 ``deep_probe_interval_seconds`` must finish within ``deep_probe_deadline_ms``; a miss counts as a failed call.
-SERVING alone says the process is up, not that the model answers.
+SERVING alone says the process is up, not that the model answers. Probes respect GPU time-sharing: a backend whose
+model is off its device (ModelControl says it is not RESIDENT) gets no deep probe, and its recovery probe is
+ModelControl answering, so a probe never pulls a swapped-out model back onto the card.
 
 State changes take ``now`` from an injectable clock so the rules are unit-tested without sleeping
 (tests/test_router_health.py).
@@ -37,7 +39,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common import metrics, security
 from services.common.config import RouterHealthConfig
-from voice.v1 import audio_pb2, fleet_pb2, recognizer_pb2, recognizer_pb2_grpc, synthesizer_pb2, synthesizer_pb2_grpc
+from voice.v1 import (
+    audio_pb2,
+    fleet_pb2,
+    gpu_pb2,
+    gpu_pb2_grpc,
+    recognizer_pb2,
+    recognizer_pb2_grpc,
+    synthesizer_pb2,
+    synthesizer_pb2_grpc,
+)
 
 log = logging.getLogger("voicefleet.router.backends")
 
@@ -257,7 +268,15 @@ class Backend:
             if kind == "deep":
                 self.last_deep_probe = self.clock()
             timeout = (c.deep_probe_deadline_ms if kind == "deep" else c.probe_timeout_ms) / 1000
-            ok = await self.probe(timeout)
+            resident = await self.resident(timeout)
+            if resident is False:
+                # Its model is off the device (a GPU lease went to another model): a synthesis would pull it back
+                # and undo the time-sharing. No deep probe then; a recovery probe is ModelControl answering.
+                if kind == "deep":
+                    continue
+                ok = True
+            else:
+                ok = await self.probe(timeout)
             metrics.ROUTER_PROBES.labels(self.name, kind, "ok" if ok else "failed").inc()
             if kind == "recovery" and self.recovering:
                 self.probe_result(ok)
@@ -267,6 +286,18 @@ class Backend:
                 else:
                     log.warning("%s failed its deep probe (a short synthesis within %.1fs)", self.name, timeout)
                     self.record_failure("deep_probe")
+
+    async def resident(self, timeout_s: float) -> bool | None:
+        """Whether its model is on its device (ModelControl.GetModelStatus); None when it does not say."""
+        if "voice.v1.ModelControl" not in self.serves:
+            return None
+        try:
+            reply = await gpu_pb2_grpc.ModelControlStub(self.channel).GetModelStatus(
+                gpu_pb2.GetModelStatusRequest(request_id="router-probe"), timeout=timeout_s
+            )
+        except grpc.aio.AioRpcError:
+            return None  # not served (UNIMPLEMENTED) or not answering: the probe itself will tell
+        return reply.status.residency == gpu_pb2.RESIDENCY_RESIDENT
 
     async def probe(self, timeout_s: float) -> bool:
         """A real tiny request that must finish OK within ``timeout_s``: a short Synthesize (TTS backends) or a
