@@ -254,7 +254,11 @@ class Backend:
                 self.set_watch(NOT_SERVING)  # the server ended the watch: it is shutting down
             except grpc.aio.AioRpcError as e:
                 self.set_watch(UNREACHABLE if e.code() == grpc.StatusCode.UNAVAILABLE else NOT_SERVING)
-            await asyncio.sleep(backoff)
+            # Watch again as soon as the channel connects (its own reconnect backoff paces the attempts), so a
+            # backend that comes up is seen at once, not a sleep later; at most ``backoff`` between tries.
+            await asyncio.sleep(0.05)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.channel.channel_ready(), backoff)
             backoff = min(backoff * 2, 2.0)
 
     async def _probe_loop(self) -> None:
