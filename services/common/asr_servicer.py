@@ -184,27 +184,7 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
     # --- shared -----------------------------------------------------------------------------------------------
     def _options(self, config, request_id: str, context) -> tuple[RecognitionOptions, audio.PcmFormat]:
         fmt = audio.input_format("config.input_format", config.input_format)
-        d = self.limits.defaults
-        e = config.endpointing
-        threshold = e.threshold or d.threshold
-        if not 0 < threshold < 1:
-            raise InvalidArgument(
-                "config.endpointing.threshold", f"{e.threshold} is outside 0..1 (0 means {d.threshold})"
-            )
-        min_speech = e.min_speech_ms or d.min_speech_ms
-        if min_speech > 5000:
-            raise InvalidArgument("config.endpointing.min_speech_ms", f"{min_speech} is over 5000")
-        hangover = e.hangover_ms or d.hangover_ms
-        if not 32 <= hangover <= 5000:
-            raise InvalidArgument(
-                "config.endpointing.hangover_ms", f"{hangover} is outside 32..5000 (0 means {d.hangover_ms})"
-            )
-        max_utt = e.max_utterance_ms or d.max_utterance_ms
-        if not 1000 <= max_utt <= d.max_utterance_ms:
-            raise InvalidArgument(
-                "config.endpointing.max_utterance_ms",
-                f"{max_utt} is outside 1000..{d.max_utterance_ms} (this server's limit; 0 means the limit)",
-            )
+        endpointing = endpointing_from_config(config.endpointing, self.limits.defaults)
         hints = tuple(h.strip() for h in config.phrase_hints)
         if len(hints) > MAX_HINTS or sum(len(h) for h in hints) > MAX_HINT_CHARS:
             raise InvalidArgument(
@@ -216,7 +196,7 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
         options = RecognitionOptions(
             language=config.language,
             interim_results=config.interim_results,
-            endpointing=Endpointing(threshold, min_speech, hangover, max_utt),
+            endpointing=endpointing,
             phrase_hints=hints,
             sample_rate_hz=self.engine.native_sample_rate or fmt.sample_rate_hz,
             request_id=request_id,
@@ -245,3 +225,27 @@ def instrument(servicer: RecognizerServicer) -> RecognizerServicer:
         bound = getattr(type(servicer), method)
         setattr(servicer, method, rpc(servicer.service, method)(bound).__get__(servicer))
     return servicer
+
+
+def endpointing_from_config(e, d: Endpointing) -> Endpointing:
+    """A request's EndpointingConfig checked against this server's defaults/limits ``d`` (0 fields take defaults).
+
+    One place for the rules, shared by Recognizer and Conversation configs."""
+    threshold = e.threshold or d.threshold
+    if not 0 < threshold < 1:
+        raise InvalidArgument("config.endpointing.threshold", f"{e.threshold} is outside 0..1 (0 means {d.threshold})")
+    min_speech = e.min_speech_ms or d.min_speech_ms
+    if min_speech > 5000:
+        raise InvalidArgument("config.endpointing.min_speech_ms", f"{min_speech} is over 5000")
+    hangover = e.hangover_ms or d.hangover_ms
+    if not 32 <= hangover <= 5000:
+        raise InvalidArgument(
+            "config.endpointing.hangover_ms", f"{hangover} is outside 32..5000 (0 means {d.hangover_ms})"
+        )
+    max_utt = e.max_utterance_ms or d.max_utterance_ms
+    if not 1000 <= max_utt <= d.max_utterance_ms:
+        raise InvalidArgument(
+            "config.endpointing.max_utterance_ms",
+            f"{max_utt} is outside 1000..{d.max_utterance_ms} (this server's limit; 0 means the limit)",
+        )
+    return Endpointing(threshold, min_speech, hangover, max_utt)

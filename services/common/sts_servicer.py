@@ -14,6 +14,7 @@ import contextlib
 from dataclasses import dataclass
 
 from services.common import audio, metrics
+from services.common.asr_servicer import endpointing_from_config
 from services.common.engines import (
     END_OF_TURN,
     INTERRUPT,
@@ -190,27 +191,7 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
                 "config.system_prompt",
                 f"{len(config.system_prompt)} characters is over the limit of {self.limits.max_system_prompt_chars}",
             )
-        d = self.limits.endpointing
-        e = config.endpointing
-        threshold = e.threshold or d.threshold
-        if not 0 < threshold < 1:
-            raise InvalidArgument(
-                "config.endpointing.threshold", f"{e.threshold} is outside 0..1 (0 means {d.threshold})"
-            )
-        min_speech = e.min_speech_ms or d.min_speech_ms
-        if min_speech > 5000:
-            raise InvalidArgument("config.endpointing.min_speech_ms", f"{min_speech} is over 5000")
-        hangover = e.hangover_ms or d.hangover_ms
-        if not 32 <= hangover <= 5000:
-            raise InvalidArgument(
-                "config.endpointing.hangover_ms", f"{hangover} is outside 32..5000 (0 means {d.hangover_ms})"
-            )
-        max_utt = e.max_utterance_ms or d.max_utterance_ms
-        if not 1000 <= max_utt <= d.max_utterance_ms:
-            raise InvalidArgument(
-                "config.endpointing.max_utterance_ms",
-                f"{max_utt} is outside 1000..{d.max_utterance_ms} (this server's limit; 0 means the limit)",
-            )
+        endpointing = endpointing_from_config(config.endpointing, self.limits.endpointing)
         b = config.barge_in
         if b.min_speech_ms > MAX_BARGE_IN_MS:
             raise InvalidArgument("config.barge_in.min_speech_ms", f"{b.min_speech_ms} is over {MAX_BARGE_IN_MS}")
@@ -222,7 +203,7 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
             system_prompt=config.system_prompt,
             sampling=Sampling(temperature, top_p, s.max_tokens, s.seed),
             language=config.language,
-            endpointing=Endpointing(threshold, min_speech, hangover, max_utt),
+            endpointing=endpointing,
             barge_in=BargeIn(not b.disabled, b.min_speech_ms or self.limits.barge_in_min_speech_ms),
             routing=routing_from_proto(config.routing),
             request_id=request_id,
