@@ -23,8 +23,8 @@ import grpc
 
 from services.common.audio import S16LE
 from services.common.engines import AudioPiece, BufferPolicy, SynthesisOptions, TextEvent, TtsEngine, VoiceInfo
-from services.common.errors import DeadlineExceeded, VoiceError, from_rpc_error
-from services.router.backends import Backend
+from services.common.errors import VoiceError, from_rpc_error
+from services.router.backends import Backend, backend_timeout
 from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 BACKEND_FAULTS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
@@ -56,12 +56,7 @@ class RemoteTtsEngine(TtsEngine):
         return self._voices
 
     def _timeout(self, time_remaining: float | None) -> float | None:
-        if time_remaining is None:
-            return None
-        timeout = time_remaining - self.margin
-        if timeout <= 0:
-            raise DeadlineExceeded(f"deadline too short to call {self.backend.name}; allow more time")
-        return timeout
+        return backend_timeout(time_remaining, self.margin, self.backend.name)
 
     async def voices(self, time_remaining: float | None = 10.0) -> list[VoiceInfo]:
         if time.monotonic() - self._voices_at < self.voices_cache_s:

@@ -26,8 +26,8 @@ from services.common.engines import (
     RecognitionOptions,
     WordTiming,
 )
-from services.common.errors import DeadlineExceeded, Unavailable, from_rpc_error
-from services.router.backends import Backend
+from services.common.errors import Unavailable, from_rpc_error
+from services.router.backends import Backend, backend_timeout
 from voice.v1 import audio_pb2, recognizer_pb2, recognizer_pb2_grpc
 
 # Backend failures that count against its health (outlier detection).
@@ -52,12 +52,7 @@ class RemoteAsrEngine(AsrEngine):
         return f"{self.backend.name if self.backend else 'asr'}/remote"
 
     def _timeout(self, time_remaining: float | None) -> float | None:
-        if time_remaining is None:
-            return None
-        timeout = time_remaining - self.margin
-        if timeout <= 0:
-            raise DeadlineExceeded(f"deadline too short to call {self.backend.name}; allow more time")
-        return timeout
+        return backend_timeout(time_remaining, self.margin, self.backend.name)
 
     async def open_stream(self, options: RecognitionOptions) -> AsrStream:
         if self.backend is None:

@@ -40,9 +40,9 @@ from services.common.engines import (
     TurnResult,
     TurnTimings,
 )
-from services.common.errors import DeadlineExceeded, Unavailable, from_rpc_error
+from services.common.errors import Unavailable, from_rpc_error
 from services.common.sts_servicer import STATE_NAMES
-from services.router.backends import Backend
+from services.router.backends import Backend, backend_timeout
 from services.router.remote_asr import event_from_proto
 from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc, recognizer_pb2, routing_pb2
 
@@ -73,12 +73,7 @@ class RemoteStsEngine(StsEngine):
         return f"{self.backend.name if self.backend else 'moss_sts'}/remote"
 
     def _timeout(self, time_remaining: float | None) -> float | None:
-        if time_remaining is None:
-            return None
-        timeout = time_remaining - self.margin
-        if timeout <= 0:
-            raise DeadlineExceeded(f"deadline too short to call {self.backend.name}; allow more time")
-        return timeout
+        return backend_timeout(time_remaining, self.margin, self.backend.name)
 
     async def open_session(self, options: SessionOptions) -> StsSession:
         if self.backend is None:
