@@ -107,15 +107,7 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
                     await pump
 
     async def _next(self, requests):
-        try:
-            return await asyncio.wait_for(anext(requests), self.limits.idle_timeout_s)
-        except StopAsyncIteration:
-            return None
-        except TimeoutError:
-            raise DeadlineExceeded(
-                f"audio: no message for {self.limits.idle_timeout_s:g} s (asr.idle_timeout_seconds); send audio"
-                " continuously (silence counts) or close the stream"
-            ) from None
+        return await next_or_idle(requests, self.limits.idle_timeout_s, "asr.idle_timeout_seconds")
 
     async def _pump(self, requests, stream, fmt: audio.PcmFormat, engine_rate: int) -> None:
         resampler = audio.StreamResampler(fmt.sample_rate_hz, engine_rate)
@@ -249,3 +241,17 @@ def endpointing_from_config(e, d: Endpointing) -> Endpointing:
             f"{max_utt} is outside 1000..{d.max_utterance_ms} (this server's limit; 0 means the limit)",
         )
     return Endpointing(threshold, min_speech, hangover, max_utt)
+
+
+async def next_or_idle(requests, idle_timeout_s: float, setting: str):
+    """The next client message, None at the end of the stream, DEADLINE_EXCEEDED after ``idle_timeout_s`` of
+    silence from the client (``setting`` names the config field). Shared by Recognizer and Conversation streams."""
+    try:
+        return await asyncio.wait_for(anext(requests), idle_timeout_s)
+    except StopAsyncIteration:
+        return None
+    except TimeoutError:
+        raise DeadlineExceeded(
+            f"audio: no message for {idle_timeout_s:g} s ({setting}); send audio"
+            " continuously (silence counts) or close the stream"
+        ) from None

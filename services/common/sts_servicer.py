@@ -14,7 +14,7 @@ import contextlib
 from dataclasses import dataclass
 
 from services.common import audio, metrics
-from services.common.asr_servicer import endpointing_from_config
+from services.common.asr_servicer import endpointing_from_config, next_or_idle
 from services.common.engines import (
     END_OF_TURN,
     INTERRUPT,
@@ -37,7 +37,7 @@ from services.common.engines import (
     StsEngine,
     StsEvent,
 )
-from services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
+from services.common.errors import InvalidArgument, ResourceExhausted
 from services.common.rpc import new_request_id, rpc
 from services.common.tts_servicer import routing_from_proto
 from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc, recognizer_pb2
@@ -125,15 +125,7 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
                     await pump
 
     async def _next(self, requests):
-        try:
-            return await asyncio.wait_for(anext(requests), self.limits.idle_timeout_s)
-        except StopAsyncIteration:
-            return None
-        except TimeoutError:
-            raise DeadlineExceeded(
-                f"audio: no message for {self.limits.idle_timeout_s:g} s (moss_sts.idle_timeout_seconds); send audio"
-                " continuously (silence counts) or close the stream"
-            ) from None
+        return await next_or_idle(requests, self.limits.idle_timeout_s, "moss_sts.idle_timeout_seconds")
 
     async def _pump(self, requests, session, fmt: audio.PcmFormat) -> None:
         engine_rate = self.engine.native_sample_rate or fmt.sample_rate_hz
