@@ -3,10 +3,12 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-REQS := requirements/dev.txt $(wildcard services/*/requirements*.txt) pyproject.toml
+REQS := scripts/build-brain-wheel.sh requirements/dev.txt $(wildcard services/*/requirements*.txt) pyproject.toml
 STAMP := $(VENV)/.installed
 NODEPS := $(wildcard services/*/requirements-cpu-nodeps.txt)
 PROTOS := $(wildcard protos/voice/v1/*.proto)
+# The brain's llama-cpp-python, built once for any x86-64-v3 CPU (never -march=native; scripts/build-brain-wheel.sh).
+BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
 .PHONY: install run test test-gpu proto proto-check lint bench clean golden
@@ -14,6 +16,7 @@ BUF := node_modules/.bin/buf
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q --no-deps $$(scripts/build-brain-wheel.sh $(BIN)/python $(BRAIN_WHEELS))
 	$(BIN)/python -m pip install -q -r requirements/dev.txt
 	@# Wheels whose metadata pulls what we never import (silero-vad -> torch): installed without dependencies.
 	$(foreach f,$(NODEPS),$(BIN)/python -m pip install -q --no-deps -r $(f) &&) true
@@ -60,4 +63,4 @@ bench: install  ## latency benchmarks → bench/results/*.json + a markdown tabl
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache
+	rm -rf $(VENV) node_modules .pytest_cache build
