@@ -58,29 +58,35 @@ def health_status(address: str, timeout: float = 1.0, service: str = "", setting
 
 
 # Fleet members that are not gRPC services: the module that runs them, and how readiness is checked.
-# The brain (llama-cpp-python's OpenAI-compatible server) is ready when GET /v1/models answers 200.
 MODULES = {"brain": "services.moss_sts.brain_server"}
-HTTP_MEMBERS = {"brain": "/v1/models"}
+HTTP_MEMBERS = {"brain"}
 
 
-def http_status(address: str, path: str, timeout: float = 1.0) -> str:
-    """SERVING when GET http://address/path answers 200; UNREACHABLE / NOT_SERVING otherwise."""
+def brain_status(address: str, timeout: float = 1.0) -> str:
+    """SERVING once the brain has answered one real chat completion (a 1-token reply), not merely listened: a brain
+    whose model cannot run (a CPU build it crashes on, say) never reports ready. UNREACHABLE / NOT_SERVING otherwise."""
+    import json
     import urllib.error
     import urllib.request
 
+    body = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0}).encode()
+    request = urllib.request.Request(
+        f"http://{address}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     try:
-        with urllib.request.urlopen(f"http://{address}{path}", timeout=timeout) as reply:
-            return "SERVING" if reply.status == 200 else "NOT_SERVING"
+        with urllib.request.urlopen(request, timeout=max(timeout, 5.0)) as reply:
+            answer = json.loads(reply.read())
+            return "SERVING" if reply.status == 200 and answer.get("choices") else "NOT_SERVING"
     except urllib.error.HTTPError:
         return "NOT_SERVING"
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError, ValueError):
         return "UNREACHABLE"
 
 
 def member_status(name: str, address: str, timeout: float = 1.0, settings=None) -> str:
-    """Readiness of a fleet member: gRPC health for services, an HTTP check for the brain."""
+    """Readiness of a fleet member: gRPC health for services, a real completion for the brain."""
     if name in HTTP_MEMBERS:
-        return http_status(address, HTTP_MEMBERS[name], timeout)
+        return brain_status(address, timeout)
     return health_status(address, timeout, settings=settings)
 
 
@@ -92,7 +98,7 @@ def free_port() -> int:
 
 def write_ephemeral_config(directory: Path, services=("cosyvoice_tts", "router"), **sections) -> Path:
     """A config file giving every service free loopback ports (tests, benchmarks); ``sections`` merge over it."""
-    raw = {"fleet": {"services": list(services), "start_timeout_seconds": 90}}
+    raw = {"fleet": {"services": list(services), "start_timeout_seconds": 90, "supervisor_port": free_port()}}
     for f in dataclasses.fields(Config):
         if "port" in {g.name for g in dataclasses.fields(f.default_factory())}:  # fleet members only
             grace = 5 if f.name == "router" else 10

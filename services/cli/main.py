@@ -55,45 +55,49 @@ def _fail(e: grpc.RpcError) -> None:
 
 # --- up ---------------------------------------------------------------------------------------------------------
 def cmd_up(args) -> int:
-    from services.cli.fleet import FleetError, LocalFleet
+    from services.cli.fleet import LocalFleet
+    from services.cli.supervisor import READY, Supervisor
 
     config = _config(args)
-    fleet = LocalFleet(config, args.config)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+
+    def say(message: str) -> None:
+        print(f"voicefleet: {message}", file=sys.stderr, flush=True)
+
+    supervisor = Supervisor(LocalFleet(config, args.config), log=say)
     names = ", ".join(config.fleet.services)
     print(f"voicefleet: starting {names} ...", flush=True)
     t0 = time.monotonic()
-    try:
-        for name in config.fleet.services:
-            fleet.spawn(name)
-        fleet.wait_serving(list(fleet.members), config.fleet.start_timeout_seconds)
-    except FleetError as e:
-        print(f"voicefleet: {e}", file=sys.stderr)
-        fleet.stop()
-        return 1
-    print(f"\nvoicefleet is up in {time.monotonic() - t0:.1f}s (CPU engines):")
-    for m in fleet.members.values():
-        front = "  <- the front door" if m.name == "router" else ""
-        if m.name == "brain":  # not a gRPC service: llama.cpp's OpenAI-compatible HTTP server
-            print(f"  {m.name:<14} http {m.address:<16} OpenAI-compatible chat (http://{m.address}/v1)")
-            continue
-        print(f"  {m.name:<14} grpc {m.address:<16} metrics http://127.0.0.1:{m.metrics_port}/metrics{front}")
-    print('\nTry:  voicefleet speak "hello world this is a test" -o out.wav')
-    print("Ctrl-C stops the fleet.\n", flush=True)
+    supervisor.start()
+    supervisor.serve_http(config.fleet.supervisor_port)
+    if supervisor.wait_ready(config.fleet.start_timeout_seconds, interrupted=stop):
+        print(f"\nvoicefleet is up in {time.monotonic() - t0:.1f}s (CPU engines):")
+        for m in supervisor.fleet.members.values():
+            front = "  <- the front door" if m.name == "router" else ""
+            if m.name == "brain":  # not a gRPC service: llama.cpp's OpenAI-compatible HTTP server
+                print(f"  {m.name:<14} http {m.address:<16} OpenAI-compatible chat (http://{m.address}/v1)")
+                continue
+            print(f"  {m.name:<14} grpc {m.address:<16} metrics http://127.0.0.1:{m.metrics_port}/metrics{front}")
+        if config.fleet.supervisor_port:
+            print(f"  supervisor     http 127.0.0.1:{config.fleet.supervisor_port:<6}     /members, /metrics")
+        print('\nTry:  voicefleet speak "hello world this is a test" -o out.wav')
+        print(
+            "A member that exits is restarted (voicefleet status shows restarts). Ctrl-C stops the fleet.\n", flush=True
+        )
+    elif not stop.is_set():
+        waiting = [f"{s['name']} ({s['state']})" for s in supervisor.snapshot() if s["state"] != READY]
+        say(f"not every member is ready after {time.monotonic() - t0:.0f}s: {', '.join(waiting)}; the rest serve")
     code = 0
     while not stop.wait(0.5):
-        dead = fleet.dead_members()
-        if dead:
-            for m in dead:
-                print(
-                    f"voicefleet: {m.name} exited with code {m.process.returncode}; stopping the fleet", file=sys.stderr
-                )
+        states = supervisor.snapshot()
+        if all(s["state"] in ("gave-up", "exited") for s in states):
+            say("every member is down and none will be restarted; stopping")
             code = 1
             break
     print("voicefleet: stopping (draining in-flight streams) ...", flush=True)
-    codes = fleet.stop()
+    codes = supervisor.stop()
     print("voicefleet: stopped " + ", ".join(f"{n} ({c})" for n, c in codes.items()), flush=True)
     return code
 
@@ -246,9 +250,9 @@ def cmd_status(args) -> int:
     print(f"{'router':<14} {address:<18} {router}")
     if router == "UNREACHABLE":
         print("router is down; asking each configured service directly:")
-        ok = False
         for name, backend in config.router.backends.items():
             print(f"  {name:<12} {backend:<18} {health_status(backend)}")
+        _print_members(config)
         return 1
     with security.client_channel(address) as channel:
         try:
@@ -274,7 +278,25 @@ def cmd_status(args) -> int:
             print(f"  {when}  {f.from_backend} -> {f.to_backend}  ({f.reason}){request}")
     with security.client_channel(address) as channel:
         _print_leases(channel, config)
+    _print_members(config)
     return 0 if ok else 1
+
+
+def _print_members(config) -> None:
+    """What the supervisor of `voicefleet up` says of each member: state, uptime, restarts, last exit."""
+    from services.cli.supervisor import fetch_members
+
+    members = fetch_members(config.fleet.supervisor_port)
+    if members is None:
+        print(f"\nsupervisor: none on 127.0.0.1:{config.fleet.supervisor_port} (fleet not started by `voicefleet up`?)")
+        return
+    print(f"\n{'member':<14} {'state':<9} {'uptime':>8} {'restarts':>8}  last exit")
+    for m in members:
+        uptime = f"{m['uptime_seconds']:.0f}s" if m["uptime_seconds"] is not None else "-"
+        last = f"{m['last_exit']} {m['last_exit_seconds_ago']:.0f}s ago" if m["last_exit"] else "-"
+        if m["restart_in_seconds"] is not None:
+            last += f"; restarting in {m['restart_in_seconds']:.1f}s"
+        print(f"{m['name']:<14} {m['state']:<9} {uptime:>8} {m['restarts']:>8}  {last}")
 
 
 def _print_leases(channel, config) -> None:

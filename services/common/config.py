@@ -787,6 +787,34 @@ class SecurityConfig:
 
 
 @dataclass
+class RestartConfig:
+    """How `voicefleet up` supervises its members: like compose `restart: unless-stopped` / systemd
+    `Restart=on-failure` with `StartLimitBurst` (docs/architecture.md#supervisor)."""
+
+    # on-failure: a member that exits while the fleet is not stopping is started again; no: it stays down.
+    policy: str = "on-failure"
+    # Delay before a restart: backoff_initial_seconds, doubled for each earlier exit inside the crash-loop window,
+    # capped at backoff_max_seconds.
+    backoff_initial_seconds: float = 0.5
+    backoff_max_seconds: float = 30.0
+    # crash_loop_exits exits within crash_loop_window_seconds: the member is given up (reported; the rest stay up).
+    crash_loop_exits: int = 5
+    crash_loop_window_seconds: float = 120.0
+
+    def validate(self, path: str) -> None:
+        _check(path, "policy", self.policy in ("on-failure", "no"), f"must be on-failure or no, got {self.policy!r}")
+        _check(path, "backoff_initial_seconds", 0 < self.backoff_initial_seconds <= 60, "must be > 0 and <= 60")
+        _check(
+            path,
+            "backoff_max_seconds",
+            self.backoff_initial_seconds <= self.backoff_max_seconds <= 3600,
+            f"must be backoff_initial_seconds ({self.backoff_initial_seconds})..3600, got {self.backoff_max_seconds}",
+        )
+        _check(path, "crash_loop_exits", 1 <= self.crash_loop_exits <= 1000, "must be 1..1000")
+        _check(path, "crash_loop_window_seconds", 0 < self.crash_loop_window_seconds <= 86_400, "must be > 0")
+
+
+@dataclass
 class FleetConfig:
     """What `voicefleet up` starts, in this order (the router last, once its backends are up)."""
 
@@ -795,12 +823,18 @@ class FleetConfig:
     )
     # Seconds to wait for every service to report SERVING.
     start_timeout_seconds: float = 120.0
+    restart: RestartConfig = field(default_factory=RestartConfig)
+    # The supervisor's own HTTP port on 127.0.0.1: /metrics (restarts per member) and /members (what
+    # `voicefleet status` shows: state, restarts, last exit, uptime). 0: not served.
+    supervisor_port: int = 9300
 
     def validate(self, path: str) -> None:
         known = (*MODEL_SERVICES, "brain", "router")
         for name in self.services:
             _check(path, "services", name in known, f"unknown service {name!r}; known: {', '.join(known)}")
         _check(path, "start_timeout_seconds", self.start_timeout_seconds > 0, "must be > 0")
+        self.restart.validate(f"{path}.restart")
+        _check(path, "supervisor_port", 0 <= self.supervisor_port <= 65535, "must be 0..65535")
 
 
 @dataclass

@@ -177,6 +177,19 @@ FAILOVERS = Counter(
     ["from", "to", "reason"],
 )
 
+# The local supervisor (`voicefleet up`): served on fleet.supervisor_port, label ``member`` = the fleet member.
+SUPERVISOR_RESTARTS = Counter(
+    "voicefleet_supervisor_restarts_total",
+    "Fleet members started again after an unexpected exit (crash, kill, non-zero exit).",
+    ["member"],
+)
+SUPERVISOR_MEMBER_READY = Gauge(
+    "voicefleet_supervisor_member_ready", "1 while the member's process runs and reports ready.", ["member"]
+)
+SUPERVISOR_GAVE_UP = Gauge(
+    "voicefleet_supervisor_member_gave_up", "1 when the member crash-looped and is no longer restarted.", ["member"]
+)
+
 
 def start_metrics_server(port: int, host: str = "127.0.0.1") -> None:
     """Serve /metrics (Prometheus text format) from a background thread."""

