@@ -10,7 +10,7 @@ import sys
 
 from bench.harness import RESULTS, markdown, write
 
-BENCHMARKS = ["tts_ttfa", "qwen_tts", "tts_streaming", "asr", "leases", "conversation", "router"]
+BENCHMARKS = ["tts_ttfa", "qwen_tts", "tts_streaming", "asr", "leases", "conversation", "router", "supervisor", "brain"]
 
 
 def main(argv: list[str]) -> int:
