@@ -301,6 +301,8 @@ def test_three_turn_conversation_carries_context(conv, router_channel, say):
             conversation_pb2.CONVERSATION_STATE_THINKING,
             conversation_pb2.CONVERSATION_STATE_SPEAKING,
         )
+        # The server sends LISTENING for the next turn right after turn_complete: wait for it to arrive.
+        talk.wait(lambda: (3, L) in talk.states(), timeout=10)
         assert talk.states() == [(0, L), (0, T), (0, S), (1, L), (1, T), (1, S), (2, L), (2, T), (2, S), (3, L)]
         # Context: the brain's third request holds both earlier turns exactly as heard and answered.
         asked = conv.recorder.requests[asked_before:]
