@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.moss_sts.dialogue import Context, Message, _SentPiece, heard_text
+from services.conversation.dialogue import Context, Message, _SentPiece, heard_text
 from services.moss_sts.moss_stream import EOSP, ChunkPlan, StreamingCodecDecoder, TokenTap
 
 SAMPLES_PER_FRAME = 1920  # 80 ms at 24 kHz

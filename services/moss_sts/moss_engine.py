@@ -53,7 +53,7 @@ from services.common.engines import (
     VoiceInfo,
 )
 from services.common.errors import FailedPrecondition, NotFound
-from services.moss_sts.dialogue import RATE, DialogueLimits, DialogueSession, Message, ReplySink, UserTurn, _Reply
+from services.conversation.dialogue import RATE, DialogueLimits, DialogueSession, Message, ReplySink, UserTurn, _Reply
 from services.moss_sts.moss_stream import ChunkPlan, StreamingCodecDecoder, TokenTap
 
 log = logging.getLogger("voicefleet.moss_sts.moss")

@@ -13,7 +13,7 @@ from services.common.server import ServiceParts, Servicer
 from services.common.sts_servicer import ConversationServicer, StsLimits
 from services.common.sts_servicer import instrument as instrument_conversation
 from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, instrument
-from services.moss_sts.dialogue import DialogueLimits
+from services.conversation.dialogue import DialogueLimits
 from voice.v1 import conversation_pb2_grpc, synthesizer_pb2_grpc
 
 SERVICE = "moss_sts"
@@ -49,8 +49,8 @@ def make_engines(config: Config) -> tuple[StsEngine, TtsEngine]:
 
         sts = MossSpeechEngine(SERVICE, section.gpu, make_asr(config), limits, section.chunking)
         return sts, sts.tts_engine()
-    from services.moss_sts.brain import ChatBrain
-    from services.moss_sts.cascade import CascadeStsEngine
+    from services.conversation.brain import ChatBrain
+    from services.conversation.cascade import CascadeStsEngine
 
     b = config.brain
     brain = ChatBrain(b.url, b.model, SERVICE, b.api_key, b.connect_timeout_seconds, b.read_timeout_seconds)

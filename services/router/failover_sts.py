@@ -2,7 +2,7 @@
 
 The router's ConversationServicer talks to ``FailoverStsEngine``. Each session runs on ONE backend session at a
 time: moss_sts (``RemoteStsEngine``) when it is routable, else the cascade (``CascadeStsEngine`` from
-services/moss_sts/cascade.py, composed here from REMOTE engines: RemoteAsrEngine, the brain client, RemoteTtsEngine).
+services/conversation/cascade.py, composed here from REMOTE engines: RemoteAsrEngine, the brain client, RemoteTtsEngine).
 
 The router keeps the user's recent audio (16 kHz, bounded by moss_sts.max_user_turn_seconds). When moss_sts fails
 mid-session (its call ends with UNAVAILABLE/INTERNAL/..., or its health drops: killed, hung and ejected by the deep
@@ -191,7 +191,7 @@ class FailoverStsSession(StsSession):
         session = await fallback.open_session(self._options(False, voices))
         context = getattr(session, "context", None)
         if context is not None:  # the cascade's dialogue context: the conversation so far
-            from services.moss_sts.dialogue import Message
+            from services.conversation.dialogue import Message
 
             for user, reply in self.history:
                 context.add(Message("user", user))

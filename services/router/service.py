@@ -46,9 +46,9 @@ def conversation_fallback(config: Config, asr_backend: Backend | None, tts: dict
     tts_name = next((n for n in routes.conversation_fallback_tts if n in tts), None)
     if not routes.conversation_fallback or asr_backend is None or tts_name is None:
         return None
-    from services.moss_sts.brain import ChatBrain
-    from services.moss_sts.cascade import CascadeStsEngine
-    from services.moss_sts.dialogue import DialogueLimits
+    from services.conversation.brain import ChatBrain
+    from services.conversation.cascade import CascadeStsEngine
+    from services.conversation.dialogue import DialogueLimits
 
     b, margin = config.brain, config.router.deadline_margin_ms / 1000
     brain = ChatBrain(b.url, b.model, SERVICE, b.api_key, b.connect_timeout_seconds, b.read_timeout_seconds)

@@ -68,7 +68,7 @@ from services.common.engines import (
 )
 from services.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, VoiceError
 
-log = logging.getLogger("voicefleet.moss_sts.dialogue")
+log = logging.getLogger("voicefleet.conversation.dialogue")
 
 RATE = 16_000  # rate of the audio a session takes (ASR engines' native rate)
 GATE_WINDOW = 512  # level gate window while a too-long turn is skipped (32 ms)

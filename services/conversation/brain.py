@@ -21,7 +21,7 @@ from services.common import metrics
 from services.common.engines import Sampling
 from services.common.errors import Unavailable, VoiceError
 
-log = logging.getLogger("voicefleet.moss_sts.brain")
+log = logging.getLogger("voicefleet.conversation.brain")
 
 # Sampling seed sent when the session gives none (0 means "a fixed default" in the contract).
 DEFAULT_SEED = 1234

@@ -30,8 +30,8 @@ from services.common.engines import (
 )
 from services.common.errors import NotFound
 from services.common.tts_servicer import pick_voice
-from services.moss_sts.brain import ChatBrain
-from services.moss_sts.dialogue import DialogueLimits, DialogueSession, ReplySink, UserTurn
+from services.conversation.brain import ChatBrain
+from services.conversation.dialogue import DialogueLimits, DialogueSession, ReplySink, UserTurn
 
 # Speak a clause once it has this many characters (before its sentence ends); speak what is buffered after this
 # long without new text. Small values: earlier first audio.
