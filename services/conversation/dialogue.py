@@ -67,6 +67,7 @@ from services.common.engines import (
     TurnTimings,
 )
 from services.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, VoiceError
+from services.conversation.relay import AudioRing, EventRelay, shifted
 
 log = logging.getLogger("voicefleet.conversation.dialogue")
 
@@ -238,7 +239,7 @@ class DialogueSession(StsSession):
         self.system_prompt = options.system_prompt or limits.default_system_prompt
         self.max_tokens = options.sampling.max_tokens or limits.default_max_tokens
         self.context = Context(limits.max_context_turns, limits.max_context_chars)
-        self._out: asyncio.Queue = asyncio.Queue()
+        self._relay = EventRelay()  # events to the caller: (event, what a REPLY_AUDIO/TURN_COMPLETE accounts for)
         self._stream: AsrStream | None = None
         self._stream_lock = asyncio.Lock()  # feed vs. end-of-turn stream rotation
         self._asr_task: asyncio.Task | None = None
@@ -247,8 +248,6 @@ class DialogueSession(StsSession):
         self._reply: _Reply | None = None
         self._closing = False
         self._finishing = False
-        self._ended = False
-        self._error: BaseException | None = None
         self.state = LISTENING
         self.turn = 0  # index of the turn being heard or answered
         self.turns_done = 0
@@ -274,9 +273,7 @@ class DialogueSession(StsSession):
         self._drop_results = False
         self._quiet_ms = 0.0
         # Recent user audio for engines that answer audio (bounded: the longest turn + padding).
-        self._audio_ring: collections.deque[bytes] = collections.deque()
-        self._audio_ring_samples = 0
-        self._audio_ring_start = 0  # stream sample index of the ring's first sample
+        self._audio_ring = AudioRing(int((limits.max_user_turn_s + 2) * RATE))
 
     # --- StsSession -----------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -284,7 +281,7 @@ class DialogueSession(StsSession):
         self._emit(StsEvent(STATE, self.turn, state=LISTENING))
 
     async def feed(self, pcm: bytes) -> None:
-        if self._ended or self._closing:
+        if self._relay.ended or self._closing:
             raise FailedPrecondition("the conversation has ended; open a new session to talk again")
         seconds = len(pcm) / 2 / RATE
         self._session_s += seconds
@@ -295,7 +292,7 @@ class DialogueSession(StsSession):
             )
         now = time.monotonic()
         if self.keeps_user_audio:
-            self._remember_audio(pcm)
+            self._audio_ring.append(pcm)
         to_asr = pcm
         if self._muted:
             to_asr = bytes(len(pcm))
@@ -333,13 +330,7 @@ class DialogueSession(StsSession):
                 await self._stream.finish()
 
     async def events(self) -> AsyncIterator[StsEvent]:
-        while True:
-            item = await self._out.get()
-            if item is None:
-                if self._error is not None:
-                    raise self._error
-                return
-            event, extra = item
+        async for event, extra in self._relay.items():
             if event.kind == REPLY_AUDIO:
                 reply, piece, samples = extra
                 if reply.interrupted_reason:
@@ -369,9 +360,7 @@ class DialogueSession(StsSession):
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        if not self._ended:
-            self._ended = True
-            self._out.put_nowait(None)
+        self._relay.end()
         await self.release()
 
     # --- for subclasses -------------------------------------------------------------------------------------
@@ -389,8 +378,7 @@ class DialogueSession(StsSession):
 
     # --- events ---------------------------------------------------------------------------------------------
     def _emit(self, event: StsEvent, chunk: tuple | None = None) -> None:
-        if not self._ended:
-            self._out.put_nowait((event, chunk))
+        self._relay.put((event, chunk))
 
     def _set_state(self, state: str) -> None:
         if state != self.state:
@@ -442,7 +430,7 @@ class DialogueSession(StsSession):
             return
         if self._finishing and stream is self._stream and not self._closing:
             # The user's audio is over: answer the turn in progress (and any it leads to), then end the events.
-            while not self._ended:
+            while not self._relay.ended:
                 self._maybe_end_turn(force=True)
                 task = self._turn_task
                 if task is None or task.done():
@@ -451,18 +439,14 @@ class DialogueSession(StsSession):
             self._ended_ok()
 
     def _ended_ok(self) -> None:
-        if not self._ended:
-            self._ended = True
-            self._out.put_nowait(None)
+        self._relay.end()
 
     def _fail_session(self, error: BaseException) -> None:
-        if self._ended or self._closing:
+        if self._relay.ended or self._closing:
             return
-        self._error = error
         if self._gen_task is not None:
             self._gen_task.cancel()
-        self._ended = True
-        self._out.put_nowait(None)
+        self._relay.end(error)
 
     def _abs_ms(self, offset_ms: int) -> int:
         return self._stream_base_ms + offset_ms
@@ -501,15 +485,9 @@ class DialogueSession(StsSession):
             return  # speech over the agent that has not interrupted it (yet)
         # Speech that interrupted the reply belongs to the next turn, even while the reply is still winding down.
         turn = self.turn + 1 if r.utterance_index == self._barged_utt and self.state != LISTENING else self.turn
-        base = self._stream_base_ms
-        shifted = dataclasses.replace(
-            r,
-            utterance_start_ms=r.utterance_start_ms + base,
-            utterance_end_ms=r.utterance_end_ms + base,
-            audio_processed_ms=r.audio_processed_ms + base,
-        )
+        in_stream_time = shifted(r, self._stream_base_ms)
         if not r.is_final:
-            self._emit(StsEvent(USER_TRANSCRIPT, turn, transcript=shifted))
+            self._emit(StsEvent(USER_TRANSCRIPT, turn, transcript=in_stream_time))
             return
         text = r.transcript.strip()
         if text:
@@ -517,7 +495,7 @@ class DialogueSession(StsSession):
             if room > 0:
                 self._pending.append(text[:room])
                 self._pending_chars += min(len(text), room) + 1
-            self._emit(StsEvent(USER_TRANSCRIPT, turn, transcript=shifted))
+            self._emit(StsEvent(USER_TRANSCRIPT, turn, transcript=in_stream_time))
         self._maybe_end_turn()
 
     def _maybe_end_turn(self, force: bool = False) -> None:
@@ -725,18 +703,7 @@ class DialogueSession(StsSession):
             reply.queued_s += n / rate
 
     # --- user audio for engines that answer audio -----------------------------------------------------------
-    def _remember_audio(self, pcm: bytes) -> None:
-        self._audio_ring.append(pcm)
-        self._audio_ring_samples += len(pcm) // 2
-        keep = int((self.limits.max_user_turn_s + 2) * RATE)
-        while self._audio_ring and self._audio_ring_samples - len(self._audio_ring[0]) // 2 >= keep:
-            dropped = self._audio_ring.popleft()
-            self._audio_ring_samples -= len(dropped) // 2
-            self._audio_ring_start += len(dropped) // 2
-
     def _turn_audio(self) -> bytes:
         """The current turn's audio (from its start minus a pad to now), bounded by the ring."""
         start_ms = self._turn_start_ms if self._turn_start_ms is not None else self._fed_ms()
-        start = max(self._audio_ring_start, (start_ms - USER_AUDIO_PAD_MS) * RATE // 1000)
-        joined = b"".join(self._audio_ring)
-        return joined[(start - self._audio_ring_start) * 2 :]
+        return self._audio_ring.since((start_ms - USER_AUDIO_PAD_MS) * RATE // 1000)

@@ -54,6 +54,8 @@ from services.common.engines import (
     VoiceInfo,
 )
 from services.common.errors import VoiceError
+from services.conversation.dialogue import Message
+from services.conversation.relay import AudioRing, EventRelay, shifted
 from services.router.failover import FailoverLog, failover_reason
 from services.router.remote_sts import RemoteStsEngine
 
@@ -132,17 +134,12 @@ class FailoverStsSession(StsSession):
         self.on_primary = False
         self.gen = 0  # bumped at every switch; events of older sessions are dropped
         self.lock = asyncio.Lock()  # feed / control / switch
-        self._out: asyncio.Queue = asyncio.Queue()
-        self._error: BaseException | None = None
-        self._ended = self._closed = self._finished = False
+        self._relay = EventRelay()
+        self._closed = self._finished = False
         self._muted = False
         self._tasks: set[asyncio.Task] = set()
         # The caller's audio (16 kHz samples) and what happened in it.
-        self.fed = 0
-        self.ring: collections.deque[bytes] = collections.deque()
-        self.ring_start = 0  # sample index of the ring's first sample
-        self.ring_samples = 0
-        self.keep_samples = int((engine.max_user_turn_s + 5) * RATE)
+        self.ring = AudioRing(int((engine.max_user_turn_s + 5) * RATE))
         self.base_turn = 0  # the active session's turn 0 is the caller's turn base_turn
         self.base_ms = 0  # ... and its stream time 0 is the caller's stream ms base_ms
         self.turn = 0  # the caller's turn in progress
@@ -191,8 +188,6 @@ class FailoverStsSession(StsSession):
         session = await fallback.open_session(self._options(False, voices))
         context = getattr(session, "context", None)
         if context is not None:  # the cascade's dialogue context: the conversation so far
-            from services.conversation.dialogue import Message
-
             for user, reply in self.history:
                 context.add(Message("user", user))
                 if reply:
@@ -291,12 +286,11 @@ class FailoverStsSession(StsSession):
         return self.last_state.get(t) == LISTENING and t not in self.speech_start and self.replaying is None
 
     def _put(self, event: StsEvent) -> None:
-        if not self._ended:
-            self._out.put_nowait(event)
+        self._relay.put(event)
 
     def _new_turn(self, t: int) -> None:
         self.turn = t
-        self.turn_start[t] = self.fed
+        self.turn_start[t] = self.ring.end
         for old in [k for k in self.turn_start if k < t - 2]:
             del self.turn_start[old]
 
@@ -313,13 +307,7 @@ class FailoverStsSession(StsSession):
                 return
             self.last_state[t] = event.state
         elif kind == USER_TRANSCRIPT:
-            r = event.transcript
-            r = dataclasses.replace(
-                r,
-                utterance_start_ms=r.utterance_start_ms + self.base_ms,
-                utterance_end_ms=r.utterance_end_ms + self.base_ms,
-                audio_processed_ms=r.audio_processed_ms + self.base_ms,
-            )
+            r = shifted(event.transcript, self.base_ms)
             start = r.utterance_start_ms * RATE // 1000
             self.speech_start[t] = min(self.speech_start.get(t, start), start)
             if self.replaying == t and t in self.finals_before and start < self.replayed_until:
@@ -348,7 +336,7 @@ class FailoverStsSession(StsSession):
     # --- switching ------------------------------------------------------------------------------------------
     async def _switch(self, to_primary: bool, reason: str, gen: int) -> None:
         async with self.lock:  # the caller's audio waits; it goes to the new session after the replay
-            if gen != self.gen or self._closed or self._ended:
+            if gen != self.gen or self._closed or self._relay.ended:
                 return
             if to_primary and not self._quiet():
                 self._spawn(self._look_for_primary(gen), "failover-sts-back")  # try again later
@@ -358,10 +346,10 @@ class FailoverStsSession(StsSession):
                 self._new_turn(k + 1)
                 k = self.turn
             in_turn = k not in self.completed and (self.last_state.get(k) in (THINKING, SPEAKING) or k in self.finals)
-            start = self.turn_start.get(k, self.fed)
+            start = self.turn_start.get(k, self.ring.end)
             if k in self.speech_start:
                 start = min(start, self.speech_start[k])
-            start = max(self.ring_start, start - REPLAY_PAD_MS * RATE // 1000)
+            start = max(self.ring.start, start - REPLAY_PAD_MS * RATE // 1000)
             old = self.active
             try:
                 new = await self._open(to_primary)
@@ -387,7 +375,7 @@ class FailoverStsSession(StsSession):
             self.reply_ms[k] = 0
             self.reply_text[k] = 0
             self.replaying = k if in_turn else None
-            self.replayed_until = self.fed
+            self.replayed_until = self.ring.end
             self.finals_before = set(self.finals)
             self.base_turn = k
             self.base_ms = start * 1000 // RATE
@@ -397,31 +385,18 @@ class FailoverStsSession(StsSession):
                     await old.close()
             if self._muted:
                 await new.control(MUTE)
-            pcm = self._ring_from(start)
+            pcm = self.ring.since(start)
             for i in range(0, len(pcm), REPLAY_CHUNK):
                 await new.feed(pcm[i : i + REPLAY_CHUNK])
             if self._finished:
                 await new.finish()
-
-    def _ring_from(self, sample: int) -> bytes:
-        joined = b"".join(self.ring)
-        return joined[max(0, sample - self.ring_start) * 2 :]
-
-    def _remember(self, pcm: bytes) -> None:
-        self.ring.append(pcm)
-        self.ring_samples += len(pcm) // 2
-        self.fed += len(pcm) // 2
-        while self.ring and self.ring_samples - len(self.ring[0]) // 2 >= self.keep_samples:
-            dropped = self.ring.popleft()
-            self.ring_samples -= len(dropped) // 2
-            self.ring_start += len(dropped) // 2
 
     # --- StsSession -----------------------------------------------------------------------------------------
     async def feed(self, pcm: bytes) -> None:
         async with self.lock:
             if self.active is not None:
                 await self.active.feed(pcm)
-            self._remember(pcm)
+            self.ring.append(pcm)  # the caller's audio, for a replay into another session
 
     async def control(self, action: str) -> None:
         async with self.lock:
@@ -440,20 +415,11 @@ class FailoverStsSession(StsSession):
             if self.active is not None:
                 await self.active.finish()
 
-    async def events(self) -> AsyncIterator[StsEvent]:
-        while True:
-            item = await self._out.get()
-            if item is None:
-                if self._error is not None:
-                    raise self._error
-                return
-            yield item
+    def events(self) -> AsyncIterator[StsEvent]:
+        return self._relay.items()
 
     def _end(self, error: BaseException | None = None) -> None:
-        if not self._ended:
-            self._ended = True
-            self._error = error
-            self._out.put_nowait(None)
+        self._relay.end(error)
 
     async def close(self) -> None:
         if self._closed:
