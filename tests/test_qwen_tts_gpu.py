@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from services.common.config import ChunkingConfig, QwenGpuConfig
+from services.common.config_base import ChunkingConfig
 from services.common.engines import SynthesisOptions
 from services.qwen_tts import presets
+from services.qwen_tts.config import QwenGpuConfig
 from tests.speech import DISTRACTORS, speech_like, transcribe, wer
 
 pytestmark = pytest.mark.gpu

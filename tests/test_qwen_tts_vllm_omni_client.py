@@ -21,10 +21,11 @@ import grpc
 import numpy as np
 import pytest
 
-from services.common.config import ChunkingConfig, QwenGpuConfig
+from services.common.config_base import ChunkingConfig
 from services.common.engines import SynthesisOptions
 from services.common.errors import InvalidArgument, NotFound, Unavailable, VoiceError
 from services.qwen_tts import presets
+from services.qwen_tts.config import QwenGpuConfig
 from services.qwen_tts.vllm_omni_engine import VllmOmniTtsEngine, request_groups
 from tests.conftest import start_fleet
 from voice.v1 import synthesizer_pb2, synthesizer_pb2_grpc

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.config import ConfigError, RouterHealthConfig, load_config
+from services.common.config import ConfigError, load_config
 from services.router.backends import EJECTED, NOT_SERVING, SERVING, UNREACHABLE, Backend
+from services.router.config import RouterHealthConfig
 
 
 class Clock:

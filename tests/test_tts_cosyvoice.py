@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from services.common import audio
-from services.common.config import ChunkingConfig, CosyVoiceGpuConfig
+from services.common.config_base import ChunkingConfig
 from services.common.engines import SynthesisOptions
 from services.common.errors import AlreadyExists, InvalidArgument
 from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, instrument
+from services.cosyvoice_tts.config import CosyVoiceGpuConfig
 from services.cosyvoice_tts.cosyvoice_engine import PROMPT_PREFIX, CosyVoice3Engine
 from tests.cosyvoice_double import FakeAutoModel
 from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
@@ -287,7 +288,7 @@ async def test_gpu_cosyvoice3_clones_and_speaks_intelligibly(tmp_path):
     reason = _cuda_reason() or _weights_reason()
     if reason:
         pytest.skip(reason)
-    from services.common.config import ChunkingConfig as Chunking
+    from services.common.config_base import ChunkingConfig as Chunking
     from services.cosyvoice_tts.piper_engine import PiperTtsEngine
     from tests.speech import transcribe, wer
 

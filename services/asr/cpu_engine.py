@@ -20,10 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from services.asr.config import AsrServiceConfig
 from services.asr.models import base_model_dir, tiny_en_dir
 from services.asr.pipeline import FinalText, TwoPassStream
 from services.asr.vad import RATE, SileroVad
-from services.common.config import AsrServiceConfig
 from services.common.engines import AsrEngine, AsrStream, RecognitionOptions
 from services.common.errors import FailedPrecondition, InvalidArgument
 

@@ -135,7 +135,7 @@ class Speakers:
         self._cache: dict[tuple[str, str], tuple[bytes, int]] = {}
 
     async def start(self) -> None:
-        from services.common.config import ChunkingConfig, EspeakConfig
+        from services.common.config_base import ChunkingConfig, EspeakConfig
         from services.cosyvoice_tts.piper_engine import PiperTtsEngine
         from services.qwen_tts.espeak_engine import EspeakTtsEngine
 

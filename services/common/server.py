@@ -23,7 +23,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from services.common import security
-from services.common.config import Config, ConfigError, ServerConfig, load_config
+from services.common.config import Config, ConfigError, load_config
+from services.common.config_base import ServerConfig
 from services.common.metrics import start_metrics_server
 
 log = logging.getLogger("voicefleet.server")

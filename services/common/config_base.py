@@ -1,0 +1,132 @@
+"""What config sections are built from: the error a bad value raises (``ConfigError``, its message names the
+field), the check that raises it, and the sections that more than one service's section is made of.
+
+A service declares its own section next to its code (``services/<name>/config.py``, built from these);
+``services/common/config.py`` composes all sections and loads the file. This module imports nothing of the
+project, so any section module can import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or invalid; the message names the field."""
+
+
+def check(path: str, name: str, ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{path}.{name}: {message}")
+
+
+@dataclass
+class ServerConfig:
+    """What every gRPC service has."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    # Prometheus /metrics on this port (0 = no metrics endpoint).
+    metrics_port: int = 0
+    # SIGTERM: report NOT_SERVING, let in-flight streams finish for up to this long, then stop.
+    grace_seconds: float = 10.0
+    # Pause between NOT_SERVING and refusing new calls, so health watchers route away first.
+    drain_notice_seconds: float = 0.2
+    # Largest request message; bigger ones get RESOURCE_EXHAUSTED from gRPC itself.
+    max_message_bytes: int = 4 * 1024 * 1024
+    log_level: str = "INFO"
+
+    def validate(self, path: str) -> None:
+        check(path, "port", 1 <= self.port <= 65535, f"must be 1..65535, got {self.port}")
+        check(path, "metrics_port", 0 <= self.metrics_port <= 65535, f"must be 0..65535, got {self.metrics_port}")
+        check(path, "grace_seconds", self.grace_seconds >= 0, f"must be >= 0, got {self.grace_seconds}")
+        check(path, "drain_notice_seconds", self.drain_notice_seconds >= 0, "must be >= 0")
+        check(path, "max_message_bytes", self.max_message_bytes >= 64 * 1024, "must be >= 65536")
+        check(
+            path,
+            "log_level",
+            self.log_level.upper() in ("DEBUG", "INFO", "WARNING", "ERROR"),
+            f"must be DEBUG, INFO, WARNING or ERROR, got {self.log_level!r}",
+        )
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass
+class ChunkingConfig:
+    """How an engine cuts its output: a small first piece for time to first audio, bigger ones after."""
+
+    # A first sentence longer than this is cut at its first clause mark (, ; :) past min_first_chars,
+    # so the first audio does not wait for a long sentence. 0 disables the cut.
+    first_segment_max_chars: int = 60
+    min_first_chars: int = 12
+    # Audio is sent in chunks of at most this many ms (the engine's own pieces are cut to fit).
+    max_chunk_ms: int = 200
+    # The first chunk of a stream is at most this many ms (0: max_chunk_ms), so a player can start early.
+    first_chunk_ms: int = 100
+
+    def validate(self, path: str) -> None:
+        check(path, "first_segment_max_chars", self.first_segment_max_chars >= 0, "must be >= 0")
+        check(path, "min_first_chars", self.min_first_chars >= 1, "must be >= 1")
+        check(path, "max_chunk_ms", 10 <= self.max_chunk_ms <= 2000, f"must be 10..2000, got {self.max_chunk_ms}")
+        check(
+            path,
+            "first_chunk_ms",
+            self.first_chunk_ms == 0 or 10 <= self.first_chunk_ms <= 2000,
+            f"must be 0 or 10..2000, got {self.first_chunk_ms}",
+        )
+
+
+@dataclass
+class TtsServiceConfig(ServerConfig):
+    """A model service that serves Synthesizer."""
+
+    # "cpu" (embedded engine, the default) or "gpu" (the real model; needs CUDA and mounted weights).
+    engine: str = "cpu"
+    max_text_chars: int = 5000
+    # Streams synthesized at once; more wait in line (their time counts in queue wait).
+    max_concurrent_syntheses: int = 4
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        check(path, "engine", self.engine in ("cpu", "gpu"), f"must be 'cpu' or 'gpu', got {self.engine!r}")
+        check(path, "max_text_chars", 1 <= self.max_text_chars <= 100_000, "must be 1..100000")
+        check(path, "max_concurrent_syntheses", self.max_concurrent_syntheses >= 1, "must be >= 1")
+        self.chunking.validate(f"{path}.chunking")
+
+
+@dataclass
+class EspeakConfig:
+    """qwen_tts CPU engine: espeak-ng (formant synthesis) from the espeakng-loader wheel."""
+
+    # Voice used when a request names none (an espeak voice id from ListVoices, or a Qwen preset name).
+    default_voice: str = "en-US"
+    # Audio per espeak callback (espeak_Initialize's buflength): the first audio piece of a stream, one engine
+    # step, and how much audio at most is synthesized after a cancel. espeak-ng 1.52 never goes below 60 ms.
+    callback_ms: int = 60
+    # Load libespeak-ng afresh for every segment (~5 ms) so the same text, voice, rate and seed give bit-identical
+    # PCM; espeak-ng otherwise carries pitch/phase state from one utterance to the next (see docs/tts.md).
+    deterministic: bool = True
+
+    def validate(self, path: str) -> None:
+        check(path, "callback_ms", 10 <= self.callback_ms <= 1000, f"must be 10..1000, got {self.callback_ms}")
+        check(path, "default_voice", bool(self.default_voice.strip()), "must name a voice, e.g. en-US")
+
+
+@dataclass
+class AsrEndpointingConfig:
+    """Defaults for a stream's EndpointingConfig fields left at 0 (Silero VAD, 32 ms windows)."""
+
+    threshold: float = 0.5
+    min_speech_ms: int = 250
+    hangover_ms: int = 200
+    max_utterance_ms: int = 30_000
+
+    def validate(self, path: str) -> None:
+        check(path, "threshold", 0 < self.threshold < 1, f"must be between 0 and 1, got {self.threshold}")
+        check(path, "min_speech_ms", 0 <= self.min_speech_ms <= 5000, "must be 0..5000")
+        check(path, "hangover_ms", 32 <= self.hangover_ms <= 5000, "must be 32..5000")
+        check(path, "max_utterance_ms", 1000 <= self.max_utterance_ms <= 120_000, "must be 1000..120000")

@@ -1,0 +1,137 @@
+"""The ``moss_sts`` config section (composed into the fleet config by services/common/config.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from services.common.config_base import AsrEndpointingConfig, EspeakConfig, TtsServiceConfig, check
+
+
+@dataclass
+class MossGpuConfig:
+    """moss_sts GPU engine: MOSS-Speech (fnlp/MOSS-Speech + fnlp/MOSS-Speech-Codec) on transformers, from mounts."""
+
+    model_dir: str = "/models/MOSS-Speech"
+    codec_dir: str = "/models/MOSS-Speech-Codec"
+    # Checkout of OpenMOSS/MOSS-Speech (its cosyvoice/ package and Matcha-TTS submodule hold the codec's flow
+    # decoder code that the codec's remote code imports); put on sys.path.
+    repo_dir: str = "/opt/MOSS-Speech"
+    # Voice prompt the codec decoder speaks in (relative to repo_dir or absolute).
+    prompt_wav: str = "assets/prompt_en.wav"
+    device: str = "cuda"
+    dtype: str = "float16"
+    # "auto": flash_attention_2 when the flash-attn package imports, else sdpa.
+    attn_implementation: str = "auto"
+    # Streaming decode: codec frames (12.5 Hz, 80 ms each) in the first chunk and in later chunks; tokens the flow
+    # decoder needs past a chunk before it can be decoded (its pre-lookahead).
+    first_chunk_frames: int = 2
+    chunk_frames: int = 4
+    lookahead_frames: int = 3
+    # Frames at a chunk's end the codec decoder holds back and cross-fades into the next chunk (its mel overlap).
+    overlap_frames: int = 2
+    top_k: int = 20
+    repetition_penalty: float = 1.1
+    max_new_tokens: int = 600
+    # Text -> speech (the Synthesizer): the system prompt that asks MOSS to say the text as it is.
+    tts_system_prompt: str = (
+        "You are a text-to-speech voice. Read the user's message aloud exactly as written, word for word,"
+        " and say nothing else."
+    )
+
+    def validate(self, path: str) -> None:
+        check(path, "model_dir", bool(self.model_dir.strip()), "must be the mounted weights directory")
+        check(path, "codec_dir", bool(self.codec_dir.strip()), "must be the mounted codec directory")
+        check(path, "dtype", self.dtype in ("float16", "bfloat16", "float32"), "must be float16, bfloat16 or float32")
+        check(
+            path,
+            "attn_implementation",
+            self.attn_implementation in ("auto", "flash_attention_2", "sdpa", "eager"),
+            "must be auto, flash_attention_2, sdpa or eager",
+        )
+        check(path, "first_chunk_frames", 1 <= self.first_chunk_frames <= 5, "must be 1..5")
+        check(
+            path, "chunk_frames", self.first_chunk_frames <= self.chunk_frames <= 25, "must be first_chunk_frames..25"
+        )
+        check(path, "lookahead_frames", 0 <= self.lookahead_frames <= 10, "must be 0..10")
+        check(path, "overlap_frames", 0 <= self.overlap_frames <= 10, "must be 0..10")
+        check(path, "max_new_tokens", 16 <= self.max_new_tokens <= 8192, "must be 16..8192")
+
+
+@dataclass
+class MossStsConfig(TtsServiceConfig):
+    """moss_sts: Conversation (+ Synthesizer). CPU: a cascade in a box (asr CPU engine -> brain -> piper/espeak);
+    GPU: MOSS-Speech speech-to-speech. Limits and defaults: docs/conversation.md."""
+
+    # CPU cascade: the in-box TTS engine ("piper": the joe voice; "espeak": espeak-ng voices).
+    tts_engine: str = "piper"
+    espeak: EspeakConfig = field(default_factory=EspeakConfig)
+    # System prompt for sessions that send none.
+    default_system_prompt: str = (
+        "You are a friendly voice assistant. Answer in one or two short sentences. Do not use lists or emojis."
+    )
+    max_system_prompt_chars: int = 4000
+    # Reply length when the client's sampling.max_tokens is 0, and the most a client may ask for.
+    default_max_tokens: int = 80
+    max_tokens_limit: int = 1024
+    # Sessions served at once; more get RESOURCE_EXHAUSTED.
+    max_concurrent_sessions: int = 4
+    # A session that sends no message for this long ends with DEADLINE_EXCEEDED (send audio continuously).
+    idle_timeout_seconds: float = 10.0
+    # User audio one session may send in all, and turns per session; past either the session ends with
+    # RESOURCE_EXHAUSTED.
+    max_session_seconds: float = 3600.0
+    max_turns_per_session: int = 200
+    # A user turn longer than this fails (TurnError RESOURCE_EXHAUSTED): the agent stops transcribing it and listens
+    # again once the user pauses. Bounds the turn's transcript and audio (a monologue does not grow memory).
+    max_user_turn_seconds: float = 60.0
+    max_user_turn_chars: int = 2000
+    # Context kept for the reply model: the last turns, and at most this many characters (oldest dropped first).
+    max_context_turns: int = 16
+    max_context_chars: int = 3000
+    # Reply audio is sent at the pace it plays, at most this far ahead of playback, so a barge-in stops what the
+    # user would hear and the context keeps only what was sent.
+    playout_lead_ms: int = 300
+    # Reply audio chunk size (the first chunk of a reply is at most first_chunk_ms).
+    reply_chunk_ms: int = 100
+    reply_first_chunk_ms: int = 40
+    # User turn endpointing defaults (EndpointingConfig fields left at 0) and barge-in.
+    endpointing: AsrEndpointingConfig = field(default_factory=lambda: AsrEndpointingConfig(hangover_ms=400))
+    barge_in_min_speech_ms: int = 500
+    gpu: MossGpuConfig = field(default_factory=MossGpuConfig)
+
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        check(
+            path,
+            "tts_engine",
+            self.tts_engine in ("piper", "espeak"),
+            f"must be piper or espeak, got {self.tts_engine!r}",
+        )
+        self.espeak.validate(f"{path}.espeak")
+        check(path, "max_system_prompt_chars", 1 <= self.max_system_prompt_chars <= 100_000, "must be 1..100000")
+        check(
+            path,
+            "default_max_tokens",
+            1 <= self.default_max_tokens <= self.max_tokens_limit,
+            "must be 1..max_tokens_limit",
+        )
+        check(path, "max_tokens_limit", 1 <= self.max_tokens_limit <= 32_768, "must be 1..32768")
+        check(path, "max_concurrent_sessions", 1 <= self.max_concurrent_sessions <= 1000, "must be 1..1000")
+        check(path, "idle_timeout_seconds", self.idle_timeout_seconds > 0, "must be > 0")
+        check(path, "max_session_seconds", self.max_session_seconds >= 10, "must be >= 10")
+        check(path, "max_turns_per_session", self.max_turns_per_session >= 1, "must be >= 1")
+        check(path, "max_user_turn_seconds", 2 <= self.max_user_turn_seconds <= 3600, "must be 2..3600")
+        check(path, "max_user_turn_chars", 100 <= self.max_user_turn_chars <= 100_000, "must be 100..100000")
+        check(path, "max_context_turns", 1 <= self.max_context_turns <= 1000, "must be 1..1000")
+        check(path, "max_context_chars", 200 <= self.max_context_chars <= 1_000_000, "must be 200..1000000")
+        check(path, "playout_lead_ms", 0 <= self.playout_lead_ms <= 10_000, "must be 0..10000")
+        check(path, "reply_chunk_ms", 10 <= self.reply_chunk_ms <= 1000, "must be 10..1000")
+        check(
+            path,
+            "reply_first_chunk_ms",
+            10 <= self.reply_first_chunk_ms <= self.reply_chunk_ms,
+            "must be 10..reply_chunk_ms",
+        )
+        self.endpointing.validate(f"{path}.endpointing")
+        check(path, "barge_in_min_speech_ms", 0 <= self.barge_in_min_speech_ms <= 5000, "must be 0..5000")
+        self.gpu.validate(f"{path}.gpu")
