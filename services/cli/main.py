@@ -20,8 +20,8 @@ import time
 
 import grpc
 
+from services.cli.common import MODES, fail, load_cli_config, router_address
 from services.common import audio, security
-from services.common.config import ConfigError, load_config
 from voice.v1 import (
     audio_pb2,
     fleet_pb2,
@@ -36,29 +36,12 @@ from voice.v1 import (
 )
 
 
-def _config(args):
-    try:
-        config = load_config(args.config)
-        security.configure(config.security)  # TLS and the bearer token for every call the CLI makes
-        return config
-    except ConfigError as e:
-        sys.exit(f"voicefleet: bad configuration: {e}")
-
-
-def _router_address(args, config) -> str:
-    return args.router or config.router.address
-
-
-def _fail(e: grpc.RpcError) -> None:
-    sys.exit(f"error: {e.code().name}: {e.details()}")
-
-
 # --- up ---------------------------------------------------------------------------------------------------------
 def cmd_up(args) -> int:
     from services.cli.fleet import LocalFleet
     from services.cli.supervisor import READY, Supervisor
 
-    config = _config(args)
+    config = load_cli_config(args)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -103,15 +86,12 @@ def cmd_up(args) -> int:
 
 
 # --- speak -------------------------------------------------------------------------------------------------------
-MODES = {"realtime": routing_pb2.ROUTE_MODE_REALTIME, "broadcast": routing_pb2.ROUTE_MODE_BROADCAST}
-
-
 def cmd_speak(args) -> int:
     if getattr(args, "stream_text", False):
         from services.cli.tts import cmd_speak_stream
 
         return cmd_speak_stream(args)
-    config = _config(args)
+    config = load_cli_config(args)
     request = synthesizer_pb2.SynthesizeRequest(
         text=args.text,
         config=synthesizer_pb2.SynthesisConfig(
@@ -122,7 +102,7 @@ def cmd_speak(args) -> int:
             routing=routing_pb2.Routing(mode=MODES.get(args.mode, 0), engine=args.engine or ""),
         ),
     )
-    with security.client_channel(_router_address(args, config)) as channel:
+    with security.client_channel(router_address(args, config)) as channel:
         stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
         t0 = time.monotonic()
         first = None
@@ -137,7 +117,7 @@ def cmd_speak(args) -> int:
                 rate = reply.audio.format.sample_rate_hz
                 served_by = reply.served_by
         except grpc.RpcError as e:
-            _fail(e)
+            fail(e)
         wall = time.monotonic() - t0
     if not pcm:
         sys.exit("error: the service returned no audio")
@@ -167,7 +147,7 @@ def _recognize_requests(pcm: bytes, rate: int, config, realtime: bool, sent: dic
 
 
 def cmd_transcribe(args) -> int:
-    config = _config(args)
+    config = load_cli_config(args)
     try:
         pcm, rate = audio.read_wav(args.input)
     except (OSError, ValueError, EOFError) as e:
@@ -188,7 +168,7 @@ def cmd_transcribe(args) -> int:
     speech_end_at: dict[int, float] = {}  # utterance -> when its SPEECH_END arrived
     finals = []
     last_start = 0
-    with security.client_channel(_router_address(args, config)) as channel:
+    with security.client_channel(router_address(args, config)) as channel:
         stub = recognizer_pb2_grpc.RecognizerStub(channel)
         try:
             replies = stub.StreamingRecognize(
@@ -219,7 +199,7 @@ def cmd_transcribe(args) -> int:
                     flush=True,
                 )
         except grpc.RpcError as e:
-            _fail(e)
+            fail(e)
     if not finals:
         print("no speech found")
         return 0
@@ -244,8 +224,8 @@ def cmd_transcribe(args) -> int:
 def cmd_status(args) -> int:
     from services.cli.fleet import health_status
 
-    config = _config(args)
-    address = _router_address(args, config)
+    config = load_cli_config(args)
+    address = router_address(args, config)
     router = health_status(address)
     print(f"{'router':<14} {address:<18} {router}")
     if router == "UNREACHABLE":
@@ -258,7 +238,7 @@ def cmd_status(args) -> int:
         try:
             reply = fleet_pb2_grpc.FleetStub(channel).GetFleetStatus(fleet_pb2.GetFleetStatusRequest(), timeout=5)
         except grpc.RpcError as e:
-            _fail(e)
+            fail(e)
     ok = router == "SERVING"
     for b in reply.backends:
         health = fleet_pb2.BackendHealth.Name(b.health).removeprefix("BACKEND_HEALTH_")
@@ -361,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from services.cli import converse
 
-    converse.add_parser(sub, lambda a: _router_address(a, _config(a)))
+    converse.add_parser(sub, lambda a: router_address(a, load_cli_config(a)))
 
     sub.add_parser("status", help="health of the router and its backends").set_defaults(fn=cmd_status)
 

@@ -7,20 +7,13 @@ import time
 
 import grpc
 
+from services.cli.common import MODES, fail, load_cli_config, router_address
 from services.common import audio, security
 from voice.v1 import audio_pb2, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 
 def _stub(args):
-    from services.cli.main import _config, _router_address
-
-    return security.client_channel(_router_address(args, _config(args)))
-
-
-def _fail(e: grpc.RpcError):
-    from services.cli.main import _fail as fail
-
-    fail(e)
+    return security.client_channel(router_address(args, load_cli_config(args)))
 
 
 # --- voices ------------------------------------------------------------------------------------------------------
@@ -32,7 +25,7 @@ def cmd_voices(args) -> int:
                 timeout=args.timeout,
             )
         except grpc.RpcError as e:
-            _fail(e)
+            fail(e)
     if not reply.voices:
         print("no voices" + (f" speak {args.language}" if args.language else ""))
         return 1
@@ -51,8 +44,6 @@ def cmd_voices(args) -> int:
 # --- speak --stream-text -----------------------------------------------------------------------------------------
 def cmd_speak_stream(args) -> int:
     """Feed the text word by word (like an LLM) through StreamingSynthesize; report when audio started."""
-    from services.cli.main import MODES
-
     words = args.text.split(" ")
     sent: dict[str, float] = {}
 
@@ -91,7 +82,7 @@ def cmd_speak_stream(args) -> int:
                 pcm += reply.audio.data
                 rate, served_by = reply.audio.format.sample_rate_hz, reply.served_by
         except grpc.RpcError as e:
-            _fail(e)
+            fail(e)
     if not pcm:
         sys.exit("error: the service returned no audio")
     audio.write_wav(args.output, bytes(pcm), rate)
@@ -127,7 +118,7 @@ def cmd_register_voice(args) -> int:
         try:
             reply = synthesizer_pb2_grpc.SynthesizerStub(channel).RegisterVoice(request, timeout=args.timeout)
         except grpc.RpcError as e:
-            _fail(e)
+            fail(e)
     v = reply.voice
     print(f"registered voice {v.id!r} on {v.service}/{v.engine} ({', '.join(v.languages[:3])}); try:")
     print(f'  voicefleet speak "Hello, this is my new voice." --voice {v.id} -o {v.id}.wav')

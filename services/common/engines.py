@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from services.common.errors import FailedPrecondition
+from services.common.text import BufferPolicy, TextEvent, stream_segments
 
 
 @dataclass(frozen=True)
@@ -65,25 +66,6 @@ class AudioPiece:
     served_by: str
 
 
-@dataclass(frozen=True)
-class TextEvent:
-    """One message of streaming text input: a delta of text, a flush, or the end of the text."""
-
-    text: str = ""
-    flush: bool = False
-    end: bool = False
-
-
-@dataclass(frozen=True)
-class BufferPolicy:
-    """When buffered streaming text is spoken (TextBufferPolicy in the contract)."""
-
-    # A clause ending in , ; : is spoken once it has this many characters, before its sentence ends.
-    min_chars: int = 60
-    # Whatever complete words are buffered are spoken once no new text came for this long.
-    max_wait_s: float = 0.4
-
-
 class TtsEngine(abc.ABC):
     """Text to speech. One instance serves many concurrent streams."""
 
@@ -118,8 +100,6 @@ class TtsEngine(abc.ABC):
         ends, the min-chars clause rule, the max-wait timer, flush and end) and speaks each with ``synthesize``
         while more text arrives. Engines that take streaming text natively, or remote engines, override it.
         """
-        from services.common.text import stream_segments
-
         async with contextlib.aclosing(stream_segments(events, policy)) as segments:
             async for segment in segments:
                 async with contextlib.aclosing(self.synthesize(segment.text, options)) as pieces:

@@ -1,4 +1,5 @@
-"""Cutting text into speakable segments, with their spans in the original text."""
+"""Streaming text (``TextEvent``, ``BufferPolicy``) and cutting text into speakable segments, with their spans in the
+original text. Imports nothing of the project, so the engine interfaces (engines.py) can build on it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,28 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from services.common.engines import BufferPolicy, TextEvent
-
 # A sentence ends at . ! ? … (or CJK 。！？) followed by space or the end, or at a line break.
 _SENTENCE_END = re.compile(r"(?:[.!?…]+[\"')\]]*(?=\s|$))|[。！？]+|\n+")
 _CLAUSE_MARK = re.compile(r"[,;:，；：](?=\s|$)|[，；：]")
+
+
+@dataclass(frozen=True)
+class TextEvent:
+    """One message of streaming text input: a delta of text, a flush, or the end of the text."""
+
+    text: str = ""
+    flush: bool = False
+    end: bool = False
+
+
+@dataclass(frozen=True)
+class BufferPolicy:
+    """When buffered streaming text is spoken (TextBufferPolicy in the contract)."""
+
+    # A clause ending in , ; : is spoken once it has this many characters, before its sentence ends.
+    min_chars: int = 60
+    # Whatever complete words are buffered are spoken once no new text came for this long.
+    max_wait_s: float = 0.4
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
