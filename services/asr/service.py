@@ -6,6 +6,7 @@ from __future__ import annotations
 from services.common.asr_servicer import AsrLimits, RecognizerServicer, instrument
 from services.common.config import Config
 from services.common.engines import AsrEngine
+from services.common.health import recognition_probe
 from services.common.server import ServiceParts, Servicer
 from voice.v1 import recognizer_pb2_grpc
 
@@ -30,4 +31,6 @@ def build(config: Config) -> ServiceParts:
         servicers=[Servicer(recognizer_pb2_grpc.add_RecognizerServicer_to_server, servicer, "voice.v1.Recognizer")],
         start=engine.start,
         stop=engine.close,
+        probe=recognition_probe(engine),
+        engines=[engine],
     )

@@ -35,6 +35,15 @@ class ServerConfig:
     # Largest request message; bigger ones get RESOURCE_EXHAUSTED from gRPC itself.
     max_message_bytes: int = 4 * 1024 * 1024
     log_level: str = "INFO"
+    # Deep probe (model services; docs/architecture.md#health-and-drain): when no stream has sent anything for
+    # health_probe_interval_seconds, a tiny real request goes through the engine; health_probe_failures in a row that
+    # fail or take longer than health_probe_deadline_ms turn health NOT_SERVING until one passes. 0 switches it off.
+    health_probe_interval_seconds: float = 10.0
+    health_probe_deadline_ms: int = 5000
+    health_probe_failures: int = 2
+    # Chaos drills: while this file exists, every engine call of the service waits, as a wedged engine would (to
+    # rehearse deep probe, ejection and failover). Empty: off.
+    chaos_hang_file: str = ""
 
     def validate(self, path: str) -> None:
         check(path, "port", 1 <= self.port <= 65535, f"must be 1..65535, got {self.port}")
@@ -42,6 +51,14 @@ class ServerConfig:
         check(path, "grace_seconds", self.grace_seconds >= 0, f"must be >= 0, got {self.grace_seconds}")
         check(path, "drain_notice_seconds", self.drain_notice_seconds >= 0, "must be >= 0")
         check(path, "max_message_bytes", self.max_message_bytes >= 64 * 1024, "must be >= 65536")
+        check(
+            path,
+            "health_probe_interval_seconds",
+            self.health_probe_interval_seconds == 0 or 0.1 <= self.health_probe_interval_seconds <= 3600,
+            f"must be 0 (off) or 0.1..3600, got {self.health_probe_interval_seconds}",
+        )
+        check(path, "health_probe_deadline_ms", 50 <= self.health_probe_deadline_ms <= 600_000, "must be 50..600000")
+        check(path, "health_probe_failures", 1 <= self.health_probe_failures <= 100, "must be 1..100")
         check(
             path,
             "log_level",

@@ -29,6 +29,16 @@ class InvalidArgument(VoiceError):
         self.field = field
 
 
+class MalformedMessage(VoiceError):
+    """A request message that does not parse as its protobuf type (services.common.rpc.ParseRequests)."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+    def __init__(self, message_type: str, problem: str):
+        super().__init__(f"request is not a valid {message_type}: {problem}")
+        self.message_type = message_type
+
+
 class NotFound(VoiceError):
     code = grpc.StatusCode.NOT_FOUND
 

@@ -14,6 +14,16 @@ RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 5.0)
 REQUESTS = Counter(
     "voicefleet_requests_total", "Finished RPCs by final gRPC status code.", ["service", "method", "code"]
 )
+MALFORMED_MESSAGES = Counter(
+    "voicefleet_malformed_messages_total",
+    "Request messages that did not parse as their protobuf type (answered INVALID_ARGUMENT).",
+    ["service", "method"],
+)
+DEEP_PROBES = Counter(
+    "voicefleet_deep_probes_total",
+    "A service's own deep probes (a tiny real request through its engine while idle): outcome ok, failed or skipped.",
+    ["service", "outcome"],
+)
 ACTIVE_STREAMS = Gauge("voicefleet_active_streams", "RPCs being served now.", ["service", "method"])
 QUEUE_WAIT = Histogram(
     "voicefleet_queue_wait_seconds",

@@ -24,6 +24,7 @@ import grpc
 from services.common import metrics, security
 from services.common.engines import TtsEngine
 from services.common.errors import ResourceExhausted, Unavailable
+from services.common.health import synthesis_probe
 from services.common.lease_client import GpuLease
 from services.common.rpc import new_request_id, rpc
 from voice.v1 import gpu_pb2, gpu_pb2_grpc
@@ -250,6 +251,13 @@ class ResidentTtsEngine(TtsEngine):
     def resident_bytes(self) -> int:
         return self.inner.resident_bytes()
 
+    async def probe(self) -> str | None:
+        """The service's deep probe (services/common/health.py): a short synthesis, skipped while the model is off its
+        device, so a probe never pulls a swapped-out model back onto the GPU."""
+        if self.residency.state != RESIDENT:
+            return "model not resident"
+        return await synthesis_probe(self)()
+
     @property
     def device(self) -> str:
         return self.inner.device
@@ -335,7 +343,9 @@ def residency_for(config, service: str, hooks: ResidencyHooks, gpu_engine: bool)
     )
 
 
-def resident_tts(config, service: str, engine: TtsEngine, model: str, gpu_engine: bool) -> tuple[TtsEngine, object]:
+def resident_tts(
+    config, service: str, engine: TtsEngine, model: str, gpu_engine: bool
+) -> tuple[ResidentTtsEngine, object]:
     """``engine`` wrapped to hold its model resident per request, and the service's ModelControl servicer."""
     from services.common.server import Servicer
 

@@ -3,7 +3,9 @@
 Life of a service process:
   1. config loaded and validated (a bad field stops the process here, exit code 2, message naming it);
   2. port bound, health NOT_SERVING, reflection and metrics up;
-  3. ``start()`` loads and warms the engines; then health SERVING for the service and each gRPC service name;
+  3. ``start()`` loads and warms the engines; then health SERVING for the service and each gRPC service name, and
+     from then on it stays true (services/common/health.py): a model service's deep probe turns it NOT_SERVING while
+     its engine is wedged; the router's per-service names follow its backends;
   4. SIGTERM/SIGINT: health NOT_SERVING at once, a short notice for watchers, then in-flight streams get up to
      ``grace_seconds`` to finish before the server stops and ``stop()`` releases the engines.
 """
@@ -19,13 +21,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from services.common import security
 from services.common.config import Config, ConfigError, load_config
 from services.common.config_base import ServerConfig
+from services.common.health import DeepProbe, Health, HealthServicer, Readiness, hang_while_file_exists
 from services.common.metrics import start_metrics_server
+from services.common.rpc import ParseRequests
 
 log = logging.getLogger("voicefleet.server")
 
@@ -51,6 +55,13 @@ class ServiceParts:
     start: Callable[[], Awaitable[None]] = _noop
     stop: Callable[[], Awaitable[None]] = _noop
     extra: dict = field(default_factory=dict)
+    # Model services: a tiny real request through the engine, run by the deep probe (services/common/health.py);
+    # returns a reason when it skipped (the model is off its device), None when it passed.
+    probe: Callable[[], Awaitable[str | None]] | None = None
+    # The engines that serve requests: a chaos drill (chaos_hang_file) wedges their calls.
+    engines: list = field(default_factory=list)
+    # Readiness the service computes itself for some of its names (the router: from its backends).
+    readiness: Readiness | None = None
 
 
 def setup_logging(service: str, level: str) -> None:
@@ -74,14 +85,18 @@ async def serve(name: str, server_config: ServerConfig, parts: ServiceParts) -> 
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
         ("grpc.http2.min_ping_interval_without_data_ms", 5000),
     ]
-    server = grpc.aio.server(options=options, interceptors=[security.AccessInterceptor(public=name == "router")])
-    health_servicer = health.aio.HealthServicer()
+    interceptors = [security.AccessInterceptor(public=name == "router"), ParseRequests(name)]
+    server = grpc.aio.server(options=options, interceptors=interceptors)
+    health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [s.full_name for s in parts.servicers]
     for s in parts.servicers:
         s.add_to_server(s.implementation, server)
-    for n in ("", *names):
-        await health_servicer.set(n, health_pb2.HealthCheckResponse.NOT_SERVING)
+    status = Health(name, health_servicer, names)
+    await status.publish()  # NOT_SERVING until warmed up
+    if server_config.chaos_hang_file:
+        hang_while_file_exists(server_config.chaos_hang_file, parts.engines, name)
+        log.warning("%s: chaos drills on: engine calls wait while %s exists", name, server_config.chaos_hang_file)
     reflection.enable_server_reflection(
         (*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
     )
@@ -108,14 +123,28 @@ async def serve(name: str, server_config: ServerConfig, parts: ServiceParts) -> 
     starting = asyncio.create_task(parts.start())
     waiting = asyncio.create_task(stop_requested.wait())
     done, _ = await asyncio.wait({starting, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    probing = None
     if starting in done:
         starting.result()  # a failed warm-up stops the process with its error
-        for n in ("", *names):
-            await health_servicer.set(n, health_pb2.HealthCheckResponse.SERVING)
+        if parts.readiness is not None:
+            status.follow(parts.readiness)
+        status.started = True
+        await status.publish()
         log.info("%s SERVING on %s", name, server_config.address)
+        if parts.probe is not None and server_config.health_probe_interval_seconds > 0:
+            probe = DeepProbe(
+                status,
+                parts.probe,
+                server_config.health_probe_interval_seconds,
+                server_config.health_probe_deadline_ms / 1000,
+                server_config.health_probe_failures,
+            )
+            probing = asyncio.create_task(probe.run(), name=f"deep-probe-{name}")
         await waiting
     else:
         starting.cancel()
+    if probing is not None:
+        probing.cancel()
 
     log.info("%s draining: NOT_SERVING, %.1fs grace for in-flight streams", name, server_config.grace_seconds)
     await health_servicer.enter_graceful_shutdown()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from services.common.config import Config
 from services.common.engines import AsrEngine, StsEngine, TtsEngine
+from services.common.health import synthesis_probe
 from services.common.server import ServiceParts, Servicer
 from services.common.sts_servicer import ConversationServicer, StsLimits
 from services.common.sts_servicer import instrument as instrument_conversation
@@ -79,4 +80,7 @@ def build(config: Config) -> ServiceParts:
         ],
         start=sts.start,
         stop=sts.close,
+        # Its voice (CPU: the cascade's TTS; GPU: MOSS-Speech itself) says a word; the router adds its own deep probe.
+        probe=synthesis_probe(tts),
+        engines=[sts, tts],
     )

@@ -72,4 +72,6 @@ def build(config: Config) -> ServiceParts:
         ],
         start=engine.start,
         stop=engine.close,
+        probe=engine.probe,
+        engines=[engine],
     )

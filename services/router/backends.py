@@ -5,7 +5,8 @@ It stops being routable when
 
 * its Watch says NOT_SERVING or the connection drops (UNREACHABLE), or
 * it is *ejected*: ``eject_after_failures`` consecutive failed calls (UNAVAILABLE, INTERNAL, a backend that sent no
-  audio in time) or failed deep probes. Ejection lasts ``ejection_seconds``, doubling with each ejection up to
+  audio in time) or failed deep probes while its health says SERVING (FAILED_PRECONDITION "still loading" is no
+  failure; nor is anything while it is NOT_SERVING or unreachable: it is out of the route already). Ejection lasts ``ejection_seconds``, doubling with each ejection up to
   ``max_ejection_seconds``; a backend healthy for ``forget_ejections_seconds`` starts short again.
 
 Either way it then *recovers* before it is routable again: once SERVING and past its ejection, the router sends it a
@@ -39,6 +40,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common import metrics, security
 from services.common.errors import DeadlineExceeded
+from services.common.health import PUBLIC_SERVICES
 from services.router.config import RouterHealthConfig
 from voice.v1 import (
     audio_pb2,
@@ -128,6 +130,10 @@ class Backend:
         self._down.set()
         self._first_answer = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
+        self._listeners: list[Callable[[], None]] = []  # told when routable() changes
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        self._listeners.append(callback)
 
     @property
     def serves(self) -> tuple[str, ...]:
@@ -182,6 +188,8 @@ class Backend:
             else:
                 self._down.set()
             log.info("%s is %s", self.name, "routable" if routable else f"not routable: {self.state_detail()}")
+            for callback in self._listeners:
+                callback()
         metrics.BACKEND_ROUTABLE.labels(self.name).set(1 if routable else 0)
 
     def set_watch(self, health: int) -> None:
@@ -203,7 +211,11 @@ class Backend:
         self.consecutive_failures = 0
 
     def record_failure(self, reason: str = "failures") -> None:
-        """A failed call (UNAVAILABLE, INTERNAL, or no audio in time) or a failed deep probe."""
+        """A failed call (UNAVAILABLE, INTERNAL, or no audio in time) or a failed deep probe. Counted only while its
+        health says SERVING: a backend that is down or still warming up is out of the route already, and calls that
+        reach it then (a ListVoices to every backend) are no evidence of an outlier."""
+        if self.watch != SERVING:
+            return
         self.consecutive_failures += 1
         if self.consecutive_failures >= self.config.eject_after_failures and not self.ejected():
             self.eject(reason)
@@ -293,6 +305,8 @@ class Backend:
                 ok = True
             else:
                 ok = await self.probe(timeout)
+            if ok is None:
+                continue  # still loading (FAILED_PRECONDITION): neither a pass nor an outlier failure
             metrics.ROUTER_PROBES.labels(self.name, kind, "ok" if ok else "failed").inc()
             if kind == "recovery" and self.recovering:
                 self.probe_result(ok)
@@ -315,9 +329,9 @@ class Backend:
             return None  # not served (UNIMPLEMENTED) or not answering: the probe itself will tell
         return reply.status.residency == gpu_pb2.RESIDENCY_RESIDENT
 
-    async def probe(self, timeout_s: float) -> bool:
+    async def probe(self, timeout_s: float) -> bool | None:
         """A real tiny request that must finish OK within ``timeout_s``: a short Synthesize (TTS backends) or a
-        recognition stream of a little silence (asr)."""
+        recognition stream of a little silence (asr). None when the backend says it is still loading."""
         try:
             if "voice.v1.Synthesizer" in self.serves:
                 stub = synthesizer_pb2_grpc.SynthesizerStub(self.channel)
@@ -344,6 +358,9 @@ class Backend:
                 return True
             return self.watch == SERVING
         except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                log.info("%s probe: not ready yet (%s)", self.name, e.details())
+                return None
             log.info("%s probe failed: %s %s", self.name, e.code().name, e.details())
             return False
 
@@ -369,3 +386,32 @@ class Backend:
             ejections=self.total_ejections,
             detail=self.state_detail(),
         )
+
+
+class ServiceReadiness:
+    """Per public service name: SERVING while one of its routes is routable, a route being the backends a call needs
+    all of (one backend; for Conversation also the fallback cascade: asr and its TTS backend). Follows the backends'
+    health as it changes (services/common/health.py publishes it; Watch sees every change)."""
+
+    names = PUBLIC_SERVICES
+
+    def __init__(self, backends: dict[str, Backend], extra_routes: dict[str, list[list[Backend]]] | None = None):
+        self.backends = backends
+        self.routes: dict[str, list[list[Backend]]] = {
+            name: [[b] for b in backends.values() if name in b.serves] for name in PUBLIC_SERVICES
+        }
+        for name, routes in (extra_routes or {}).items():
+            self.routes[name] += routes
+
+    def ready(self, name: str) -> bool:
+        return any(all(b.routable() for b in route) for route in self.routes.get(name, ()))
+
+    def why_not(self, name: str) -> str:
+        routes = self.routes.get(name)
+        if not routes:
+            return "no backend serves it; add one to fleet.services or router.backends"
+        return "; ".join(" + ".join(b.describe() for b in route) for route in routes)
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        for b in self.backends.values():
+            b.on_change(callback)

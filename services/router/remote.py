@@ -66,7 +66,8 @@ class RemoteTtsEngine(TtsEngine):
                 synthesizer_pb2.ListVoicesRequest(), timeout=self._timeout(time_remaining)
             )
         except grpc.aio.AioRpcError as e:
-            self.backend.record_failure()
+            if e.code() in BACKEND_FAULTS:  # not FAILED_PRECONDITION "still loading": a warming backend is no outlier
+                self.backend.record_failure()
             raise from_rpc_error(e, self.backend.name) from None
         self._voices = [
             VoiceInfo(

@@ -10,7 +10,7 @@ from services.common.config import Config
 from services.common.rpc import new_request_id, rpc
 from services.common.server import ServiceParts, Servicer
 from services.common.tts_servicer import SynthesizerServicer, instrument
-from services.router.backends import Backend
+from services.router.backends import Backend, ServiceReadiness
 from services.router.failover import FailoverLog
 from services.router.failover_sts import FailoverStsEngine
 from services.router.lease_servicer import GpuLeasesServicer, card_capacity_bytes
@@ -41,11 +41,12 @@ class FleetServicer(fleet_pb2_grpc.FleetServicer):
 
 def conversation_fallback(config: Config, asr_backend: Backend | None, tts: dict[str, RemoteTtsEngine]):
     """The router's cascade for Conversation failover: remote asr -> brain -> the first configured backend of
-    router.routes.conversation_fallback_tts (None when switched off or a part is not configured)."""
+    router.routes.conversation_fallback_tts, and the backends it needs; (None, []) when switched off or a part is
+    not configured."""
     routes = config.router.routes
     tts_name = next((n for n in routes.conversation_fallback_tts if n in tts), None)
     if not routes.conversation_fallback or asr_backend is None or tts_name is None:
-        return None
+        return None, []
     from services.conversation.brain import ChatBrain
     from services.conversation.cascade import CascadeStsEngine
     from services.conversation.dialogue import DialogueLimits
@@ -53,7 +54,8 @@ def conversation_fallback(config: Config, asr_backend: Backend | None, tts: dict
     b, margin = config.brain, config.router.deadline_margin_ms / 1000
     brain = ChatBrain(b.url, b.model, SERVICE, b.api_key, b.connect_timeout_seconds, b.read_timeout_seconds)
     limits = DialogueLimits.from_config(config.moss_sts)
-    return CascadeStsEngine(SERVICE, RemoteAsrEngine(asr_backend, margin), brain, tts[tts_name], limits)
+    cascade = CascadeStsEngine(SERVICE, RemoteAsrEngine(asr_backend, margin), brain, tts[tts_name], limits)
+    return cascade, [asr_backend, tts[tts_name].backend]
 
 
 def build(config: Config) -> ServiceParts:
@@ -92,9 +94,10 @@ def build(config: Config) -> ServiceParts:
     from voice.v1 import conversation_pb2_grpc
 
     sts_backend = next((b for b in backends.values() if "voice.v1.Conversation" in b.serves), None)
+    cascade, cascade_needs = conversation_fallback(config, asr_backend, tts)
     sts_engine = FailoverStsEngine(
         RemoteStsEngine(sts_backend, rc.deadline_margin_ms / 1000),
-        conversation_fallback(config, asr_backend, tts),
+        cascade,
         failovers,
         max_user_turn_s=config.moss_sts.max_user_turn_seconds,
         default_system_prompt=config.moss_sts.default_system_prompt,
@@ -145,4 +148,6 @@ def build(config: Config) -> ServiceParts:
         ],
         start=start,
         stop=stop,
+        # Conversation is also served while moss_sts is down, by the cascade (the brain is not a backend we watch).
+        readiness=ServiceReadiness(backends, {"voice.v1.Conversation": [cascade_needs] if cascade_needs else []}),
     )
