@@ -112,7 +112,11 @@ def run(args, address: str) -> int:
         f"conversation with {address}: {len(turns)} turn(s), sent {'in real time' if realtime else 'fast'}", flush=True
     )
     t0 = time.monotonic()
-    with grpc.insecure_channel(address) as channel:
+    from services.cli.common import Patience
+
+    # Waits for the router's voice.v1.Conversation to be ready (--wait); not retried after that: a conversation
+    # streams the user's audio in real time and is not replayed from here.
+    with Patience(args).channel(address, "voice.v1.Conversation") as channel:
         stub = conversation_pb2_grpc.ConversationStub(channel)
         timeout = args.timeout or sum(len(t.pcm) / 2 / rate for t in turns) * 2 + 60 * len(turns)
         call = stub.Converse(requests(config, turns, realtime, stop), timeout=timeout)

@@ -41,20 +41,59 @@ class Member:
         return "(output went to the terminal)"
 
 
+def _check(channel: grpc.Channel, service: str, timeout: float, wait_for_ready: bool = False) -> str:
+    try:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=timeout, wait_for_ready=wait_for_ready
+        )
+    except grpc.RpcError as e:
+        return (
+            "UNREACHABLE"
+            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+            else e.code().name
+        )
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+
 def health_status(address: str, timeout: float = 1.0, service: str = "", settings=None) -> str:
     """SERVING / NOT_SERVING / UNREACHABLE / ... for one address (``settings``: that fleet's security section)."""
     with security.client_channel(address, settings=settings) as channel:
+        return _check(channel, service, timeout)
+
+
+def router_readiness(address: str, timeout: float = 1.0, settings=None) -> dict[str, str]:
+    """The router's health: "" (liveness) and, once it is live, each public service name that its backends serve
+    (the services this fleet runs: voice.v1.Synthesizer, ...) -> SERVING / NOT_SERVING / ..."""
+    from services.common.health import PUBLIC_SERVICES
+    from voice.v1 import fleet_pb2, fleet_pb2_grpc
+
+    with security.client_channel(address, settings=settings) as channel:
+        answers = {"": _check(channel, "", timeout)}
+        if answers[""] != "SERVING":
+            return answers
         try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=timeout
-            )
+            fleet = fleet_pb2_grpc.FleetStub(channel).GetFleetStatus(fleet_pb2.GetFleetStatusRequest(), timeout=timeout)
         except grpc.RpcError as e:
-            return (
-                "UNREACHABLE"
-                if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-                else e.code().name
-            )
-    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            return {**answers, "voice.v1.Fleet": e.code().name}
+        served = {name for b in fleet.backends for name in b.services}
+        for name in PUBLIC_SERVICES:
+            if name in served:
+                answers[name] = _check(channel, name, timeout)
+    return answers
+
+
+def wait_ready(channel: grpc.Channel, service: str, wait_s: float) -> str:
+    """Wait up to ``wait_s`` for ``service``'s health on ``channel`` to say SERVING, connecting included (gRPC
+    wait-for-ready): a client started with the fleet waits out its warm-up instead of being refused. Returns the
+    last status seen (SERVING, or why not)."""
+    deadline = time.monotonic() + wait_s
+    status = "UNREACHABLE"
+    while (remaining := deadline - time.monotonic()) > 0:
+        status = _check(channel, service, timeout=min(remaining, 2.0), wait_for_ready=True)
+        if status not in ("NOT_SERVING", "UNREACHABLE", "SERVICE_UNKNOWN"):
+            return status  # SERVING, or an answer that waiting will not change (NOT_FOUND, UNAUTHENTICATED, ...)
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+    return status
 
 
 # Fleet members that are not gRPC services: the module that runs them, and how readiness is checked.
@@ -84,9 +123,17 @@ def brain_status(address: str, timeout: float = 1.0) -> str:
 
 
 def member_status(name: str, address: str, timeout: float = 1.0, settings=None) -> str:
-    """Readiness of a fleet member: gRPC health for services, a real completion for the brain."""
+    """Readiness of a fleet member: gRPC health for services, a real completion for the brain. The router is ready
+    when it is live and every service its backends serve is callable (a backend for it is routable), so "is up"
+    means ListVoices lists every TTS service's voices and a call is served."""
     if name in HTTP_MEMBERS:
         return brain_status(address, timeout)
+    if name == "router":
+        answers = router_readiness(address, timeout, settings)
+        waiting = [f"{n} {s}" for n, s in answers.items() if n and s != "SERVING"]
+        if answers[""] != "SERVING" or not waiting:
+            return answers[""]
+        return f"NOT_SERVING ({', '.join(waiting)})"
     return health_status(address, timeout, settings=settings)
 
 

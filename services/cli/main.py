@@ -20,7 +20,7 @@ import time
 
 import grpc
 
-from services.cli.common import MODES, fail, load_cli_config, router_address
+from services.cli.common import MODES, Patience, fail, first_reply_now, load_cli_config, router_address
 from services.common import audio, security
 from voice.v1 import (
     audio_pb2,
@@ -102,15 +102,22 @@ def cmd_speak(args) -> int:
             routing=routing_pb2.Routing(mode=MODES.get(args.mode, 0), engine=args.engine or ""),
         ),
     )
-    with security.client_channel(router_address(args, config)) as channel:
+    patience = Patience(args)
+    with patience.channel(router_address(args, config), "voice.v1.Synthesizer") as channel:
         stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
         t0 = time.monotonic()
         first = None
         pcm = bytearray()
         rate = 0
         served_by = ""
+
+        def call():
+            nonlocal t0
+            t0 = time.monotonic()  # the attempt that is served
+            return first_reply_now(stub.Synthesize(request, timeout=args.timeout))
+
         try:
-            for reply in stub.Synthesize(request, timeout=args.timeout):
+            for reply in patience.call(call):
                 if first is None:
                     first = time.monotonic() - t0
                 pcm += reply.audio.data
@@ -168,11 +175,16 @@ def cmd_transcribe(args) -> int:
     speech_end_at: dict[int, float] = {}  # utterance -> when its SPEECH_END arrived
     finals = []
     last_start = 0
-    with security.client_channel(router_address(args, config)) as channel:
+    patience = Patience(args)
+    with patience.channel(router_address(args, config), "voice.v1.Recognizer") as channel:
         stub = recognizer_pb2_grpc.RecognizerStub(channel)
         try:
-            replies = stub.StreamingRecognize(
-                _recognize_requests(pcm, rate, rc, realtime, sent), timeout=args.timeout or seconds * 3 + 60
+            replies = patience.call(
+                lambda: first_reply_now(
+                    stub.StreamingRecognize(
+                        _recognize_requests(pcm, rate, rc, realtime, sent), timeout=args.timeout or seconds * 3 + 60
+                    )
+                )
             )
             for reply in replies:
                 now = time.monotonic()
@@ -310,6 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", help="fleet config file (default: VOICEFLEET_CONFIG or the bundled default)")
     parser.add_argument("--router", help="router address host:port (default: router.host:router.port from config)")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="wait up to this long for the router to be ready for the call (fleet still warming up) before calling;"
+        " 0: call at once (default 5)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("up", help="start the local CPU fleet; Ctrl-C stops it").set_defaults(fn=cmd_up)

@@ -7,22 +7,27 @@ import time
 
 import grpc
 
-from services.cli.common import MODES, fail, load_cli_config, router_address
-from services.common import audio, security
+from services.cli.common import MODES, Patience, fail, first_reply_now, load_cli_config, router_address
+from services.common import audio
 from voice.v1 import audio_pb2, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 
-def _stub(args):
-    return security.client_channel(router_address(args, load_cli_config(args)))
+def _patience_and_channel(args):
+    """Patience (--wait) and a channel to the router once its voice.v1.Synthesizer is ready."""
+    patience = Patience(args)
+    return patience, patience.channel(router_address(args, load_cli_config(args)), "voice.v1.Synthesizer")
 
 
 # --- voices ------------------------------------------------------------------------------------------------------
 def cmd_voices(args) -> int:
-    with _stub(args) as channel:
+    patience, channel = _patience_and_channel(args)
+    with channel:
         try:
-            reply = synthesizer_pb2_grpc.SynthesizerStub(channel).ListVoices(
-                synthesizer_pb2.ListVoicesRequest(language=args.language or "", service=args.service or ""),
-                timeout=args.timeout,
+            reply = patience.call(
+                lambda: synthesizer_pb2_grpc.SynthesizerStub(channel).ListVoices(
+                    synthesizer_pb2.ListVoicesRequest(language=args.language or "", service=args.service or ""),
+                    timeout=args.timeout,
+                )
             )
         except grpc.RpcError as e:
             fail(e)
@@ -48,6 +53,7 @@ def cmd_speak_stream(args) -> int:
     sent: dict[str, float] = {}
 
     def requests():
+        sent.clear()  # a new attempt (Patience) starts the clock again
         yield synthesizer_pb2.StreamingSynthesizeRequest(
             config=synthesizer_pb2.StreamingSynthesisConfig(
                 synthesis=synthesizer_pb2.SynthesisConfig(
@@ -72,10 +78,13 @@ def cmd_speak_stream(args) -> int:
     pcm = bytearray()
     rate, served_by, first_audio = 0, "", None
     first_span = (0, 0)
-    with _stub(args) as channel:
+    patience, channel = _patience_and_channel(args)
+    with channel:
         stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
         try:
-            for reply in stub.StreamingSynthesize(requests(), timeout=args.timeout):
+            for reply in patience.call(
+                lambda: first_reply_now(stub.StreamingSynthesize(requests(), timeout=args.timeout))
+            ):
                 if first_audio is None:
                     first_audio = time.monotonic()
                     first_span = (reply.text_span.start_char, reply.text_span.end_char)
@@ -114,9 +123,12 @@ def cmd_register_voice(args) -> int:
         language=args.language or "",
         routing=routing_pb2.Routing(engine=args.engine or ""),
     )
-    with _stub(args) as channel:
+    patience, channel = _patience_and_channel(args)
+    with channel:
         try:
-            reply = synthesizer_pb2_grpc.SynthesizerStub(channel).RegisterVoice(request, timeout=args.timeout)
+            reply = patience.call(
+                lambda: synthesizer_pb2_grpc.SynthesizerStub(channel).RegisterVoice(request, timeout=args.timeout)
+            )
         except grpc.RpcError as e:
             fail(e)
     v = reply.voice
