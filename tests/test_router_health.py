@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from services.common.config import ConfigError, load_config
-from services.router.backends import EJECTED, NOT_SERVING, SERVING, UNREACHABLE, Backend
+from services.router.backends import EJECTED, NOT_SERVING, SERVING, UNREACHABLE, Backend, ServiceReadiness
 from services.router.config import RouterHealthConfig
 
 
@@ -46,6 +46,18 @@ def test_first_serving_is_routable_at_once():
     assert not b.routable()
     b.set_watch(SERVING)
     assert b.routable() and b.health == SERVING
+
+
+def test_failures_while_down_or_warming_up_are_no_outliers():
+    """Calls that reach a backend before it says SERVING (UNAVAILABLE: not listening yet; a ListVoices answered
+    FAILED_PRECONDITION while it loads) do not eject it: it becomes routable at its first SERVING."""
+    b, _ = backend()
+    for health in (UNREACHABLE, NOT_SERVING):
+        b.set_watch(health)
+        for _ in range(5):
+            b.record_failure()
+    b.set_watch(SERVING)
+    assert b.routable() and b.total_ejections == 0 and b.consecutive_failures == 0
 
 
 def test_consecutive_failures_eject_and_a_success_resets_the_count():
@@ -166,3 +178,48 @@ def test_default_routes():
     routes = load_config(env={}).router.routes
     assert routes.realtime == ["moss_sts", "cosyvoice_tts"] and routes.broadcast == ["cosyvoice_tts"]
     assert routes.voice_owners[0] == "qwen_tts"
+
+
+def test_readiness_per_service_name_follows_the_backends():
+    """The router's health names: a name is SERVING while one route for it is routable (Conversation: moss_sts, or
+    the fallback cascade asr + cosyvoice_tts), and every change of a backend is announced (so Watch follows)."""
+    clock = Clock()
+    backends = {
+        name: Backend(name, "127.0.0.1:1", RouterHealthConfig(), clock=clock, connect=False)
+        for name in ("cosyvoice_tts", "qwen_tts", "asr", "moss_sts")
+    }
+    cosy, qwen, asr, moss = backends.values()
+    readiness = ServiceReadiness(backends, {"voice.v1.Conversation": [[asr, cosy]]})
+    changes = []
+    readiness.on_change(lambda: changes.append(1))
+
+    def ready() -> dict[str, bool]:
+        return {name.removeprefix("voice.v1."): readiness.ready(name) for name in readiness.names}
+
+    assert ready() == {"Synthesizer": False, "Recognizer": False, "Conversation": False}
+    assert "cosyvoice_tts" in readiness.why_not("voice.v1.Synthesizer")
+    for b in backends.values():
+        b.set_watch(SERVING)
+    assert ready() == {"Synthesizer": True, "Recognizer": True, "Conversation": True}
+    assert len(changes) == 4
+
+    moss.set_watch(UNREACHABLE)  # the cascade still answers conversations
+    assert ready() == {"Synthesizer": True, "Recognizer": True, "Conversation": True}
+    asr.set_watch(NOT_SERVING)
+    assert ready() == {"Synthesizer": True, "Recognizer": False, "Conversation": False}
+    assert "asr" in readiness.why_not("voice.v1.Recognizer")
+    cosy.eject("failures")
+    qwen.set_watch(NOT_SERVING)
+    assert ready() == {"Synthesizer": False, "Recognizer": False, "Conversation": False}
+    assert len(changes) == 8
+
+    qwen.set_watch(SERVING)  # back from an outage: routable only after its recovery probes
+    assert not readiness.ready("voice.v1.Synthesizer")
+    recover(qwen, clock)
+    assert readiness.ready("voice.v1.Synthesizer")
+
+
+def test_a_name_no_backend_serves_is_not_ready_and_says_why():
+    readiness = ServiceReadiness({})
+    assert not readiness.ready("voice.v1.Recognizer")
+    assert "no backend serves it" in readiness.why_not("voice.v1.Recognizer")
