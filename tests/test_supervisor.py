@@ -140,3 +140,28 @@ def test_ctrl_c_stops_every_member(tmp_path):
         except ProcessLookupError:
             continue
         raise AssertionError(f"member pid {pid} still runs after Ctrl-C")
+
+
+def test_members_stop_when_voicefleet_up_itself_is_killed(tmp_path):
+    """kill -9 of `voicefleet up` leaves no member behind holding the fleet's ports (each gets SIGTERM and drains)."""
+    up = UpProcess(tmp_path, ("cosyvoice_tts", "router"))
+    up.wait_up()
+    pids = [m["pid"] for m in up.members().values()]
+    up.process.kill()
+    up.process.wait()
+
+    def running(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie waiting for its reaper has stopped too
+            return stat.read().split(")")[-1].split()[0] != "Z"
+
+    deadline = time.monotonic() + 60
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in pids if running(p)], "members outlived the supervisor"
+    with socket.socket() as s:  # the router's port is free for the next `voicefleet up`
+        s.bind(("127.0.0.1", up.config.router.port))
+    up.stop()

@@ -21,6 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common import security
 from services.common.config import Config, load_config
+from services.common.server import SUPERVISOR_PID_ENV
 
 
 class FleetError(RuntimeError):
@@ -137,18 +138,6 @@ def member_status(name: str, address: str, timeout: float = 1.0, settings=None) 
     return health_status(address, timeout, settings=settings)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM it (a normal drain) when the process that started it dies, so a
-    `voicefleet up` killed with -9 leaves no members behind holding the fleet's ports (Linux prctl; a no-op
-    elsewhere). Linux ties this to the starting thread: the supervisor thread lives as long as the fleet."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -188,9 +177,9 @@ class LocalFleet:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log_path = self.log_dir / f"{name}.log"
             out = open(log_path, "ab")  # noqa: SIM115 - owned by the child for its life
-        process = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT if out else None, env=self.env, preexec_fn=_die_with_parent
-        )
+        # No preexec_fn: the child execs at once (vfork), and arms its own parent-death signal (die_with_supervisor).
+        env = {**self.env, SUPERVISOR_PID_ENV: str(os.getpid())}
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None, env=env)
         if out:
             out.close()
         member = Member(name, section.address, section.metrics_port, process, log_path)

@@ -34,6 +34,9 @@ from services.qwen_tts.config import QwenTtsConfig
 from services.router.config import RouterConfig
 
 ENV_PREFIX = "VOICEFLEET_"
+# VOICEFLEET_* variables that are not config fields: the config file's path, and the pid of the `voicefleet up` that
+# started this member (services/common/server.py die_with_supervisor).
+NOT_FIELDS = ("VOICEFLEET_CONFIG", "VOICEFLEET_SUPERVISOR_PID")
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default_config.yaml")
 MODEL_SERVICES = ("cosyvoice_tts", "qwen_tts", "asr", "moss_sts")
 
@@ -218,7 +221,7 @@ def load_config(path: str | os.PathLike | None = None, env: typing.Mapping[str, 
 
 def _apply_env(raw: dict, env: typing.Mapping[str, str]) -> None:
     for key, value in env.items():
-        if not key.startswith(ENV_PREFIX) or key == "VOICEFLEET_CONFIG":
+        if not key.startswith(ENV_PREFIX) or key in NOT_FIELDS:
             continue
         parts = [p.lower() for p in key[len(ENV_PREFIX) :].split("__")]
         node = raw

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -154,8 +155,30 @@ async def serve(name: str, server_config: ServerConfig, parts: ServiceParts) -> 
     log.info("%s stopped", name)
 
 
+SUPERVISOR_PID_ENV = "VOICEFLEET_SUPERVISOR_PID"
+
+
+def die_with_supervisor() -> None:
+    """A fleet member started by `voicefleet up` (which sets VOICEFLEET_SUPERVISOR_PID) gets SIGTERM, a normal drain,
+    when that process dies, so a supervisor killed with -9 leaves no members holding the fleet's ports. Linux prctl
+    (PR_SET_PDEATHSIG, kept across exec); elsewhere a no-op. Set here, in the child, rather than in a preexec_fn: a
+    fork that runs Python while gRPC threads run in the parent can abort the child."""
+    parent = os.environ.get(SUPERVISOR_PID_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent):  # the supervisor died before the signal was armed
+        raise SystemExit(f"the voicefleet supervisor (pid {parent}) is gone; not starting")
+
+
 def run_service(name: str, build: Callable[[Config], ServiceParts], argv: list[str] | None = None) -> None:
     """Entry point of a service process: ``python -m services.<name> [--config PATH]``."""
+    die_with_supervisor()
     parser = argparse.ArgumentParser(prog=f"python -m services.{name}", description=f"voicefleet {name} service")
     parser.add_argument("--config", help="fleet config file (default: VOICEFLEET_CONFIG or the bundled default)")
     args = parser.parse_args(argv)

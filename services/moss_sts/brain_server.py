@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from services.common.config import ConfigError, load_config
+from services.common.server import die_with_supervisor
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2) from None
+    die_with_supervisor()  # kept across the exec below
     missing = missing_cpu_flags()
     if missing:
         print(
