@@ -120,8 +120,10 @@ def test_a_member_that_exits_at_every_start_is_given_up_and_the_rest_keep_servin
 
         time.sleep(1.0)  # several backoff periods: a given-up member is not started again
         assert up.members()["qwen_tts"]["restarts"] == 2
-        row = status_row(status_output(up), "qwen_tts")
+        output = status_output(up)
+        row = status_row(output, "qwen_tts")
         assert row[1] == "gave-up" and row[3] == "2", row
+        assert "ready: Synthesizer SERVING" in output, output  # cosyvoice_tts still serves speech
     finally:
         blocker.close()
         if up is not None:

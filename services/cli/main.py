@@ -246,6 +246,9 @@ def cmd_status(args) -> int:
             print(f"  {name:<12} {backend:<18} {health_status(backend)}")
         _print_members(config)
         return 1
+    # Readiness per public service: SERVING while a backend for it is routable (docs/architecture.md#health).
+    ready = {n: health_status(address, service=f"voice.v1.{n}") for n in ("Synthesizer", "Recognizer", "Conversation")}
+    print(" " * 15 + "ready: " + ", ".join(f"{n} {status}" for n, status in ready.items()))
     with security.client_channel(address) as channel:
         try:
             reply = fleet_pb2_grpc.FleetStub(channel).GetFleetStatus(fleet_pb2.GetFleetStatusRequest(), timeout=5)
