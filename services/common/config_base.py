@@ -97,15 +97,41 @@ class ChunkingConfig:
 
 
 @dataclass
+class SchedulingConfig:
+    """How a TTS engine shares its workers among streams (docs/scheduling.md)."""
+
+    # Segments synthesized at once. CPU engines: 0 = one per core, each with cores / workers intra-op threads.
+    # GPU engines that batch: the concurrent requests the library batches well (0 = the engine's own default).
+    workers: int = 0
+    # A continuation segment is due this long before its stream's audio runs out (covers its own synthesis).
+    margin_ms: int = 300
+    # Admission: a new stream whose first audio is predicted to wait longer than this is refused at once with
+    # RESOURCE_EXHAUSTED and a retry hint (0 = only max_concurrent_syntheses limits admission).
+    max_first_wait_ms: int = 2000
+
+    def validate(self, path: str) -> None:
+        check(path, "workers", 0 <= self.workers <= 256, f"must be 0..256, got {self.workers}")
+        check(path, "margin_ms", 0 <= self.margin_ms <= 10_000, f"must be 0..10000, got {self.margin_ms}")
+        check(
+            path,
+            "max_first_wait_ms",
+            0 <= self.max_first_wait_ms <= 60_000,
+            f"must be 0..60000, got {self.max_first_wait_ms}",
+        )
+
+
+@dataclass
 class TtsServiceConfig(ServerConfig):
     """A model service that serves Synthesizer."""
 
     # "cpu" (embedded engine, the default) or "gpu" (the real model; needs CUDA and mounted weights).
     engine: str = "cpu"
     max_text_chars: int = 5000
-    # Streams synthesized at once; more wait in line (their time counts in queue wait).
-    max_concurrent_syntheses: int = 4
+    # Capacity: streams served at once; a new one past it is refused at once with RESOURCE_EXHAUSTED and a retry
+    # hint (the router then tries another backend). docs/scheduling.md#admission
+    max_concurrent_syntheses: int = 16
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+    scheduling: SchedulingConfig = field(default_factory=SchedulingConfig)
 
     def validate(self, path: str) -> None:
         super().validate(path)
@@ -113,6 +139,7 @@ class TtsServiceConfig(ServerConfig):
         check(path, "max_text_chars", 1 <= self.max_text_chars <= 100_000, "must be 1..100000")
         check(path, "max_concurrent_syntheses", self.max_concurrent_syntheses >= 1, "must be >= 1")
         self.chunking.validate(f"{path}.chunking")
+        self.scheduling.validate(f"{path}.scheduling")
 
 
 @dataclass

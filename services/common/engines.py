@@ -100,13 +100,23 @@ class TtsEngine(abc.ABC):
         ends, the min-chars clause rule, the max-wait timer, flush and end) and speaks each with ``synthesize``
         while more text arrives. Engines that take streaming text natively, or remote engines, override it.
         """
+        speak = self._text_stream_speaker()
         async with contextlib.aclosing(stream_segments(events, policy)) as segments:
             async for segment in segments:
-                async with contextlib.aclosing(self.synthesize(segment.text, options)) as pieces:
+                async with contextlib.aclosing(speak(segment.text, options)) as pieces:
                     async for piece in pieces:
                         yield dataclasses.replace(
                             piece, text_start=piece.text_start + segment.start, text_end=piece.text_end + segment.start
                         )
+
+    #: The engine's SegmentScheduler (services/common/scheduler.py) when it schedules its work first-chunk-first;
+    #: the servicer's admission control reads its predicted wait. None: the engine does not (remote engines).
+    scheduler = None
+
+    def _text_stream_speaker(self):
+        """How ``synthesize_text_stream`` speaks each segment: ``synthesize`` by default. Scheduled engines speak
+        every segment of one text stream as one playback, so its later segments are continuations, not firsts."""
+        return self.synthesize
 
     #: True for engines that register zero-shot voices themselves (the servicer then checks the prompt's content
     #: first). Engines that cannot clone keep the default ``register_voice``, which answers FAILED_PRECONDITION;

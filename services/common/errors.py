@@ -14,11 +14,13 @@ class VoiceError(Exception):
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
 
-    def __init__(self, message: str, *, code: grpc.StatusCode | None = None):
+    def __init__(self, message: str, *, code: grpc.StatusCode | None = None, retry_after_s: float | None = None):
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
+        # When the caller may try again (sent as gRPC's retry pushback trailer; see retry_metadata).
+        self.retry_after_s = retry_after_s
 
 
 class InvalidArgument(VoiceError):
@@ -55,6 +57,17 @@ class ResourceExhausted(VoiceError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+# gRPC's server pushback trailer (gRFC A6): clients with a retry policy wait this many ms before retrying.
+RETRY_PUSHBACK_KEY = "grpc-retry-pushback-ms"
+
+
+def retry_metadata(error: VoiceError) -> tuple[tuple[str, str], ...]:
+    """Trailing metadata carrying an error's retry hint (none when it has none)."""
+    if error.retry_after_s is None:
+        return ()
+    return ((RETRY_PUSHBACK_KEY, str(round(error.retry_after_s * 1000))),)
+
+
 class Unavailable(VoiceError):
     code = grpc.StatusCode.UNAVAILABLE
 
@@ -67,8 +80,12 @@ def from_rpc_error(err: grpc.aio.AioRpcError, backend: str) -> VoiceError:
     """A backend's status, passed on to our caller with the backend named (codes are kept as they are)."""
     code = err.code()
     details = err.details() or code.name
+    retry_after_s = None
+    for key, value in err.trailing_metadata() or ():
+        if key == RETRY_PUSHBACK_KEY and value.isdigit():
+            retry_after_s = int(value) / 1000
     if code == grpc.StatusCode.UNAVAILABLE:
         return Unavailable(f"{backend} is unavailable: {details}")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return DeadlineExceeded(f"{backend} did not answer within the deadline: {details}")
-    return VoiceError(details, code=code)
+    return VoiceError(details, code=code, retry_after_s=retry_after_s)

@@ -31,6 +31,27 @@ QUEUE_WAIT = Histogram(
     ["service", "engine"],
     buckets=LATENCY_BUCKETS,
 )
+SCHEDULER_WAIT = Histogram(
+    "voicefleet_scheduler_wait_seconds",
+    "Time a synthesis segment waited for an engine worker, by segment: first (of its stream) or next (continuation).",
+    ["service", "engine", "segment"],
+    buckets=LATENCY_BUCKETS,
+)
+SCHEDULER_LATE = Counter(
+    "voicefleet_scheduler_late_segments_total",
+    "Continuation segments that got a worker after their stream's audio had run out (the listener heard a gap).",
+    ["service", "engine"],
+)
+SCHEDULER_WORKERS = Gauge(
+    "voicefleet_scheduler_workers", "Segments an engine synthesizes at once.", ["service", "engine"]
+)
+ADMISSION_REJECTIONS = Counter(
+    "voicefleet_admission_rejections_total",
+    "New streams refused with RESOURCE_EXHAUSTED, by why: streams (at capacity), first_wait (predicted wait for its"
+    " first audio over budget).",
+    ["service", "reason"],
+)
+ADMISSION_CAPACITY = Gauge("voicefleet_admission_capacity_streams", "Streams a service admits at once.", ["service"])
 
 # Text to speech.
 TTS_TTFA = Histogram(

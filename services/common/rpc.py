@@ -20,7 +20,7 @@ import uuid
 import grpc
 
 from services.common import metrics
-from services.common.errors import MalformedMessage, VoiceError
+from services.common.errors import MalformedMessage, VoiceError, retry_metadata
 
 log = logging.getLogger("voicefleet.rpc")
 
@@ -53,7 +53,7 @@ def rpc(service: str, method: str):
                 await context.abort(exc.code, exc.message)  # logged where it was parsed, rate-limited
             if isinstance(exc, VoiceError):
                 log.info("%s.%s -> %s: %s", service, method, exc.code.name, exc.message)
-                await context.abort(exc.code, exc.message)
+                await context.abort(exc.code, exc.message, trailing_metadata=retry_metadata(exc))
             log.exception("%s.%s failed", service, method, exc_info=exc)
             await context.abort(
                 grpc.StatusCode.INTERNAL, f"internal error in {service}.{method}: {type(exc).__name__}; see server log"

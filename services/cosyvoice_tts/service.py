@@ -6,7 +6,7 @@ from services.common.config import Config
 from services.common.engines import TtsEngine
 from services.common.model_control import resident_tts
 from services.common.server import ServiceParts, Servicer
-from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, instrument
+from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument
 from voice.v1 import synthesizer_pb2_grpc
 
 SERVICE = "cosyvoice_tts"
@@ -17,7 +17,7 @@ def make_engine(config: Config) -> TtsEngine:
     if section.engine == "cpu":
         from services.cosyvoice_tts.piper_engine import PiperTtsEngine
 
-        return PiperTtsEngine(SERVICE, section.chunking, max_workers=section.max_concurrent_syntheses)
+        return PiperTtsEngine(SERVICE, section.chunking, section.scheduling)
     from services.cosyvoice_tts.cosyvoice_engine import CosyVoice3Engine
 
     return CosyVoice3Engine(SERVICE, section.gpu, section.chunking)
@@ -39,7 +39,7 @@ def build(config: Config) -> ServiceParts:
             max_text_chars=section.max_text_chars,
             max_chunk_ms=section.chunking.max_chunk_ms,
             first_chunk_ms=section.chunking.first_chunk_ms or None,
-            max_concurrent=section.max_concurrent_syntheses,
+            admission=admission_for(SERVICE, section),
         )
     )
     return ServiceParts(

@@ -13,7 +13,7 @@ from services.common.health import synthesis_probe
 from services.common.server import ServiceParts, Servicer
 from services.common.sts_servicer import ConversationServicer, StsLimits
 from services.common.sts_servicer import instrument as instrument_conversation
-from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, instrument
+from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument
 from services.conversation.dialogue import DialogueLimits
 from voice.v1 import conversation_pb2_grpc, synthesizer_pb2_grpc
 
@@ -36,10 +36,10 @@ def make_tts(config: Config) -> TtsEngine:
     if section.tts_engine == "espeak":
         from services.qwen_tts.espeak_engine import EspeakTtsEngine
 
-        return EspeakTtsEngine(SERVICE, section.chunking, section.espeak)
+        return EspeakTtsEngine(SERVICE, section.chunking, section.espeak, section.scheduling.margin_ms)
     from services.cosyvoice_tts.piper_engine import PiperTtsEngine
 
-    return PiperTtsEngine(SERVICE, section.chunking, max_workers=section.max_concurrent_syntheses)
+    return PiperTtsEngine(SERVICE, section.chunking, section.scheduling)
 
 
 def make_engines(config: Config) -> tuple[StsEngine, TtsEngine]:
@@ -70,7 +70,7 @@ def build(config: Config) -> ServiceParts:
             max_text_chars=section.max_text_chars,
             max_chunk_ms=section.chunking.max_chunk_ms,
             first_chunk_ms=section.chunking.first_chunk_ms or None,
-            max_concurrent=section.max_concurrent_syntheses,
+            admission=admission_for(SERVICE, section),
         )
     )
     return ServiceParts(

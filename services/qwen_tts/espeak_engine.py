@@ -11,7 +11,8 @@ callback is one engine step and is handed to the caller at once. The first piece
 (about 60 ms of audio: early first audio); after that, whatever has queued up is sent together, up to
 ``chunking.max_chunk_ms`` (fewer, larger messages). The next segment is queued only when the caller has taken the
 previous one, so a slow reader never makes espeak run far ahead, and other streams get the synthesizer between
-segments.
+segments: the one synthesizer is the single worker of a SegmentScheduler (services/common/scheduler.py), which
+gives it to a new stream's first segment before the next sentence of a stream that is ahead of playback.
 
 Cancellation: when the caller stops iterating, the job's cancel flag is set; espeak's next callback returns 1 and
 espeak stops (within one callback); a segment still waiting in line never starts.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import time
@@ -36,6 +38,7 @@ from services.common import metrics
 from services.common.config_base import ChunkingConfig, EspeakConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import speech_segments
 from services.qwen_tts import presets
 from services.qwen_tts.espeak import DEFAULT_WPM, Espeak, EspeakVoice, SynthJob, bcp47
@@ -69,7 +72,9 @@ class _Route:
 class EspeakTtsEngine(TtsEngine):
     name = "espeak"
 
-    def __init__(self, service: str, chunking: ChunkingConfig, espeak: EspeakConfig | None = None):
+    def __init__(
+        self, service: str, chunking: ChunkingConfig, espeak: EspeakConfig | None = None, margin_ms: int = 300
+    ):
         self.service = service
         self.chunking = chunking
         self.config = espeak or EspeakConfig()
@@ -79,8 +84,8 @@ class EspeakTtsEngine(TtsEngine):
         self._steps = metrics.ENGINE_STEPS.labels(service, self.name)
         self._audio_seconds = metrics.TTS_AUDIO_SECONDS.labels(service, self.name)
         self._cancel_to_stop = metrics.TTS_CANCEL_TO_STOP.labels(service, self.name)
-        # Waiting for the process's one espeak synthesizer (per segment), apart from the servicer's stream slots.
-        self._queue_wait = metrics.QUEUE_WAIT.labels(service, f"{self.name}:synthesizer")
+        # espeak is process-global: one synthesis at a time, so one worker, whatever scheduling.workers says.
+        self.scheduler = SegmentScheduler(service, self.name, workers=1, margin_s=margin_ms / 1000)
 
     @property
     def native_sample_rate(self) -> int:
@@ -183,7 +188,13 @@ class EspeakTtsEngine(TtsEngine):
             raise NotFound(f"config.voice: {voice!r} is not a voice of {self.service}/{self.name}")
         return route
 
-    async def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+    def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+        return self._speak(text, options, self.scheduler.playback())
+
+    def _text_stream_speaker(self):
+        return functools.partial(self._speak, playback=self.scheduler.playback())
+
+    async def _speak(self, text: str, options: SynthesisOptions, playback: Playback) -> AsyncIterator[AudioPiece]:
         if self._espeak is None:
             raise FailedPrecondition("espeak engine is not started")
         espeak_voice = self._route(options.voice).espeak_voice(options.language)
@@ -201,8 +212,10 @@ class EspeakTtsEngine(TtsEngine):
                 loop.call_soon_threadsafe(queue.put_nowait, pcm)
 
             job = SynthJob(text[start:end], espeak_voice, wpm, sink, seed=options.seed or 1)
-            future = loop.run_in_executor(Espeak.thread, self._run, job)
+            turn = await playback.acquire()  # the synthesizer, when this segment is due
+            future = loop.run_in_executor(Espeak.thread, self._espeak.run, job)
             future.add_done_callback(lambda _f, queue=queue: queue.put_nowait(_END))
+            future.add_done_callback(lambda _f, turn=turn: turn.release())
             try:
                 while True:
                     item = await queue.get()
@@ -221,6 +234,7 @@ class EspeakTtsEngine(TtsEngine):
                             size += len(nxt)
                         pcm = b"".join(parts)
                     first = False
+                    playback.produced(len(pcm) / 2 / rate)
                     yield AudioPiece(
                         pcm=pcm, sample_rate_hz=rate, text_start=start, text_end=end, served_by=self.served_by
                     )
@@ -235,8 +249,3 @@ class EspeakTtsEngine(TtsEngine):
                         lambda _f, t=cancelled_at: self._cancel_to_stop.observe(time.monotonic() - t)
                     )
                 raise
-
-    def _run(self, job: SynthJob) -> SynthJob:
-        """On the espeak thread: one segment, its wait in line counted."""
-        self._queue_wait.observe(time.monotonic() - job.submitted_at)
-        return self._espeak.run(job)

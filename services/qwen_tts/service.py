@@ -11,7 +11,7 @@ from services.common.config import Config
 from services.common.engines import Routing, TtsEngine, VoiceInfo
 from services.common.model_control import resident_tts
 from services.common.server import ServiceParts, Servicer
-from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, instrument, pick_voice
+from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument, pick_voice
 from voice.v1 import synthesizer_pb2_grpc
 
 SERVICE = "qwen_tts"
@@ -37,7 +37,7 @@ def make_engine(config: Config) -> TtsEngine:
     if section.engine == "cpu":
         from services.qwen_tts.espeak_engine import EspeakTtsEngine
 
-        return EspeakTtsEngine(SERVICE, section.chunking, section.espeak)
+        return EspeakTtsEngine(SERVICE, section.chunking, section.espeak, section.scheduling.margin_ms)
     if section.gpu.backend == "vllm_omni":
         from services.qwen_tts.vllm_omni_engine import VllmOmniTtsEngine
 
@@ -62,7 +62,7 @@ def build(config: Config) -> ServiceParts:
             QwenResolver(engine),
             max_text_chars=section.max_text_chars,
             max_chunk_ms=section.chunking.max_chunk_ms,
-            max_concurrent=section.max_concurrent_syntheses,
+            admission=admission_for(SERVICE, section),
         )
     )
     return ServiceParts(

@@ -4,7 +4,9 @@ Text to speech (``RoutedTts``, one per request, made by policy.RouterTtsResolver
 
 * Synthesize: a backend that fails before its first audio (UNAVAILABLE, INTERNAL, RESOURCE_EXHAUSTED, ...) or sends
   no audio within the first-audio timeout (a hung process) is given up, and the request goes to the next backend
-  of the chain, transparently, within the caller's deadline. Once audio was sent the request is committed: a later
+  of the chain, transparently, within the caller's deadline. A backend at capacity refuses at once
+  (RESOURCE_EXHAUSTED, services/common/scheduler.py), so trying the next one costs one round trip; when every
+  backend of the chain is full the caller gets RESOURCE_EXHAUSTED with the soonest retry hint among them. Once audio was sent the request is committed: a later
   failure ends it with that status (a retry would repeat what the caller already has).
 * StreamingSynthesize: the router keeps the text of the stream (``TextLog``). When the backend fails mid-stream, the
   next one gets a new stream holding the text from the end of the last segment whose audio was sent (audio spans
@@ -160,6 +162,9 @@ class RoutedTts(TtsEngine):
         if reason is None or i + 1 >= len(self.candidates):
             if isinstance(error, _Stalled):
                 raise DeadlineExceeded(str(error)) from None
+            if reason == "resource_exhausted":  # every backend is full: retry when the first one expects room
+                hints = [e.retry_after_s for e in (*errors, error) if e.retry_after_s is not None]
+                error.retry_after_s = min(hints, default=None)
             raise error
         cand = self.candidates[i]
         if reason == "no_audio":

@@ -1,0 +1,275 @@
+"""Many callers at once: first-chunk-first scheduling of synthesis segments, and admission control.
+
+``SegmentScheduler`` hands an engine's workers (CPU threads, or a GPU engine's batch slots) to synthesis segments in
+order of when their listener would otherwise hear silence:
+
+* a stream's first segment is due when the request arrived (its caller already hears nothing);
+* a continuation segment is due when the audio already produced for its stream runs out, less a safety margin:
+  ``playback start + audio produced - margin``.
+
+Earliest due first. So a new stream's first segment goes before the next sentence of a stream that is seconds ahead
+of playback, and only a continuation that is already late (its stream is about to stutter) goes before a newer
+first segment. One rule, no starvation among continuations: a stream that waits becomes due.
+
+``Admission`` refuses a new stream at once (RESOURCE_EXHAUSTED with a retry hint) when the service already serves
+its capacity of streams, or when the predicted wait for the new stream's first segment is over its budget: a fast
+"retry in 0.4 s" beats a slow stream that stutters, and the router tries another backend first.
+
+Engines use it like this (services/cosyvoice_tts/piper_engine.py)::
+
+    playback = self.scheduler.playback()
+    for segment in segments:
+        async with playback.turn():          # waits for a worker, in due order
+            pcm = await run_in_executor(...)
+        playback.produced(len(pcm) / 2 / rate)
+
+GPU engines that batch (vLLM) get ``workers`` = the batch slots they serve well at once, so the scheduler hands them
+concurrent segments instead of serializing them (docs/scheduling.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import math
+import os
+import time
+from collections.abc import Callable
+
+from services.common import metrics
+from services.common.errors import ResourceExhausted
+
+# Retry hints are kept in this range: under 0.1 s a client would hammer the service; over 5 s it is a guess.
+MIN_RETRY_S, MAX_RETRY_S = 0.1, 5.0
+
+
+def cpu_cores() -> int:
+    """Cores this process may run on (the container's or taskset's share, not the host's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def split_cores(workers: int) -> tuple[int, int]:
+    """(workers, intra-op threads per worker) so workers x threads fills the cores without oversubscribing them.
+
+    ``workers`` 0 means one per core, each single-threaded: concurrent streams then share the cores without ONNX
+    runs fighting over them (the fair-sharing slowdown of issue 10's table)."""
+    cores = cpu_cores()
+    workers = workers or cores
+    return workers, max(1, cores // workers)
+
+
+class _Ewma:
+    def __init__(self, initial: float, alpha: float = 0.2):
+        self.value = initial
+        self.alpha = alpha
+        self.seen = False
+
+    def add(self, x: float) -> None:
+        self.value = x if not self.seen else self.value + self.alpha * (x - self.value)
+        self.seen = True
+
+
+class SegmentScheduler:
+    """A priority queue of synthesis segments in front of ``workers`` workers (module doc)."""
+
+    def __init__(
+        self,
+        service: str,
+        engine: str,
+        workers: int,
+        margin_s: float = 0.3,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.service = service
+        self.engine = engine
+        self.workers = workers
+        self.margin_s = margin_s
+        self.clock = clock
+        self._busy = 0
+        self._waiting: list[tuple[float, int, asyncio.Future, Playback]] = []
+        self._order = itertools.count()
+        # Seconds a worker holds a first segment (for admission's predicted wait); 0.2 s until measured.
+        self.first_step_s = _Ewma(0.2)
+        self._queue_wait = metrics.QUEUE_WAIT.labels(service, engine)  # a request's wait: its first segment's
+        self._wait_first = metrics.SCHEDULER_WAIT.labels(service, engine, "first")
+        self._wait_next = metrics.SCHEDULER_WAIT.labels(service, engine, "next")
+        self._late = metrics.SCHEDULER_LATE.labels(service, engine)
+        metrics.SCHEDULER_WORKERS.labels(service, engine).set(workers)
+
+    def playback(self) -> Playback:
+        """A new stream's place in line (one per synthesize call)."""
+        return Playback(self)
+
+    @property
+    def busy(self) -> int:
+        return self._busy
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for *_, fut, _ in self._waiting if not fut.done())
+
+    def predicted_first_wait(self) -> float:
+        """How long a first segment arriving now would wait for a worker: the segments due before it (every first
+        segment in line and every late continuation), over the workers, times a first step's time."""
+        if self._busy < self.workers and not self.waiting:
+            return 0.0
+        now = self.clock()
+        due_ahead = sum(1 for due, _, fut, _ in self._waiting if due <= now and not fut.done())
+        rounds = math.floor(due_ahead / self.workers) + 1
+        return rounds * self.first_step_s.value
+
+    async def _acquire(self, playback: Playback) -> None:
+        if self._busy < self.workers and not self.waiting:
+            self._busy += 1
+            return
+        fut = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (playback.due(), next(self._order), fut, playback))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # handed a worker just as the caller went away: pass it on
+                self._release()
+            raise
+
+    def _release(self) -> None:
+        while self._waiting:
+            _, _, fut, _ = heapq.heappop(self._waiting)
+            if not fut.done():
+                fut.set_result(None)  # the worker passes straight to the next segment due
+                return
+        self._busy -= 1
+
+    async def _turn(self, playback: Playback) -> Turn:
+        first = playback.started_at is None
+        due = playback.due()
+        asked = self.clock()
+        await self._acquire(playback)
+        got = self.clock()
+        (self._wait_first if first else self._wait_next).observe(got - asked)
+        if first:
+            self._queue_wait.observe(got - asked)
+        if not first and got > due + self.margin_s:  # its listener ran out of audio before this segment started
+            self._late.inc()
+        return Turn(self, got, first)
+
+
+class Turn:
+    """A worker held for one segment; ``release`` (idempotent) hands it to the next segment due."""
+
+    def __init__(self, scheduler: SegmentScheduler, got: float, first: bool):
+        self.scheduler = scheduler
+        self.got = got
+        self.first = first
+        self.released = False
+
+    def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        if self.first:
+            self.scheduler.first_step_s.add(self.scheduler.clock() - self.got)
+        self.scheduler._release()
+
+
+class Playback:
+    """One stream as the scheduler sees it: when it was asked for, when its audio started, how much was produced."""
+
+    def __init__(self, scheduler: SegmentScheduler):
+        self.scheduler = scheduler
+        self.asked_at = scheduler.clock()
+        self.started_at: float | None = None
+        self.audio_s = 0.0
+
+    def due(self) -> float:
+        """When this stream's listener hears silence unless its next segment is synthesized."""
+        if self.started_at is None:
+            return self.asked_at
+        return self.started_at + self.audio_s - self.scheduler.margin_s
+
+    def produced(self, seconds: float) -> None:
+        """Audio of ``seconds`` was handed to the caller (the first call starts playback)."""
+        if self.started_at is None:
+            self.started_at = self.scheduler.clock()
+        self.audio_s += seconds
+
+    async def acquire(self) -> Turn:
+        """A worker for this stream's next segment, granted in due order; ``release`` it when the segment is done."""
+        return await self.scheduler._turn(self)
+
+    @contextlib.asynccontextmanager
+    async def turn(self):
+        """``async with playback.turn():`` holds a worker for one segment, granted in due order."""
+        turn = await self.acquire()
+        try:
+            yield turn
+        finally:
+            turn.release()
+
+
+class Admission:
+    """Refuses new streams past capacity, at once, with a retry hint (module doc)."""
+
+    def __init__(
+        self,
+        service: str,
+        max_streams: int,
+        max_first_wait_s: float,
+        field: str,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.service = service
+        self.max_streams = max_streams
+        self.max_first_wait_s = max_first_wait_s
+        self.field = field  # the config field a refusal names, e.g. "cosyvoice_tts.max_concurrent_syntheses"
+        self.clock = clock
+        self.active = 0
+        # A stream's life in seconds (for the retry hint when full); 2 s until measured.
+        self._stream_s = _Ewma(2.0)
+        self._full = metrics.ADMISSION_REJECTIONS.labels(service, "streams")
+        self._slow = metrics.ADMISSION_REJECTIONS.labels(service, "first_wait")
+        metrics.ADMISSION_CAPACITY.labels(service).set(max_streams)
+
+    def check(self, scheduler: SegmentScheduler | None) -> None:
+        """Raise ResourceExhausted (with ``retry_after_s``) when a new stream cannot be served in time."""
+        if self.active >= self.max_streams:
+            self._full.inc()
+            # With N streams of average life D, one ends about every D / N.
+            retry = _clamp(self._stream_s.value / self.max_streams)
+            raise ResourceExhausted(
+                f"{self.service} is serving its capacity of {self.max_streams} streams ({self.field});"
+                f" retry in {retry:.1f} s or use another backend",
+                retry_after_s=retry,
+            )
+        if scheduler is not None and self.max_first_wait_s:
+            wait = scheduler.predicted_first_wait()
+            if wait > self.max_first_wait_s:
+                self._slow.inc()
+                retry = _clamp(wait - self.max_first_wait_s)
+                raise ResourceExhausted(
+                    f"{self.service} would start this stream's audio in about {wait:.1f} s, over its"
+                    f" {self.max_first_wait_s:.1f} s budget (scheduling.max_first_wait_ms); retry in {retry:.1f} s",
+                    retry_after_s=retry,
+                )
+
+    @contextlib.contextmanager
+    def stream(self, scheduler: SegmentScheduler | None = None):
+        """Admit one stream for the ``with`` block, or raise ResourceExhausted before any work starts."""
+        self.check(scheduler)
+        self.active += 1
+        started = self.clock()
+        try:
+            yield
+        finally:
+            self.active -= 1
+            self._stream_s.add(self.clock() - started)
+
+
+def _clamp(seconds: float) -> float:
+    return round(min(MAX_RETRY_S, max(MIN_RETRY_S, seconds)), 1)

@@ -1,0 +1,147 @@
+"""The segment scheduler's order and admission control, with an injected clock (services/common/scheduler.py).
+
+Over real servers: tests/test_admission.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from services.common.errors import ResourceExhausted, retry_metadata
+from services.common.scheduler import Admission, SegmentScheduler
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _settle():
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_first_segments_go_before_streams_that_are_ahead_and_late_ones_before_all():
+    clock = Clock()
+    sched = SegmentScheduler("test", "engine", workers=1, margin_s=0.3, clock=clock)
+
+    ahead = sched.playback()  # 5 s of audio out since t=100: due at 104.7
+    ahead.produced(5.0)
+    late = sched.playback()  # started at 100 with 0.2 s of audio: its listener ran out at 99.9
+    late.produced(0.2)
+    clock.now = 101.0
+    newcomer_1 = sched.playback()  # nothing sent yet: due when asked (101)
+    clock.now = 101.5
+    newcomer_2 = sched.playback()
+
+    blocker = await sched.playback().acquire()  # the one worker is busy
+    order: list[str] = []
+
+    async def segment(name, playback):
+        async with playback.turn():
+            order.append(name)
+
+    # Queued in the worst order: the stream that is ahead first, the late one last.
+    tasks = []
+    for name, playback in [("ahead", ahead), ("newcomer_2", newcomer_2), ("newcomer_1", newcomer_1), ("late", late)]:
+        tasks.append(asyncio.create_task(segment(name, playback)))
+        await _settle()
+    assert sched.waiting == 4 and order == []
+    blocker.release()
+    await asyncio.gather(*tasks)
+    assert order == ["late", "newcomer_1", "newcomer_2", "ahead"]
+    assert sched.busy == 0
+
+
+async def test_a_cancelled_wait_does_not_leak_the_worker():
+    clock = Clock()
+    sched = SegmentScheduler("test", "engine", workers=1, clock=clock)
+    held = await sched.playback().acquire()
+    waiting = asyncio.create_task(sched.playback().acquire())
+    await _settle()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    held.release()
+    again = await asyncio.wait_for(sched.playback().acquire(), 1)  # the worker is free, not lost to the cancel
+    assert sched.busy == 1
+    again.release()
+    again.release()  # idempotent
+    assert sched.busy == 0
+
+
+async def test_workers_run_segments_concurrently_up_to_their_number():
+    sched = SegmentScheduler("test", "engine", workers=2, clock=Clock())
+    a = await sched.playback().acquire()
+    b = await sched.playback().acquire()
+    third = asyncio.create_task(sched.playback().acquire())
+    await _settle()
+    assert sched.busy == 2 and not third.done()
+    a.release()
+    (await third).release()
+    b.release()
+    assert sched.busy == 0
+
+
+async def test_predicted_first_wait_counts_the_segments_due_before_a_newcomer():
+    clock = Clock()
+    sched = SegmentScheduler("test", "engine", workers=2, clock=clock)
+    sched.first_step_s.add(0.25)
+    assert sched.predicted_first_wait() == 0.0  # a worker is free
+    held = [await sched.playback().acquire() for _ in range(2)]
+    assert sched.predicted_first_wait() == 0.25  # both busy: the next worker to free up
+    queued = [asyncio.create_task(sched.playback().acquire()) for _ in range(4)]
+    await _settle()
+    assert sched.predicted_first_wait() == 0.25 * 3  # 4 firsts ahead on 2 workers, then its own round
+    ahead = sched.playback()
+    ahead.produced(10.0)
+    queued.append(asyncio.create_task(ahead.acquire()))  # not due for seconds: does not delay a newcomer
+    await _settle()
+    assert sched.predicted_first_wait() == 0.25 * 3
+    for turn in held:
+        turn.release()
+    for task in queued:
+        (await task).release()
+
+
+def test_admission_refuses_past_capacity_at_once_with_a_retry_hint():
+    clock = Clock()
+    admission = Admission("svc", max_streams=2, max_first_wait_s=0, field="svc.max_concurrent_syntheses", clock=clock)
+    with admission.stream(), admission.stream():
+        with pytest.raises(ResourceExhausted) as refused:
+            with admission.stream():
+                pass
+        assert "capacity of 2 streams" in refused.value.message
+        assert "svc.max_concurrent_syntheses" in refused.value.message
+        assert 0.1 <= refused.value.retry_after_s <= 5.0
+        assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert retry_metadata(refused.value) == (
+            ("grpc-retry-pushback-ms", str(round(refused.value.retry_after_s * 1000))),
+        )
+    with admission.stream():  # the two ended: room again
+        assert admission.active == 1
+    assert admission.active == 0
+
+
+async def test_admission_refuses_when_the_first_audio_would_wait_too_long():
+    clock = Clock()
+    sched = SegmentScheduler("test", "engine", workers=1, clock=clock)
+    sched.first_step_s.add(0.5)
+    admission = Admission("svc", max_streams=100, max_first_wait_s=1.2, field="f", clock=clock)
+    held = await sched.playback().acquire()
+    queued = [asyncio.create_task(sched.playback().acquire())]
+    await _settle()
+    admission.check(sched)  # 1 first ahead on 1 worker, then its own: 1.0 s predicted, within 1.2
+    queued.append(asyncio.create_task(sched.playback().acquire()))
+    await _settle()
+    with pytest.raises(ResourceExhausted) as refused:
+        admission.check(sched)
+    assert "budget" in refused.value.message and refused.value.retry_after_s >= 0.1
+    held.release()
+    for task in queued:
+        (await task).release()
