@@ -11,7 +11,7 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
-.PHONY: install run test test-gpu proto proto-check lint bench clean golden
+.PHONY: install run test test-gpu proto proto-check lint bench soak clean golden
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,9 @@ lint: install $(BUF) proto-check  ## buf lint on the contracts, ruff on the code
 
 bench: install  ## latency benchmarks → bench/results/*.json + a markdown table
 	$(BIN)/python -m bench.run
+
+soak: install  ## load + soak through the router: PROFILE=mixed (30 min mixed traffic) or converse (1,000 turns)
+	$(BIN)/python -m bench.soak --profile $(or $(PROFILE),mixed) $(if $(MINUTES),--minutes $(MINUTES))
 
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache build

@@ -10,7 +10,18 @@ import sys
 
 from bench.harness import RESULTS, markdown, write
 
-BENCHMARKS = ["tts_ttfa", "qwen_tts", "tts_streaming", "asr", "leases", "conversation", "router", "supervisor", "brain"]
+BENCHMARKS = [
+    "tts_ttfa",
+    "qwen_tts",
+    "tts_streaming",
+    "tts_load",
+    "asr",
+    "leases",
+    "conversation",
+    "router",
+    "supervisor",
+    "brain",
+]
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,547 @@
+"""``make soak``: mixed traffic through the router for a configured time, and a long Converse soak.
+
+Fleet: cosyvoice_tts + qwen_tts + asr + brain + moss_sts + router (the local CPU fleet) on free loopback ports. Every
+workload goes through the router, each at its own rate (arrivals per second, open loop: a slow fleet does not slow
+the arrivals; a client thread pool bounds what is in flight):
+
+* ``synthesize``: Synthesize, one or two sentences (default route) — TTFA and RTF;
+* ``stream``: StreamingSynthesize fed like an LLM (a word every 40 ms) — first audio after the first sentence end;
+* ``asr``: StreamingRecognize of 2 sentences of speech at the pace of real time, interims on — speech end -> final;
+* ``converse``: a Converse session of a few turns, one of them interrupted by the caller talking over the reply
+  (a barge-in) — speech end -> first reply audio (the server's TurnTimings).
+
+Report per workload: requests, latency p50/p95/p99, RTF, errors by gRPC status code (barge-ins are deliberate and
+counted apart); per fleet process: RSS and open file descriptors after warm-up and at the end. A progress line every
+``progress_s``. Profiles: ``smoke`` (~20 s, in ``make test`` via tests/test_soak_smoke.py), ``mixed`` (30 minutes),
+``converse`` (1,000 Converse turns). ``python -m bench.soak --profile mixed --minutes 5`` overrides the time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import dataclasses
+import json
+import os
+import queue
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import grpc
+
+from bench.harness import RESULTS, machine
+from services.cli.fleet import LocalFleet
+from voice.v1 import (
+    audio_pb2,
+    conversation_pb2,
+    conversation_pb2_grpc,
+    recognizer_pb2,
+    recognizer_pb2_grpc,
+    synthesizer_pb2,
+    synthesizer_pb2_grpc,
+)
+
+RATE = 16_000
+FRAME_MS = 40
+FLEET = ("cosyvoice_tts", "qwen_tts", "asr", "brain", "moss_sts", "router")
+SENTENCES = [
+    "Hello, thanks for calling, your order shipped this morning.",
+    "The meeting moved to nine, please bring the green folder.",
+    "It will rain in the afternoon, so take an umbrella.",
+    "Your table for four is ready at seven thirty.",
+]
+USER_LINES = ["What is two plus two?", "What color is the sky?", "How are you today?", "Name a big city."]
+STORY = "Please tell me a long story about a brave little dragon who wanted to fly."
+BARGE = "Stop. What is the capital of France?"
+CODE_NAMES = {c.value[0]: c.name for c in grpc.StatusCode}
+
+
+@dataclasses.dataclass
+class Profile:
+    seconds: float = 0.0  # 0: until converse_turns are done
+    rates: dict = dataclasses.field(default_factory=dict)  # workload -> arrivals per second
+    turns_per_session: int = 4
+    converse_turns: int = 0  # converse profile: stop after this many turns (sessions back to back)
+    converse_sessions: int = 2  # converse profile: sessions at once
+    max_in_flight: int = 8  # per workload
+    progress_s: float = 10.0
+    warmup_s: float = 5.0
+
+
+PROFILES = {
+    "smoke": Profile(
+        seconds=20, rates={"synthesize": 1.0, "stream": 0.3, "asr": 0.3, "converse": 0.1}, turns_per_session=2
+    ),
+    "mixed": Profile(seconds=1800, rates={"synthesize": 2.0, "stream": 0.5, "asr": 0.5, "converse": 0.05}),
+    "converse": Profile(converse_turns=1000, converse_sessions=2, turns_per_session=10),
+}
+
+
+# --- recording ----------------------------------------------------------------------------------------------------
+class Stats:
+    """Per workload: latencies, RTFs, outcomes by status code. Thread-safe."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.latency: dict[str, list[float]] = collections.defaultdict(list)
+        self.rtf: dict[str, list[float]] = collections.defaultdict(list)
+        self.codes: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        self.deliberate: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+
+    def ok(self, workload: str, latency: float | None = None, rtf: float | None = None) -> None:
+        with self.lock:
+            self.codes[workload]["OK"] += 1
+            if latency is not None:
+                self.latency[workload].append(latency)
+            if rtf is not None:
+                self.rtf[workload].append(rtf)
+
+    def error(self, workload: str, code: str) -> None:
+        with self.lock:
+            self.codes[workload][code] += 1
+
+    def note(self, workload: str, what: str) -> None:
+        with self.lock:
+            self.deliberate[workload][what] += 1
+
+    def errors(self) -> int:
+        with self.lock:
+            return sum(n for c in self.codes.values() for code, n in c.items() if code != "OK")
+
+    def line(self) -> str:
+        with self.lock:
+            parts = []
+            for w, c in sorted(self.codes.items()):
+                bad = sum(n for code, n in c.items() if code != "OK")
+                parts.append(f"{w} {c['OK']} ok/{bad} err")
+            return ", ".join(parts)
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, round(q * len(xs)) - 1))] if xs else None
+
+
+def process_stats(fleet: LocalFleet) -> dict[str, dict]:
+    out = {}
+    for name, m in fleet.members.items():
+        pid = m.process.pid
+        try:
+            rss_kb = next(int(line.split()[1]) for line in open(f"/proc/{pid}/status") if line.startswith("VmRSS:"))
+            fds = len(os.listdir(f"/proc/{pid}/fd"))
+        except (OSError, StopIteration):
+            continue
+        out[name] = {"rss_mb": round(rss_kb / 1024, 1), "fds": fds}
+    return out
+
+
+# --- workloads ----------------------------------------------------------------------------------------------------
+def _fmt16():
+    return audio_pb2.AudioFormat(encoding=1, sample_rate_hz=RATE, channels=1)
+
+
+def speech(stub, text: str) -> bytes:
+    """16 kHz speech of ``text`` from the fleet itself (cosyvoice_tts piper through the router)."""
+    config = synthesizer_pb2.SynthesisConfig(output_format=_fmt16())
+    replies = stub.Synthesize(synthesizer_pb2.SynthesizeRequest(text=text, config=config), timeout=60)
+    return b"".join(r.audio.data for r in replies)
+
+
+def synthesize(stub, stats: Stats, i: int) -> None:
+    text = " ".join(SENTENCES[i % len(SENTENCES) : i % len(SENTENCES) + 1 + i % 2])
+    t0 = time.perf_counter()
+    first, samples, rate = None, 0, 1
+    for reply in stub.Synthesize(synthesizer_pb2.SynthesizeRequest(text=text), timeout=60):
+        first = first or time.perf_counter() - t0
+        samples += len(reply.audio.data) // 2
+        rate = reply.audio.format.sample_rate_hz
+    stats.ok("synthesize", first, (time.perf_counter() - t0) / (samples / rate))
+
+
+def stream(stub, stats: Stats, i: int) -> None:
+    words = " ".join(SENTENCES[i % len(SENTENCES) :][:2]).split(" ")
+    end_of_first = next(k for k, w in enumerate(words) if w.endswith("."))
+    marks: dict[str, float] = {}
+
+    def requests():
+        yield synthesizer_pb2.StreamingSynthesizeRequest(config=synthesizer_pb2.StreamingSynthesisConfig())
+        for k, w in enumerate(words):
+            time.sleep(0.04)
+            yield synthesizer_pb2.StreamingSynthesizeRequest(text_delta=(" " if k else "") + w)
+            if k == end_of_first:
+                marks["sentence_end"] = time.perf_counter()
+        yield synthesizer_pb2.StreamingSynthesizeRequest(end_of_text=True)
+
+    first = None
+    for _ in stub.StreamingSynthesize(requests(), timeout=60):
+        first = first or time.perf_counter()
+    stats.ok("stream", first - marks["sentence_end"] if first and "sentence_end" in marks else None)
+
+
+def recognize(stub, stats: Stats, pcm: bytes, speech_end_s: float) -> None:
+    cfg = recognizer_pb2.RecognitionConfig(input_format=_fmt16(), language="en-US", interim_results=True)
+    clock: dict[str, float] = {}
+
+    def requests():
+        yield recognizer_pb2.StreamingRecognizeRequest(config=cfg)
+        step = RATE * 20 // 1000 * 2
+        t0 = clock["t0"] = time.monotonic()
+        for k, start in enumerate(range(0, len(pcm), step)):
+            time.sleep(max(0.0, t0 + k * 0.02 - time.monotonic()))
+            yield recognizer_pb2.StreamingRecognizeRequest(audio=pcm[start : start + step])
+
+    final_at = None
+    for reply in stub.StreamingRecognize(requests(), timeout=120):
+        if reply.WhichOneof("event") == "result" and reply.result.is_final and final_at is None:
+            final_at = time.monotonic()
+    stats.ok("asr", final_at - (clock["t0"] + speech_end_s) if final_at else None)
+
+
+class Session:
+    """A Converse call with a live caller: silence at the pace of real time, user lines in bursts."""
+
+    def __init__(self, channel, max_tokens: int):
+        config = conversation_pb2.ConversationConfig(
+            input_format=_fmt16(),
+            system_prompt="You are a friendly voice assistant. Answer in one short sentence.",
+            language="en-US",
+            sampling=conversation_pb2.SamplingConfig(max_tokens=max_tokens),
+        )
+        self.outbox: queue.Queue = queue.Queue()
+        self.events: list[tuple[float, conversation_pb2.ConverseResponse]] = []
+        self.cond = threading.Condition()
+        self.error: grpc.RpcError | None = None
+        self.done = threading.Event()
+        first = conversation_pb2.ConverseRequest(config=config)
+        self.call = conversation_pb2_grpc.ConversationStub(channel).Converse(self._requests(first), timeout=600)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _requests(self, first):
+        yield first
+        frame = RATE * FRAME_MS // 1000 * 2
+        due = time.monotonic()
+        while True:
+            try:
+                item = self.outbox.get(timeout=max(0.0, due - time.monotonic()))
+            except queue.Empty:
+                yield conversation_pb2.ConverseRequest(audio=bytes(frame))
+                due += FRAME_MS / 1000
+                continue
+            if item is None:
+                return
+            for k in range(0, len(item), frame * 5):
+                yield conversation_pb2.ConverseRequest(audio=item[k : k + frame * 5])
+            due = time.monotonic()
+
+    def _read(self):
+        try:
+            for reply in self.call:
+                with self.cond:
+                    self.events.append((time.monotonic(), reply))
+                    self.cond.notify_all()
+        except grpc.RpcError as e:
+            self.error = e
+        finally:
+            self.done.set()
+            with self.cond:
+                self.cond.notify_all()
+
+    def of(self, kind: str, turn: int):
+        with self.cond:
+            return [e for _, e in self.events if e.WhichOneof("event") == kind and e.turn_index == turn]
+
+    def wait(self, predicate, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not predicate():
+                if self.done.is_set() or time.monotonic() > deadline:
+                    return predicate()
+                self.cond.wait(0.2)
+        return True
+
+    def close(self):
+        self.outbox.put(None)
+        self.done.wait(30)
+        self.call.cancel()
+
+
+def converse(channel, stats: Stats, voices: dict[str, bytes], turns: int, barge_at: int | None) -> int:
+    """One session of ``turns`` turns; turn ``barge_at`` asks for a story and is talked over. Returns turns done."""
+    session = Session(channel, max_tokens=96)
+    done = 0
+    try:
+        for turn in range(turns):
+            barge = turn == barge_at
+            session.outbox.put(voices[STORY] if barge else voices[USER_LINES[turn % len(USER_LINES)]])
+            if barge:
+                got_audio = session.wait(
+                    lambda t=turn: (
+                        sum(len(e.reply_audio.data) for e in session.of("reply_audio", t)) >= RATE * 2
+                        or session.of("turn_complete", t)
+                        or session.of("turn_error", t)
+                    ),
+                    120,
+                )
+                if got_audio and not session.of("turn_complete", turn) and not session.of("turn_error", turn):
+                    session.outbox.put(voices[BARGE])
+                    if session.wait(lambda t=turn: session.of("interrupted", t), 30):
+                        stats.note("converse", "barge_in")
+                    else:
+                        stats.note("converse", "barge_in_missed")
+                else:
+                    stats.note("converse", "barge_in_missed (reply ended first)")
+                # The barge-in speech is the next turn's question: wait for that turn to end too.
+            ended = session.wait(lambda t=turn: session.of("turn_complete", t) or session.of("turn_error", t), 180)
+            if session.error is not None:
+                stats.error("converse", session.error.code().name)
+                return done
+            if not ended:
+                stats.error("converse", "NO_REPLY")
+                continue
+            errors = session.of("turn_error", turn)
+            if errors:
+                stats.error("converse", f"turn_error:{CODE_NAMES.get(errors[0].turn_error.code, 'UNKNOWN')}")
+                continue
+            timings = session.of("turn_complete", turn)[0].turn_complete.timings
+            if session.of("interrupted", turn):
+                stats.note("converse", "turn interrupted (deliberate)")
+                stats.ok("converse")
+            else:
+                stats.ok("converse", timings.speech_end_to_first_audio_ms / 1000 or None)
+            done += 1
+            if barge:  # the barge-in line is turn + 1's question: its answer ends the session
+                nxt = turn + 1
+                if session.wait(lambda t=nxt: session.of("turn_complete", t) or session.of("turn_error", t), 180):
+                    if session.of("turn_error", nxt):
+                        code = session.of("turn_error", nxt)[0].turn_error.code
+                        stats.error("converse", f"turn_error:{CODE_NAMES.get(code, 'UNKNOWN')}")
+                    else:
+                        timings = session.of("turn_complete", nxt)[0].turn_complete.timings
+                        stats.ok("converse", timings.speech_end_to_first_audio_ms / 1000 or None)
+                        done += 1
+                elif session.of("interrupted", turn):
+                    stats.error("converse", "NO_REPLY")
+                break
+            time.sleep(0.3)
+    finally:
+        session.close()
+    return done
+
+
+# --- driver -------------------------------------------------------------------------------------------------------
+def run_profile(profile: Profile, fleet: LocalFleet, name: str = "custom") -> dict:
+    stats = Stats()
+    address = fleet.config.router.address
+    channel = grpc.insecure_channel(address)
+    tts = synthesizer_pb2_grpc.SynthesizerStub(channel)
+    asr = recognizer_pb2_grpc.RecognizerStub(channel)
+    # Speech for ASR and the caller's lines, made once by the fleet, then warm-up traffic.
+    voices = {text: speech(tts, text) for text in [*USER_LINES, STORY, BARGE]}
+    lead = bytes(RATE // 2 * 2)
+    asr_clips = []
+    for k in range(len(SENTENCES)):
+        pcm = lead + speech(tts, SENTENCES[k]) + speech(tts, SENTENCES[(k + 1) % len(SENTENCES)])
+        asr_clips.append((pcm + bytes(RATE * 2), len(pcm) / 2 / RATE))
+    warm_until = time.monotonic() + profile.warmup_s
+    while time.monotonic() < warm_until:
+        synthesize(tts, Stats(), 0)
+    before = process_stats(fleet)
+    print(f"soak {name}: fleet warm; processes {before}", flush=True)
+
+    stop = threading.Event()
+    pools = {w: concurrent.futures.ThreadPoolExecutor(profile.max_in_flight) for w in profile.rates}
+    in_flight = collections.Counter()
+    turns_done = [0]
+    lock = threading.Lock()
+
+    def guarded(workload, fn, *args):
+        try:
+            result = fn(*args)
+            if workload == "converse" and isinstance(result, int):
+                with lock:
+                    turns_done[0] += result
+        except grpc.RpcError as e:
+            stats.error(workload, e.code().name)
+        except Exception as e:  # noqa: BLE001 - a client-side failure is reported, the soak goes on
+            stats.error(workload, f"client:{type(e).__name__}")
+        finally:
+            with lock:
+                in_flight[workload] -= 1
+
+    def launch(workload: str, i: int) -> None:
+        with lock:
+            if in_flight[workload] >= profile.max_in_flight:
+                stats.note(workload, "skipped: client at max_in_flight")
+                return
+            in_flight[workload] += 1
+        if workload == "synthesize":
+            args = (synthesize, tts, stats, i)
+        elif workload == "stream":
+            args = (stream, tts, stats, i)
+        elif workload == "asr":
+            args = (recognize, asr, stats, *asr_clips[i % len(asr_clips)])
+        else:
+            args = (converse, channel, stats, voices, profile.turns_per_session, i % profile.turns_per_session)
+        pools[workload].submit(guarded, workload, *args)
+
+    def arrivals(workload: str, rate: float) -> None:
+        i, start = 0, time.monotonic()
+        while not stop.is_set():
+            launch(workload, i)
+            i += 1
+            stop.wait(max(0.0, start + i / rate - time.monotonic()))
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=arrivals, args=(w, r), daemon=True) for w, r in profile.rates.items()]
+    if profile.converse_turns:
+        conv_pool = concurrent.futures.ThreadPoolExecutor(profile.converse_sessions)
+
+        def sessions():
+            k = 0
+            while turns_done[0] < profile.converse_turns and not stop.is_set():
+                with lock:
+                    in_flight["converse"] += 1
+                # barge-in on the last turn of every session: the session ends after it
+                guarded(
+                    "converse",
+                    converse,
+                    channel,
+                    stats,
+                    voices,
+                    profile.turns_per_session,
+                    profile.turns_per_session - 1,
+                )
+                k += 1
+
+        futures = [conv_pool.submit(sessions) for _ in range(profile.converse_sessions)]
+    for t in threads:
+        t.start()
+    next_progress = t0 + profile.progress_s
+    while True:
+        elapsed = time.monotonic() - t0
+        if profile.seconds and elapsed >= profile.seconds:
+            break
+        if profile.converse_turns and all(f.done() for f in futures):
+            break
+        if time.monotonic() >= next_progress:
+            next_progress += profile.progress_s
+            rss = sum(p["rss_mb"] for p in process_stats(fleet).values())
+            turns = f", converse turns {turns_done[0]}/{profile.converse_turns}" if profile.converse_turns else ""
+            print(f"[{elapsed:6.0f}s] {stats.line()}{turns}; fleet RSS {rss:.0f} MB", flush=True)
+        time.sleep(0.2)
+    stop.set()
+    for t in threads:
+        t.join()
+    for pool in pools.values():
+        pool.shutdown(wait=True)
+    if profile.converse_turns:
+        conv_pool.shutdown(wait=True)
+    channel.close()
+    after = process_stats(fleet)
+    return report(name, profile, stats, before, after, time.monotonic() - t0, turns_done[0])
+
+
+def report(name, profile, stats, before, after, seconds, turns) -> dict:
+    workloads = {}
+    for w in sorted(stats.codes):
+        lat, rtf = stats.latency[w], stats.rtf[w]
+        workloads[w] = {
+            "requests": sum(stats.codes[w].values()),
+            "codes": dict(stats.codes[w]),
+            "deliberate": dict(stats.deliberate[w]),
+            "latency_s": {q: pct(lat, v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))},
+            "latency_n": len(lat),
+            "rtf_p50": statistics.median(rtf) if rtf else None,
+            "rtf_max": max(rtf) if rtf else None,
+        }
+    processes = {}
+    for p, b in before.items():
+        a = after.get(p)
+        processes[p] = {
+            "rss_mb_start": b["rss_mb"],
+            "rss_mb_end": a["rss_mb"] if a else None,
+            "rss_growth_pct": round(100 * (a["rss_mb"] / b["rss_mb"] - 1), 1) if a else None,
+            "fds_start": b["fds"],
+            "fds_end": a["fds"] if a else None,
+        }
+    return {
+        "profile": name,
+        "machine": machine(),
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        "seconds": round(seconds, 1),
+        "rates_per_s": profile.rates,
+        "converse_turns": turns,
+        "errors": stats.errors(),
+        "workloads": workloads,
+        "processes": processes,
+    }
+
+
+def markdown(rep: dict) -> str:
+    def ms(x):
+        return "" if x is None else f"{x * 1000:.0f} ms"
+
+    m = rep["machine"]
+    lines = [
+        f"### soak {rep['profile']} — {m['date']}, {m['cores']} cores {m['cpu']}; {rep['seconds']:.0f} s,"
+        f" load average at end {rep['load_average_end']}\n",
+        "| workload | requests | latency p50 | p95 | p99 | RTF p50 | RTF max | status codes | deliberate |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for w, r in rep["workloads"].items():
+        lat = r["latency_s"]
+        rtf = "" if r["rtf_p50"] is None else f"{r['rtf_p50']:.3f}"
+        rtf_max = "" if r["rtf_max"] is None else f"{r['rtf_max']:.3f}"
+        lines.append(
+            f"| {w} | {r['requests']} | {ms(lat['p50'])} | {ms(lat['p95'])} | {ms(lat['p99'])} | {rtf} | {rtf_max}"
+            f" | {r['codes']} | {r['deliberate'] or ''} |"
+        )
+    lines += ["", "| process | RSS start | RSS end | growth | fds start | fds end |", "|---|---|---|---|---|---|"]
+    for p, s in rep["processes"].items():
+        lines.append(
+            f"| {p} | {s['rss_mb_start']} MB | {s['rss_mb_end']} MB | {s['rss_growth_pct']} % | {s['fds_start']}"
+            f" | {s['fds_end']} |"
+        )
+    lines.append(f"\nerrors (not deliberate): {rep['errors']}; converse turns: {rep['converse_turns']}")
+    return "\n".join(lines)
+
+
+def start_fleet(directory: Path, services=FLEET) -> LocalFleet:
+    sections = {}
+    if "brain" in services:
+        sections["moss_sts"] = {"default_max_tokens": 48}
+    return LocalFleet.on_free_ports(directory, services, **sections)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="mixed")
+    parser.add_argument("--minutes", type=float, help="run this long (mixed, smoke)")
+    parser.add_argument("--turns", type=int, help="Converse turns (converse profile)")
+    args = parser.parse_args(argv)
+    profile = dataclasses.replace(PROFILES[args.profile])
+    if args.minutes:
+        profile.seconds = args.minutes * 60
+    if args.turns:
+        profile.converse_turns = args.turns
+    with tempfile.TemporaryDirectory() as tmp:
+        fleet = start_fleet(Path(tmp))
+        try:
+            rep = run_profile(profile, fleet, args.profile)
+        finally:
+            fleet.stop()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"soak-{args.profile}.json").write_text(json.dumps(rep, indent=2))
+    table = markdown(rep)
+    (RESULTS / f"soak-{args.profile}.md").write_text(table + "\n")
+    print(table)
+    return 0 if rep["errors"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

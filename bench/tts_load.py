@@ -1,0 +1,149 @@
+"""TTS under load: one sentence per request, N callers at once through the router (issue 10's table, side by side).
+
+Fleet: cosyvoice_tts (piper, first-chunk-first scheduler, default config) + router on loopback. Per level N, N client
+threads each send Synthesize requests back to back (closed loop, all starting together) until REQUESTS requests are
+done (at least 2 per client). Per request: TTFA (request sent -> first chunk) and RTF (wall / audio). Per level: all
+chunks received / the level's wall time. Refusals (RESOURCE_EXHAUSTED) are counted, not retried. The client shares the
+machine's cores with the fleet; quote ``uptime`` with the numbers (it is in the JSON).
+
+``python -m bench.tts_load`` runs it alone.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+import grpc
+
+from bench.harness import Row
+from services.cli.fleet import LocalFleet
+from voice.v1 import synthesizer_pb2 as pb
+from voice.v1 import synthesizer_pb2_grpc
+
+TEXT = "Hello, thanks for calling, your order shipped this morning and should arrive on Tuesday."
+LEVELS = (1, 4, 8, 16)
+REQUESTS = 16
+# Issue 10, measured before the scheduler (2-core Intel Xeon VM, quiet, 16 requests per level): N -> (TTFA p50 ms,
+# TTFA p95 ms, RTF p50, chunks/s).
+BEFORE = {1: (158, 182, 0.045, 116), 4: (686, 733, 0.19, 111), 8: (1247, 1505, 0.34, 111), 16: (1938, 2707, 0.48, 113)}
+
+
+def _one(stub, text: str) -> tuple[float, float, int]:
+    t0 = time.perf_counter()
+    first, samples, rate, chunks = None, 0, 1, 0
+    for reply in stub.Synthesize(pb.SynthesizeRequest(text=text), timeout=120):
+        first = first or time.perf_counter() - t0
+        samples += len(reply.audio.data) // 2
+        rate = reply.audio.format.sample_rate_hz
+        chunks += 1
+    return first, (time.perf_counter() - t0) / (samples / rate), chunks
+
+
+def level(address: str, n: int, requests: int = REQUESTS, text: str = TEXT) -> dict:
+    """N closed-loop clients; returns ttfa, rtf lists, chunks/s, refusals by code."""
+    total = max(requests, 2 * n)
+    lock = threading.Lock()
+    issued = [0]
+    ttfa: list[float] = []
+    rtf: list[float] = []
+    chunks = [0]
+    errors: dict[str, int] = {}
+    barrier = threading.Barrier(n)
+
+    def client():
+        with grpc.insecure_channel(address) as channel:
+            stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
+            barrier.wait()
+            while True:
+                with lock:
+                    if issued[0] >= total:
+                        return
+                    issued[0] += 1
+                try:
+                    first, r, c = _one(stub, text)
+                except grpc.RpcError as e:
+                    with lock:
+                        errors[e.code().name] = errors.get(e.code().name, 0) + 1
+                    continue
+                with lock:
+                    ttfa.append(first)
+                    rtf.append(r)
+                    chunks[0] += c
+
+    threads = [threading.Thread(target=client) for _ in range(n)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    return {"ttfa": ttfa, "rtf": rtf, "chunks_per_s": chunks[0] / wall, "errors": errors}
+
+
+def p95(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, round(0.95 * len(xs)) - 1))] if xs else float("nan")
+
+
+def side_by_side(results: dict[int, dict]) -> str:
+    lines = [
+        "| concurrent | TTFA p50 before → now | TTFA p95 before → now | RTF p50 before → now | RTF max now |"
+        " chunks/s before → now | refused |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for n, r in results.items():
+        b = BEFORE.get(n, (float("nan"),) * 4)
+        lines.append(
+            f"| {n} | {b[0]:.0f} → {statistics.median(r['ttfa']) * 1000:.0f} ms"
+            f" | {b[1]:.0f} → {p95(r['ttfa']) * 1000:.0f} ms"
+            f" | {b[2]:.3f} → {statistics.median(r['rtf']):.3f} | {max(r['rtf']):.3f}"
+            f" | {b[3]:.0f} → {r['chunks_per_s']:.0f} | {sum(r['errors'].values())} |"
+        )
+    return "\n".join(lines)
+
+
+def run():
+    uptime_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        fleet = LocalFleet.on_free_ports(tmp)
+        try:
+            address = fleet.config.router.address
+            level(address, 1, requests=3)  # warm the channels and the engine
+            results = {}
+            for n in LEVELS:
+                results[n] = level(address, n)
+                r = results[n]
+                print(
+                    f"  {n} concurrent: TTFA p50 {statistics.median(r['ttfa']) * 1000:.0f} ms,"
+                    f" p95 {p95(r['ttfa']) * 1000:.0f} ms, RTF max {max(r['rtf']):.3f}, errors {r['errors']}",
+                    flush=True,
+                )
+        finally:
+            fleet.stop()
+    rows = []
+    for n, r in results.items():
+        rows.append(Row(f"piper TTFA via router, {n} concurrent", "s", r["ttfa"]))
+        rows.append(Row(f"piper RTF via router, {n} concurrent (per request)", "x", r["rtf"]))
+    p95_1, p95_8 = p95(results[1]["ttfa"]), p95(results[8]["ttfa"])
+    extra = {
+        "text": TEXT,
+        "table": "\n" + side_by_side(results),
+        "ttfa_p95_8_over_1": round(p95_8 / p95_1, 2),
+        "every_request_rtf_below_1": all(max(r["rtf"]) < 1 for r in results.values()),
+        "load_average_before_after": [round(x, 2) for x in (*uptime_before, *os.getloadavg())],
+        "errors": {n: r["errors"] for n, r in results.items()},
+    }
+    return rows, extra
+
+
+if __name__ == "__main__":
+    from bench.harness import markdown, write
+
+    rows, extra = run()
+    print(markdown([write("tts_load", rows, extra)]))
+    sys.exit(0)
