@@ -225,8 +225,10 @@ def run(with_wer: bool = False):
             ]
             sustained = {}
             for interim in (True, False):
-                best = 0
+                best, failed = 0, False
                 for k in LEVELS:
+                    if failed and k != LEVELS[-1]:
+                        continue  # past the first level that was not sustained, measure only 8 (issue 10 quotes it)
                     streams = [
                         speakers.padded("joe", list(ev.SENTENCES[(4 * i) % 24 : (4 * i) % 24 + 4]), 16000)
                         for i in range(k)
@@ -241,8 +243,9 @@ def run(with_wer: bool = False):
                     )
                     rows.append(Row(f"speech end -> final, {k} concurrent live streams, interim={interim}", "s", lat))
                     if not ok:
-                        break
-                    best = k
+                        failed = True
+                    elif not failed:
+                        best = k
                 sustained[f"interim={interim}"] = best
             extra["streams_sustained_in_real_time"] = sustained
             extra["sustained_means"] = f"P95 speech end -> final <= {SUSTAINED_P95_S} s and no stream behind"

@@ -31,6 +31,8 @@ LINES = [
     "How are you today?",
 ]
 TURNS = 12
+SESSIONS = (1, 4)  # callers talking at once (issue 10)
+SESSION_TURNS = 4
 BARGE_INS = 6
 
 
@@ -69,6 +71,26 @@ def _turns(channel, say, n: int) -> tuple[list[float], list[float]]:
     finally:
         close(talk)
     return server, client
+
+
+def _sessions(channel, say, sessions: int, turns: int) -> list[float]:
+    """``sessions`` callers talking at once, ``turns`` turns each: the server's speech end -> first reply audio."""
+    import threading
+
+    results: list[float] = []
+    lock = threading.Lock()
+
+    def one():
+        server, _ = _turns(channel, say, turns)
+        with lock:
+            results.extend(server)
+
+    threads = [threading.Thread(target=one) for _ in range(sessions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
 
 
 def _barge_ins(channel, say, n: int) -> tuple[list[float], list[float]]:
@@ -112,6 +134,7 @@ def run():
                 for line in LINES:
                     say(line)
                 server, client = _turns(channel, say, TURNS)
+                concurrent = {k: _sessions(channel, say, k, SESSION_TURNS) for k in SESSIONS}
                 to_silence, cut = _barge_ins(channel, say, BARGE_INS)
         finally:
             fleet.stop()
@@ -119,6 +142,15 @@ def run():
     rows = [
         Row("speech end -> first reply audio (server TurnTimings)", "s", server, "includes the 400 ms hangover"),
         Row("last user frame sent -> first reply audio (caller)", "s", client, "line's trailing silence inside"),
+        *(
+            Row(
+                f"speech end -> first reply audio, {k} concurrent sessions (server)",
+                "s",
+                lat,
+                f"{SESSION_TURNS} turns per session",
+            )
+            for k, lat in concurrent.items()
+        ),
         Row("barge-in speech sent -> last reply audio (caller)", "s", to_silence, "includes min_speech 500 ms"),
         Row("last reply audio -> interrupted event (caller)", "s", cut),
     ]

@@ -75,7 +75,10 @@ class Profile:
 
 PROFILES = {
     "smoke": Profile(
-        seconds=20, rates={"synthesize": 1.0, "stream": 0.3, "asr": 0.3, "converse": 0.1}, turns_per_session=2
+        seconds=20,
+        rates={"synthesize": 0.5, "stream": 0.2, "asr": 0.15, "converse": 0.1},
+        turns_per_session=2,
+        warmup_s=1,
     ),
     "mixed": Profile(seconds=1800, rates={"synthesize": 2.0, "stream": 0.5, "asr": 0.5, "converse": 0.05}),
     "converse": Profile(converse_turns=1000, converse_sessions=2, turns_per_session=10),
@@ -153,10 +156,12 @@ def speech(stub, text: str) -> bytes:
 
 
 def synthesize(stub, stats: Stats, i: int) -> None:
+    """One or two sentences; every third request names an espeak voice, so qwen_tts serves it."""
     text = " ".join(SENTENCES[i % len(SENTENCES) : i % len(SENTENCES) + 1 + i % 2])
+    config = synthesizer_pb2.SynthesisConfig(voice="en-US") if i % 3 == 2 else None
     t0 = time.perf_counter()
     first, samples, rate = None, 0, 1
-    for reply in stub.Synthesize(synthesizer_pb2.SynthesizeRequest(text=text), timeout=60):
+    for reply in stub.Synthesize(synthesizer_pb2.SynthesizeRequest(text=text, config=config), timeout=60):
         first = first or time.perf_counter() - t0
         samples += len(reply.audio.data) // 2
         rate = reply.audio.format.sample_rate_hz
@@ -347,9 +352,16 @@ def run_profile(profile: Profile, fleet: LocalFleet, name: str = "custom") -> di
     for k in range(len(SENTENCES)):
         pcm = lead + speech(tts, SENTENCES[k]) + speech(tts, SENTENCES[(k + 1) % len(SENTENCES)])
         asr_clips.append((pcm + bytes(RATE * 2), len(pcm) / 2 / RATE))
+    # Warm-up: every workload once (first decodes allocate their buffers), then TTS for warmup_s; RSS and open
+    # files are taken after it, so growth means growth under load.
+    warm = Stats()
+    synthesize(tts, warm, 1)
+    stream(tts, warm, 0)
+    recognize(asr, warm, *asr_clips[0])
+    converse(channel, warm, voices, 2, 1)
     warm_until = time.monotonic() + profile.warmup_s
     while time.monotonic() < warm_until:
-        synthesize(tts, Stats(), 0)
+        synthesize(tts, warm, 0)
     before = process_stats(fleet)
     print(f"soak {name}: fleet warm; processes {before}", flush=True)
 
