@@ -134,3 +134,52 @@ async def test_gpu_engine_refuses_a_missing_model_dir(tmp_path):
     with pytest.raises(FailedPrecondition, match="asr.gpu.model_dir"):
         await engine.start()
     await engine.close()
+
+
+async def test_interim_budget_leaves_finals_whole_and_comes_back(asr_speakers):
+    """asr.max_concurrent_interims=1: while one utterance runs pass 1, another stream's utterance gets its final (right)
+    and no interims; once the first ends, interims come back. No stream is refused for it."""
+    from services.asr.cpu_engine import CpuAsrEngine
+    from services.common import metrics
+
+    engine = CpuAsrEngine("asr_budget", AsrServiceConfig(port=1, max_concurrent_interims=1))
+    await engine.start()
+    skipped = metrics.ASR_INTERIMS_SKIPPED.labels("asr_budget", engine.name)
+    options = RecognitionOptions(language="en", interim_results=True)
+    try:
+        holder_text, other_text = ev.SENTENCES[1], ev.SENTENCES[2]
+        holder_pcm = asr_speakers.padded("joe", [holder_text], 16000).pcm
+        holder = await engine.open_stream(options)
+        holder_events: list = []
+        reader = asyncio.create_task(_gather(holder, holder_events))
+        half = len(holder_pcm) // 2 // 2 * 2  # mid-sentence: its utterance holds the one slot
+        for i in range(0, half, 3200):
+            await holder.feed(holder_pcm[i : min(i + 3200, half)])
+        assert engine.interim_budget._used == 1
+
+        before = skipped._value.get()
+        other = await collect(await engine.open_stream(options), asr_speakers.padded("joe", [other_text], 16000).pcm)
+        results = [e.result for e in other if e.kind == RESULT]
+        assert [r.is_final for r in results] == [True]  # its final, no interims
+        assert ev.wer([other_text], [results[0].transcript]) <= 0.15
+        assert skipped._value.get() == before + 1
+
+        for i in range(half, len(holder_pcm), 3200):
+            await holder.feed(holder_pcm[i : i + 3200])
+        await holder.finish()
+        await reader
+        await holder.close()
+        held = [e.result for e in holder_events if e.kind == RESULT]
+        assert any(not r.is_final for r in held) and held[-1].is_final
+        assert ev.wer([holder_text], [held[-1].transcript]) <= 0.15
+        assert engine.interim_budget._used == 0  # given back at the utterance's end
+
+        again = await collect(await engine.open_stream(options), asr_speakers.padded("joe", [other_text], 16000).pcm)
+        assert any(e.kind == RESULT and not e.result.is_final for e in again)
+    finally:
+        await engine.close()
+
+
+async def _gather(stream, into: list) -> None:
+    async for event in stream.events():
+        into.append(event)

@@ -44,9 +44,13 @@ class AsrServiceConfig(ServerConfig):
     # Whisper beam width on CPU: 5 measured as fast as greedy (1) on utterances of a few seconds (the encoder
     # dominates) and halved tiny.en's errors on espeak speech (docs/asr.md).
     beam_size: int = 5
-    # Threads per whisper decode, and decodes (finals) run at once.
-    whisper_threads: int = 2
-    final_workers: int = 1
+    # Threads per whisper decode, and decodes (finals) run at once, shared by every stream: one single-threaded decode
+    # per core serves more streams than one decode on every core (docs/asr.md#capacity).
+    whisper_threads: int = 1
+    final_workers: int = 2
+    # Utterances (across all streams) that run pass 1 (pocketsphinx interims, ~0.15-0.2 of a core each while speech
+    # lasts) at once; an utterance starting past it gets its final without interims. 0 = 2 per core.
+    max_concurrent_interims: int = 0
     # How much new audio between looks at pocketsphinx's partial hypothesis (interim results).
     interim_interval_ms: int = 160
     # Start the final decode once the silence after speech has lasted this long, before the hangover has passed; if
@@ -74,6 +78,7 @@ class AsrServiceConfig(ServerConfig):
         check(path, "whisper_threads", 1 <= self.whisper_threads <= 64, "must be 1..64")
         check(path, "final_workers", 1 <= self.final_workers <= 16, "must be 1..16")
         check(path, "interim_interval_ms", 32 <= self.interim_interval_ms <= 5000, "must be 32..5000")
+        check(path, "max_concurrent_interims", 0 <= self.max_concurrent_interims <= 1000, "must be 0..1000")
         check(path, "speculative_final_ms", 0 <= self.speculative_final_ms <= 5000, "must be 0..5000")
         check(path, "max_concurrent_streams", 1 <= self.max_concurrent_streams <= 1000, "must be 1..1000")
         check(path, "idle_timeout_seconds", self.idle_timeout_seconds > 0, "must be > 0")

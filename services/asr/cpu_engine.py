@@ -22,10 +22,11 @@ import numpy as np
 
 from services.asr.config import AsrServiceConfig
 from services.asr.models import base_model_dir, tiny_en_dir
-from services.asr.pipeline import FinalText, TwoPassStream
+from services.asr.pipeline import FinalText, InterimBudget, TwoPassStream
 from services.asr.vad import RATE, SileroVad
 from services.common.engines import AsrEngine, AsrStream, RecognitionOptions
 from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.scheduler import cpu_cores
 
 log = logging.getLogger("voicefleet.asr.cpu")
 
@@ -172,6 +173,7 @@ class CpuAsrEngine(AsrEngine):
         self.vad: SileroVad | None = None
         self.final = WhisperFinals(config)
         self.partials = PocketsphinxPool()
+        self.interim_budget = InterimBudget(service, self.name, config.max_concurrent_interims or 2 * cpu_cores())
         # VAD + pass 1 of every stream (short steps), and pass 2 (whisper decodes) on their own threads.
         self.stream_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="asr-stream")
         self.final_pool = ThreadPoolExecutor(max_workers=config.final_workers, thread_name_prefix="asr-final")

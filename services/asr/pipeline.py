@@ -87,6 +87,30 @@ class _FinalJob:
     future: concurrent.futures.Future | None = None
 
 
+class InterimBudget:
+    """How many utterances, across every stream of an engine, run pass 1 at once (interims cost CPU per audio second;
+    finals are what callers wait on). An utterance that starts when the budget is spent gets its final but no
+    interims; streams are never refused for it. Thread-safe (pass 1 runs on the stream pool)."""
+
+    def __init__(self, service: str, engine: str, slots: int):
+        self.slots = slots
+        self._used = 0
+        self._lock = threading.Lock()
+        self._skipped = metrics.ASR_INTERIMS_SKIPPED.labels(service, engine)
+
+    def take(self) -> bool:
+        with self._lock:
+            if self._used >= self.slots:
+                self._skipped.inc()
+                return False
+            self._used += 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            self._used -= 1
+
+
 class PipelineEngineParts(Protocol):
     service: str
     name: str
@@ -96,6 +120,7 @@ class PipelineEngineParts(Protocol):
     final: FinalRecognizer
     interim_interval_ms: int
     speculative_final_ms: int
+    interim_budget: InterimBudget | None
 
 
 def ms(samples: int) -> int:
@@ -123,6 +148,8 @@ class TwoPassStream(AsrStream):
         self._index = 0  # utterance index
         self._utt_start = 0
         self._partial_on = False
+        self._budget = getattr(engine, "interim_budget", None)
+        self._budget_held = False  # this utterance holds a slot of the engine's interim budget
         self._since_look = 0
         self._last_hyp = ""
         self._start_wall: float | None = None
@@ -194,6 +221,7 @@ class TwoPassStream(AsrStream):
                 self._partial.release()
             except Exception:  # noqa: BLE001 - a broken decoder must not keep the gauge up
                 log.exception("releasing the interim decoder failed")
+        self._give_back_budget()
         self._open.dec()
 
     async def _run(self, fn, *args):
@@ -303,6 +331,10 @@ class TwoPassStream(AsrStream):
         self._interim_sent = False
         self._last_hyp = ""
         self._interim_compute = 0.0
+        if self._partial is not None and not self._partial_on and self._budget is not None:
+            self._budget_held = self._budget.take()
+            if not self._budget_held:
+                return  # over budget: this utterance gets its final only
         if self._partial is not None:
             t0 = time.perf_counter()
             self._partial.start()
@@ -315,6 +347,12 @@ class TwoPassStream(AsrStream):
         if self._partial_on:
             self._partial.end()
             self._partial_on = False
+        self._give_back_budget()
+
+    def _give_back_budget(self) -> None:
+        if self._budget_held:
+            self._budget_held = False
+            self._budget.give_back()
 
     def _look(self) -> AsrEvent | None:
         t0 = time.perf_counter()
@@ -421,4 +459,5 @@ class TwoPassStream(AsrStream):
     def _run_later_release_partial(self) -> None:
         partial, self._partial = self._partial, None
         self._partial_on = False
+        self._give_back_budget()
         partial.release()

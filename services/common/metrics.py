@@ -119,6 +119,12 @@ ASR_OPEN_DECODERS = Gauge(
     "Recognition streams holding decoder state now; back to 0 when every stream has ended or been cancelled.",
     ["service", "engine"],
 )
+ASR_INTERIMS_SKIPPED = Counter(
+    "voicefleet_asr_interims_skipped_total",
+    "Utterances recognized without interim results because the engine's interim budget (asr.max_concurrent_interims)"
+    " was spent when they started; their finals are unaffected.",
+    ["service", "engine"],
+)
 ASR_AUDIO_SECONDS = Counter(
     "voicefleet_asr_audio_seconds_total", "Seconds of audio taken in by recognition streams.", ["service", "engine"]
 )
