@@ -305,3 +305,34 @@ def test_qwen_tts_service_on_the_vllm_omni_engine_through_the_router(double, tmp
             assert "config.speaking_rate" in err.value.details()
     finally:
         fleet.fleet.stop()
+
+
+async def test_a_new_streams_first_request_goes_before_a_running_streams_next_one(double):
+    """The scheduler in front of the sidecar (one request in flight here): while stream A speaks its first request,
+    stream B arrives; B's first request is sent before A's second, since A is seconds ahead of playback."""
+    from services.common.config import SchedulingConfig
+
+    engine = VllmOmniTtsEngine(
+        "qwen_tts_test",
+        ChunkingConfig(),
+        gpu_config(double.url, max_request_chars=60),
+        SchedulingConfig(workers=1),
+    )
+    await engine.start()
+    double.chunk_delay = 0.05
+    try:
+        a_text = "First sentence of the long answer is here. Second sentence of that answer follows it."
+        b_text = "Hello there."
+        a = engine.synthesize(a_text, SynthesisOptions(voice="Ryan"))
+        a_pieces = [await a.__anext__()]  # A's first request is streaming now
+        b_task = asyncio.create_task(speak(engine, b_text, voice="Vivian"))
+        await asyncio.sleep(0.1)  # B is in line before A asks for its second request
+        a_pieces += [p async for p in a]
+        b_pieces = await b_task
+        inputs = [r["input"] for r in double.requests[1:]]  # [0] is the warm-up
+        a_first, a_second = (s.strip() for s in (a_text[:43], a_text[43:]))
+        assert inputs == [a_first, b_text, a_second]
+        assert b"".join(p.pcm for p in b_pieces) == double_pcm(b_text)
+        assert b"".join(p.pcm for p in a_pieces) == double_pcm(a_first) + double_pcm(a_second)
+    finally:
+        await engine.close()

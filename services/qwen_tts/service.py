@@ -41,7 +41,7 @@ def make_engine(config: Config) -> TtsEngine:
     if section.gpu.backend == "vllm_omni":
         from services.qwen_tts.vllm_omni_engine import VllmOmniTtsEngine
 
-        return VllmOmniTtsEngine(SERVICE, section.chunking, section.gpu)
+        return VllmOmniTtsEngine(SERVICE, section.chunking, section.gpu, section.scheduling)
     from services.qwen_tts.qwen_engine import QwenTtsEngine
 
     return QwenTtsEngine(SERVICE, section.chunking, section.gpu)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -37,9 +38,10 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from services.common import metrics
-from services.common.config_base import ChunkingConfig
+from services.common.config_base import ChunkingConfig, SchedulingConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable, VoiceError
+from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import sentence_spans
 from services.qwen_tts import presets
 from services.qwen_tts.config import QwenGpuConfig
@@ -128,13 +130,25 @@ async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]
         yield event, "\n".join(data)
 
 
+# Requests in flight at the sidecar when scheduling.workers is 0 (vLLM's max_num_seqs is the real ceiling).
+DEFAULT_IN_FLIGHT = 8
+
+
 class VllmOmniTtsEngine(TtsEngine):
     name = "vllm_omni"
 
-    def __init__(self, service: str, chunking: ChunkingConfig, gpu: QwenGpuConfig):
+    def __init__(
+        self, service: str, chunking: ChunkingConfig, gpu: QwenGpuConfig, scheduling: SchedulingConfig | None = None
+    ):
         self.service = service
         self.chunking = chunking
         self.config = gpu
+        scheduling = scheduling or SchedulingConfig()
+        # Requests in flight at the sidecar, which batches them (continuous batching): the scheduler hands it this many
+        # at once and keeps the rest in due order, first segments first (docs/scheduling.md).
+        self.scheduler = SegmentScheduler(
+            service, self.name, scheduling.workers or DEFAULT_IN_FLIGHT, margin_s=scheduling.margin_ms / 1000
+        )
         self.base_url = gpu.base_url.rstrip("/")
         self._client = None
         self._sidecar: subprocess.Popen | None = None
@@ -279,7 +293,13 @@ class VllmOmniTtsEngine(TtsEngine):
             raise NotFound(f"config.voice: {voice!r} is not a voice of {self.served_by}")
         return info
 
-    async def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+    def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+        return self._speak(text, options, self.scheduler.playback())
+
+    def _text_stream_speaker(self):
+        return functools.partial(self._speak, playback=self.scheduler.playback())
+
+    async def _speak(self, text: str, options: SynthesisOptions, playback: Playback) -> AsyncIterator[AudioPiece]:
         import httpx
 
         info = self._voice(options.voice)
@@ -300,6 +320,7 @@ class VllmOmniTtsEngine(TtsEngine):
             }
             carry = b""
             cancelled_at = None
+            turn = await playback.acquire()  # a slot at the sidecar, when this request is due
             try:
                 async with self._client.stream("POST", "/v1/audio/speech", json=body) as response:
                     try:
@@ -313,6 +334,7 @@ class VllmOmniTtsEngine(TtsEngine):
                                 self._steps.inc()
                                 self._audio_seconds.inc(len(pcm) / 2 / SAMPLE_RATE)
                                 if pcm:
+                                    playback.produced(len(pcm) / 2 / SAMPLE_RATE)
                                     yield AudioPiece(pcm, SAMPLE_RATE, start, end, self.served_by)
                             elif event == "speech.audio.done":
                                 done = True
@@ -332,6 +354,7 @@ class VllmOmniTtsEngine(TtsEngine):
                     f"vLLM-Omni sidecar at {self.base_url} is unavailable: {type(e).__name__}: {e}"
                 ) from None
             finally:
+                turn.release()
                 if cancelled_at is not None:
                     # Leaving `async with` closed the connection: the sidecar sees the disconnect and aborts.
                     self._cancel_to_stop.observe(time.monotonic() - cancelled_at)
