@@ -29,6 +29,7 @@ engine resets it at the start of each segment; ``speed != 1`` works only without
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -43,9 +44,10 @@ from pathlib import Path
 import numpy as np
 
 from services.common import audio, metrics
-from services.common.config_base import ChunkingConfig
+from services.common.config_base import ChunkingConfig, SchedulingConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, VoiceError
+from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import speech_segments
 from services.cosyvoice_tts.config import CosyVoiceGpuConfig
 
@@ -118,6 +120,10 @@ def _default_auto_model() -> Callable:
     return AutoModel
 
 
+# Segments in the library at once when scheduling.workers is 0.
+DEFAULT_IN_FLIGHT = 4
+
+
 class CosyVoice3Engine(TtsEngine):
     name = "cosyvoice3"
     clones_voices = True
@@ -128,11 +134,18 @@ class CosyVoice3Engine(TtsEngine):
         gpu: CosyVoiceGpuConfig,
         chunking: ChunkingConfig,
         auto_model: Callable | None = None,
+        scheduling: SchedulingConfig | None = None,
     ):
         """``auto_model``: the library's ``AutoModel`` (default: imported from ``gpu.repo_dir`` at start)."""
         self.service = service
         self.gpu = gpu
         self.chunking = chunking
+        scheduling = scheduling or SchedulingConfig()
+        # Segments running in the library at once (each in a thread of its own). With load_vllm the LLM stage batches
+        # them in vLLM; without it they share the card. First segments first either way (docs/scheduling.md).
+        self.scheduler = SegmentScheduler(
+            service, self.name, scheduling.workers or DEFAULT_IN_FLIGHT, margin_s=scheduling.margin_ms / 1000
+        )
         self._auto_model = auto_model
         self._model = None
         self._voices: dict[str, dict] = {}
@@ -307,7 +320,13 @@ class CosyVoice3Engine(TtsEngine):
         return self._info(voice_id, self._voices[voice_id])
 
     # --- synthesis ------------------------------------------------------------------------------------------------
-    async def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+    def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+        return self._speak(text, options, self.scheduler.playback())
+
+    def _text_stream_speaker(self):
+        return functools.partial(self._speak, playback=self.scheduler.playback())
+
+    async def _speak(self, text: str, options: SynthesisOptions, playback: Playback) -> AsyncIterator[AudioPiece]:
         if options.voice not in self._voices:
             raise NotFound(f"config.voice: {options.voice!r} is not a voice of {self.served_by}")
         out_rate = NATIVE_RATE
@@ -317,10 +336,12 @@ class CosyVoice3Engine(TtsEngine):
         segments = speech_segments(text, self.chunking.first_segment_max_chars, self.chunking.min_first_chars)
         for start, end in segments:
             resampler = GpuStreamResampler(NATIVE_RATE, out_rate, self.gpu.device) if resample_on_gpu else None
-            async for pcm in self._segment_pcm(text[start:end], options, resampler):
-                yield AudioPiece(
-                    pcm=pcm, sample_rate_hz=out_rate, text_start=start, text_end=end, served_by=self.served_by
-                )
+            async with playback.turn():  # a slot in the library, when this segment is due
+                async for pcm in self._segment_pcm(text[start:end], options, resampler):
+                    playback.produced(len(pcm) / 2 / out_rate)
+                    yield AudioPiece(
+                        pcm=pcm, sample_rate_hz=out_rate, text_start=start, text_end=end, served_by=self.served_by
+                    )
 
     async def _segment_pcm(self, segment: str, options: SynthesisOptions, resampler) -> AsyncIterator[bytes]:
         """One segment through the library in a thread of its own, pulled piece by piece.

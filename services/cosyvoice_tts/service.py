@@ -20,7 +20,7 @@ def make_engine(config: Config) -> TtsEngine:
         return PiperTtsEngine(SERVICE, section.chunking, section.scheduling)
     from services.cosyvoice_tts.cosyvoice_engine import CosyVoice3Engine
 
-    return CosyVoice3Engine(SERVICE, section.gpu, section.chunking)
+    return CosyVoice3Engine(SERVICE, section.gpu, section.chunking, scheduling=section.scheduling)
 
 
 def build(config: Config) -> ServiceParts:

@@ -27,6 +27,7 @@ from services.common import metrics
 from services.common.config_base import ChunkingConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, NotFound
+from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import speech_segments
 from services.qwen_tts import presets
 from services.qwen_tts.config import QwenGpuConfig
@@ -38,12 +39,14 @@ log = logging.getLogger("voicefleet.qwen_tts.qwen")
 class QwenTtsEngine(TtsEngine):
     name = "qwen_tts"
 
-    def __init__(self, service: str, chunking: ChunkingConfig, gpu: QwenGpuConfig):
+    def __init__(self, service: str, chunking: ChunkingConfig, gpu: QwenGpuConfig, margin_ms: int = 300):
         self.service = service
         self.chunking = chunking
         self.config = gpu
-        # One GPU worker: generate calls run one after another (the model is not re-entrant).
+        # One GPU worker: generate calls run one after another (the model is not re-entrant); the scheduler picks
+        # which segment goes next (a new stream's first before a running stream's next, docs/scheduling.md).
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen-tts")
+        self.scheduler = SegmentScheduler(service, self.name, workers=1, margin_s=margin_ms / 1000)
         self._model = None
         self._rate = 24000
         self._voices: list[VoiceInfo] = []
@@ -135,7 +138,13 @@ class QwenTtsEngine(TtsEngine):
         self._steps.inc()
         self._cancel_to_stop.observe(time.monotonic() - cancelled_at)
 
-    async def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+    def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+        return self._speak(text, options, self.scheduler.playback())
+
+    def _text_stream_speaker(self):
+        return functools.partial(self._speak, playback=self.scheduler.playback())
+
+    async def _speak(self, text: str, options: SynthesisOptions, playback: Playback) -> AsyncIterator[AudioPiece]:
         info = next((v for v in self._voices if v.id.lower() == (options.voice or self._voices[0].id).lower()), None)
         if info is None:
             raise NotFound(f"config.voice: {options.voice!r} is not a voice of {self.served_by}")
@@ -144,12 +153,14 @@ class QwenTtsEngine(TtsEngine):
         seed = options.seed or self.config.default_seed
         loop = asyncio.get_running_loop()
         for start, end in speech_segments(text, self.chunking.first_segment_max_chars, self.chunking.min_first_chars):
-            future = loop.run_in_executor(self._executor, self._generate, text[start:end], info.id, language, seed)
-            try:
-                pcm, rate = await asyncio.shield(future)
-            except (asyncio.CancelledError, GeneratorExit):
-                future.add_done_callback(functools.partial(self._step_done_after_cancel, time.monotonic()))
-                raise
+            async with playback.turn():
+                future = loop.run_in_executor(self._executor, self._generate, text[start:end], info.id, language, seed)
+                try:
+                    pcm, rate = await asyncio.shield(future)
+                except (asyncio.CancelledError, GeneratorExit):
+                    future.add_done_callback(functools.partial(self._step_done_after_cancel, time.monotonic()))
+                    raise
+            playback.produced(len(pcm) / 2 / rate)
             self._steps.inc()
             self._audio_seconds.inc(len(pcm) / 2 / rate)
             try:

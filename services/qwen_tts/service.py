@@ -44,7 +44,7 @@ def make_engine(config: Config) -> TtsEngine:
         return VllmOmniTtsEngine(SERVICE, section.chunking, section.gpu, section.scheduling)
     from services.qwen_tts.qwen_engine import QwenTtsEngine
 
-    return QwenTtsEngine(SERVICE, section.chunking, section.gpu)
+    return QwenTtsEngine(SERVICE, section.chunking, section.gpu, section.scheduling.margin_ms)
 
 
 def build(config: Config) -> ServiceParts:
