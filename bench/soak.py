@@ -414,7 +414,6 @@ def run_profile(profile: Profile, fleet: LocalFleet, name: str = "custom") -> di
         conv_pool = concurrent.futures.ThreadPoolExecutor(profile.converse_sessions)
 
         def sessions():
-            k = 0
             while turns_done[0] < profile.converse_turns and not stop.is_set():
                 with lock:
                     in_flight["converse"] += 1
@@ -428,7 +427,6 @@ def run_profile(profile: Profile, fleet: LocalFleet, name: str = "custom") -> di
                     profile.turns_per_session,
                     profile.turns_per_session - 1,
                 )
-                k += 1
 
         futures = [conv_pool.submit(sessions) for _ in range(profile.converse_sessions)]
     for t in threads:
