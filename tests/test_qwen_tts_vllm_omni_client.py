@@ -310,7 +310,7 @@ def test_qwen_tts_service_on_the_vllm_omni_engine_through_the_router(double, tmp
 async def test_a_new_streams_first_request_goes_before_a_running_streams_next_one(double):
     """The scheduler in front of the sidecar (one request in flight here): while stream A speaks its first request,
     stream B arrives; B's first request is sent before A's second, since A is seconds ahead of playback."""
-    from services.common.config import SchedulingConfig
+    from services.common.config_base import SchedulingConfig
 
     engine = VllmOmniTtsEngine(
         "qwen_tts_test",
