@@ -24,7 +24,6 @@ import concurrent.futures
 import dataclasses
 import json
 import os
-import queue
 import statistics
 import sys
 import tempfile
@@ -36,10 +35,10 @@ import grpc
 
 from bench.harness import RESULTS, machine
 from services.cli.fleet import LocalFleet
+from tests.test_conversation_fleet import Talk, close
 from voice.v1 import (
     audio_pb2,
     conversation_pb2,
-    conversation_pb2_grpc,
     recognizer_pb2,
     recognizer_pb2_grpc,
     synthesizer_pb2,
@@ -47,7 +46,6 @@ from voice.v1 import (
 )
 
 RATE = 16_000
-FRAME_MS = 40
 FLEET = ("cosyvoice_tts", "qwen_tts", "asr", "brain", "moss_sts", "router")
 SENTENCES = [
     "Hello, thanks for calling, your order shipped this morning.",
@@ -207,134 +205,63 @@ def recognize(stub, stats: Stats, pcm: bytes, speech_end_s: float) -> None:
     stats.ok("asr", final_at - (clock["t0"] + speech_end_s) if final_at else None)
 
 
-class Session:
-    """A Converse call with a live caller: silence at the pace of real time, user lines in bursts."""
+def converse(channel, stats: Stats, voices: dict[str, bytes], turns: int, barge_at: int | None) -> int:
+    """One session of ``turns`` turns; turn ``barge_at`` asks for a story and is talked over (its barge-in line is the
+    next turn's question, whose answer ends the session). Returns the turns answered."""
+    talk = Talk(channel, sampling=conversation_pb2.SamplingConfig(max_tokens=96))
 
-    def __init__(self, channel, max_tokens: int):
-        config = conversation_pb2.ConversationConfig(
-            input_format=_fmt16(),
-            system_prompt="You are a friendly voice assistant. Answer in one short sentence.",
-            language="en-US",
-            sampling=conversation_pb2.SamplingConfig(max_tokens=max_tokens),
-        )
-        self.outbox: queue.Queue = queue.Queue()
-        self.events: list[tuple[float, conversation_pb2.ConverseResponse]] = []
-        self.cond = threading.Condition()
-        self.error: grpc.RpcError | None = None
-        self.done = threading.Event()
-        first = conversation_pb2.ConverseRequest(config=config)
-        self.call = conversation_pb2_grpc.ConversationStub(channel).Converse(self._requests(first), timeout=600)
-        threading.Thread(target=self._read, daemon=True).start()
+    def events(kind: str, turn: int) -> list:
+        return [e for _, e in talk.of(kind, turn)]
 
-    def _requests(self, first):
-        yield first
-        frame = RATE * FRAME_MS // 1000 * 2
-        due = time.monotonic()
-        while True:
-            try:
-                item = self.outbox.get(timeout=max(0.0, due - time.monotonic()))
-            except queue.Empty:
-                yield conversation_pb2.ConverseRequest(audio=bytes(frame))
-                due += FRAME_MS / 1000
-                continue
-            if item is None:
-                return
-            for k in range(0, len(item), frame * 5):
-                yield conversation_pb2.ConverseRequest(audio=item[k : k + frame * 5])
-            due = time.monotonic()
+    def ended(turn: int) -> bool:
+        return bool(events("turn_complete", turn) or events("turn_error", turn))
 
-    def _read(self):
-        try:
-            for reply in self.call:
-                with self.cond:
-                    self.events.append((time.monotonic(), reply))
-                    self.cond.notify_all()
-        except grpc.RpcError as e:
-            self.error = e
-        finally:
-            self.done.set()
-            with self.cond:
-                self.cond.notify_all()
-
-    def of(self, kind: str, turn: int):
-        with self.cond:
-            return [e for _, e in self.events if e.WhichOneof("event") == kind and e.turn_index == turn]
-
-    def wait(self, predicate, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while not predicate():
-                if self.done.is_set() or time.monotonic() > deadline:
-                    return predicate()
-                self.cond.wait(0.2)
+    def record(turn: int) -> bool:
+        """Count how the turn ended; True when it was answered."""
+        errors = events("turn_error", turn)
+        if errors:
+            stats.error("converse", f"turn_error:{CODE_NAMES.get(errors[0].turn_error.code, 'UNKNOWN')}")
+            return False
+        if events("interrupted", turn):
+            stats.note("converse", "turn interrupted (deliberate)")
+            stats.ok("converse")
+        else:
+            timings = events("turn_complete", turn)[0].turn_complete.timings
+            stats.ok("converse", timings.speech_end_to_first_audio_ms / 1000 or None)
         return True
 
-    def close(self):
-        self.outbox.put(None)
-        self.done.wait(30)
-        self.call.cancel()
-
-
-def converse(channel, stats: Stats, voices: dict[str, bytes], turns: int, barge_at: int | None) -> int:
-    """One session of ``turns`` turns; turn ``barge_at`` asks for a story and is talked over. Returns turns done."""
-    session = Session(channel, max_tokens=96)
     done = 0
     try:
         for turn in range(turns):
             barge = turn == barge_at
-            session.outbox.put(voices[STORY] if barge else voices[USER_LINES[turn % len(USER_LINES)]])
+            talk.send(voices[STORY] if barge else voices[USER_LINES[turn % len(USER_LINES)]])
             if barge:
-                got_audio = session.wait(
+                talk.wait(
                     lambda t=turn: (
-                        sum(len(e.reply_audio.data) for e in session.of("reply_audio", t)) >= RATE * 2
-                        or session.of("turn_complete", t)
-                        or session.of("turn_error", t)
+                        sum(len(e.reply_audio.data) for e in events("reply_audio", t)) >= RATE * 2 or ended(t)
                     ),
                     120,
                 )
-                if got_audio and not session.of("turn_complete", turn) and not session.of("turn_error", turn):
-                    session.outbox.put(voices[BARGE])
-                    if session.wait(lambda t=turn: session.of("interrupted", t), 30):
-                        stats.note("converse", "barge_in")
-                    else:
-                        stats.note("converse", "barge_in_missed")
-                else:
+                if ended(turn):
                     stats.note("converse", "barge_in_missed (reply ended first)")
-                # The barge-in speech is the next turn's question: wait for that turn to end too.
-            ended = session.wait(lambda t=turn: session.of("turn_complete", t) or session.of("turn_error", t), 180)
-            if session.error is not None:
-                stats.error("converse", session.error.code().name)
+                else:
+                    talk.send(voices[BARGE])
+                    caught = talk.wait(lambda t=turn: events("interrupted", t), 30)
+                    stats.note("converse", "barge_in" if caught else "barge_in_missed")
+            if not talk.wait(lambda t=turn: ended(t), 180):
+                stats.error("converse", talk.error.code().name if talk.error else "NO_REPLY")
                 return done
-            if not ended:
-                stats.error("converse", "NO_REPLY")
-                continue
-            errors = session.of("turn_error", turn)
-            if errors:
-                stats.error("converse", f"turn_error:{CODE_NAMES.get(errors[0].turn_error.code, 'UNKNOWN')}")
-                continue
-            timings = session.of("turn_complete", turn)[0].turn_complete.timings
-            if session.of("interrupted", turn):
-                stats.note("converse", "turn interrupted (deliberate)")
-                stats.ok("converse")
-            else:
-                stats.ok("converse", timings.speech_end_to_first_audio_ms / 1000 or None)
-            done += 1
-            if barge:  # the barge-in line is turn + 1's question: its answer ends the session
-                nxt = turn + 1
-                if session.wait(lambda t=nxt: session.of("turn_complete", t) or session.of("turn_error", t), 180):
-                    if session.of("turn_error", nxt):
-                        code = session.of("turn_error", nxt)[0].turn_error.code
-                        stats.error("converse", f"turn_error:{CODE_NAMES.get(code, 'UNKNOWN')}")
+            done += record(turn)
+            if barge:
+                if events("interrupted", turn):
+                    if talk.wait(lambda t=turn + 1: ended(t), 180):
+                        done += record(turn + 1)
                     else:
-                        timings = session.of("turn_complete", nxt)[0].turn_complete.timings
-                        stats.ok("converse", timings.speech_end_to_first_audio_ms / 1000 or None)
-                        done += 1
-                elif session.of("interrupted", turn):
-                    stats.error("converse", "NO_REPLY")
+                        stats.error("converse", talk.error.code().name if talk.error else "NO_REPLY")
                 break
             time.sleep(0.3)
     finally:
-        session.close()
+        close(talk)
     return done
 
 
