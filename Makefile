@@ -11,7 +11,7 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
-.PHONY: install run test test-gpu proto proto-check lint bench soak clean golden
+.PHONY: install run test test-gpu compose-test dashboards proto proto-check lint bench soak clean golden
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,20 @@ test: install  ## unit + integration tests on real servers over loopback (CPU on
 
 test-gpu: install  ## GPU engine tests; each skips with its reason when no GPU or weights are mounted
 	$(BIN)/python -m pytest -m gpu -o addopts="-ra"
+
+compose-test: install  ## build every CPU image, run deploy/compose.yaml in Docker: speak, transcribe, converse, crash+failover
+	scripts/compose-test.sh $(BIN)/python
+
+# matplotlib only for rendering the dashboard PNGs: its own venv, so the fleet's install stays lean.
+TOOLS := build/tools-venv
+$(TOOLS)/.installed: requirements/tools.txt
+	@test -x $(TOOLS)/bin/python || $(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install -q -r requirements/tools.txt
+	@touch $@
+
+dashboards: install $(TOOLS)/.installed  ## full CPU fleet under mixed load + Prometheus: every panel query has data; PNGs to docs/
+	VOICEFLEET_DASHBOARD_DATA=build/dashboard-data $(BIN)/python -m pytest -m dashboards -o addopts="-ra" -s tests/test_dashboards.py
+	$(TOOLS)/bin/python scripts/render-dashboards.py build/dashboard-data docs/dashboards
 
 golden: install  ## regenerate the TTS regression goldens (tests/golden/) ON PURPOSE; review the audio, commit with why
 	$(BIN)/python -m tests.golden.regenerate

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -24,21 +26,77 @@ def test_gpu_override_builds_gpu_stages_that_exist():
         assert svc["environment"] == {f"VOICEFLEET_{name.upper()}__ENGINE": "gpu"}
 
 
+def compose_file() -> dict:
+    return yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+
+
 def test_compose_builds_what_exists_and_mounts_a_valid_config():
-    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    compose = compose_file()
+    assert "name" not in compose, "a top-level name: breaks docker-compose v1; the project name is in deploy/.env"
     config = load_config(DEPLOY / "voicefleet.yaml", env={})
-    for name, svc in compose["services"].items():
-        if "build" in svc:
-            dockerfile = ROOT / svc["build"]["dockerfile"]
-            assert dockerfile.exists(), f"{name}: {dockerfile} missing"
-            target = svc["build"].get("target")
-            if target:
-                assert re.search(rf"^FROM .* AS {target}$", dockerfile.read_text(), re.M), f"{name}: no stage {target}"
-            assert name in config.fleet.services, f"compose runs {name} but the fleet config does not enable it"
-            assert getattr(config, name).host == "0.0.0.0", f"{name} must listen on all interfaces in a container"
+    members = {name: svc for name, svc in compose["services"].items() if "build" in svc}
+    assert set(members) == set(config.fleet.services)
+    for name, svc in members.items():
+        dockerfile = ROOT / svc["build"]["dockerfile"]
+        assert dockerfile.exists(), f"{name}: {dockerfile} missing"
+        target = svc["build"]["target"]
+        assert re.search(rf"^FROM \S+ AS {target}$", dockerfile.read_text(), re.M), f"{name}: no stage {target}"
+        assert svc["build"]["args"]["BASE_IMAGE"] == "${VOICEFLEET_BASE_IMAGE:-python:3.11-slim}"
+        assert getattr(config, name).host == "0.0.0.0", f"{name} must listen on all interfaces in a container"
     for name, address in config.router.backends.items():
         assert address == f"{name}:{getattr(config, name).port}", "router must reach backends by compose name"
-    assert compose["services"]["router"]["ports"] == [f"{config.router.port}:{config.router.port}"]
+    assert (DEPLOY / ".env").read_text().strip() == "COMPOSE_PROJECT_NAME=voicefleet"
+
+
+def test_cpu_stages_take_the_base_image_and_the_wheelhouse_as_build_args():
+    for dockerfile in sorted((ROOT / "services").glob("*/Dockerfile")):
+        text = dockerfile.read_text()
+        assert text.startswith("# Build arguments") and "\nARG BASE_IMAGE=python:3.11-slim\n" in text, dockerfile
+        for stage in re.findall(r"^FROM \$\{BASE_IMAGE\} AS (\S+)$", text, re.M):
+            body = text.split(f"AS {stage}\n", 1)[1].split("\nFROM ", 1)[0]
+            if stage.endswith("deps"):  # installs from the wheelhouse when there is one, never compiles
+                assert "ARG PIP_NO_INDEX" in body and "--find-links /wheels" in body, f"{dockerfile}: {stage}"
+        assert "RUN --mount" not in text, f"{dockerfile}: needs BuildKit, which Debian's Docker lacks"
+    assert "cmake" not in (ROOT / "services/moss_sts/Dockerfile").read_text(), "the brain is never compiled in an image"
+
+
+def test_compose_runs_like_production():
+    compose = compose_file()
+    config = load_config(DEPLOY / "voicefleet.yaml", env={})
+    for name in config.fleet.services:
+        svc = compose["services"][name]
+        assert svc["restart"] == "unless-stopped"
+        assert svc["healthcheck"]["test"][:5] == ["CMD", "python", "-m", "services.common.health_probe", name]
+        limits = svc["deploy"]["resources"]["limits"]
+        assert limits["cpus"] and limits["memory"], f"{name}: resource limits"
+        for dependency, condition in svc.get("depends_on", {}).items():
+            assert condition == {"condition": "service_healthy"}, f"{name} -> {dependency}"
+        if name != "router":
+            assert "ports" not in svc, f"{name} must stay on the compose network"
+    router_deps = set(compose["services"]["router"]["depends_on"])
+    assert router_deps == set(config.fleet.services) - {"router"}
+    assert compose["services"]["router"]["ports"] == ["127.0.0.1:${VOICEFLEET_ROUTER_PORT:-50051}:50051"]
+    assert config.router.port == 50051
+    for name in ("prometheus", "grafana"):
+        image = compose["services"][name]["image"]
+        assert re.fullmatch(r"[a-z/]+:v?\d+\.\d+\.\d+", image), f"{name} image must be pinned: {image}"
+        assert all(p.startswith("127.0.0.1:") for p in compose["services"][name].get("ports", []))
+
+
+def test_rules_are_generated_from_the_slo_table():
+    result = subprocess.run([sys.executable, str(DEPLOY / "prometheus" / "slos.py"), "--check"], capture_output=True)
+    assert result.returncode == 0, "deploy/prometheus/rules.yml is stale: run python deploy/prometheus/slos.py"
+
+
+def test_dashboard_has_a_panel_for_every_slo():
+    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "voicefleet.json").read_text())
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yml").read_text())
+    slos = {r["labels"]["slo"] for g in rules["groups"] for r in g["rules"] if "slo" in r.get("labels", {})}
+    for slo in slos:
+        assert f"voicefleet:slo_{slo}_errors:ratio_rate" in exprs, f"no error-budget panel for SLO {slo}"
+    for metric in re.findall(r"(voicefleet_[a-z_]+)_count\{", (DEPLOY / "prometheus" / "rules.yml").read_text()):
+        assert metric in exprs, f"SLO metric {metric} has no latency panel"
 
 
 def test_prometheus_scrapes_every_service():

@@ -23,9 +23,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.cli.fleet import LocalFleet, router_readiness, write_ephemeral_config
+from services.cli.fleet import LocalFleet, write_ephemeral_config
 from services.common import audio
 from services.common.config import load_config
+from services.common.health_probe import router_readiness
 from tests.conftest import RunningFleet, wait_until
 from tests.speech import DISTRACTORS, transcribe, wer
 from voice.v1 import (

@@ -45,7 +45,7 @@ class Patience:
         self.deadline = time.monotonic() + self.wait_s
 
     def channel(self, address: str, service: str) -> grpc.Channel:
-        from services.cli.fleet import wait_ready
+        from services.common.health_probe import wait_ready
 
         channel = security.client_channel(address)
         if self.wait_s > 0:

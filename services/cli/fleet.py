@@ -15,12 +15,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import yaml
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.common import security
 from services.common.config import Config, load_config
+from services.common.health_probe import member_status
 from services.common.server import SUPERVISOR_PID_ENV
 
 
@@ -42,100 +40,8 @@ class Member:
         return "(output went to the terminal)"
 
 
-def _check(channel: grpc.Channel, service: str, timeout: float, wait_for_ready: bool = False) -> str:
-    try:
-        reply = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=service), timeout=timeout, wait_for_ready=wait_for_ready
-        )
-    except grpc.RpcError as e:
-        return (
-            "UNREACHABLE"
-            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-            else e.code().name
-        )
-    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-
-
-def health_status(address: str, timeout: float = 1.0, service: str = "", settings=None) -> str:
-    """SERVING / NOT_SERVING / UNREACHABLE / ... for one address (``settings``: that fleet's security section)."""
-    with security.client_channel(address, settings=settings) as channel:
-        return _check(channel, service, timeout)
-
-
-def router_readiness(address: str, timeout: float = 1.0, settings=None) -> dict[str, str]:
-    """The router's health: "" (liveness) and, once it is live, each public service name that its backends serve
-    (the services this fleet runs: voice.v1.Synthesizer, ...) -> SERVING / NOT_SERVING / ..."""
-    from services.common.health import PUBLIC_SERVICES
-    from voice.v1 import fleet_pb2, fleet_pb2_grpc
-
-    with security.client_channel(address, settings=settings) as channel:
-        answers = {"": _check(channel, "", timeout)}
-        if answers[""] != "SERVING":
-            return answers
-        try:
-            fleet = fleet_pb2_grpc.FleetStub(channel).GetFleetStatus(fleet_pb2.GetFleetStatusRequest(), timeout=timeout)
-        except grpc.RpcError as e:
-            return {**answers, "voice.v1.Fleet": e.code().name}
-        served = {name for b in fleet.backends for name in b.services}
-        for name in PUBLIC_SERVICES:
-            if name in served:
-                answers[name] = _check(channel, name, timeout)
-    return answers
-
-
-def wait_ready(channel: grpc.Channel, service: str, wait_s: float) -> str:
-    """Wait up to ``wait_s`` for ``service``'s health on ``channel`` to say SERVING, connecting included (gRPC
-    wait-for-ready): a client started with the fleet waits out its warm-up instead of being refused. Returns the
-    last status seen (SERVING, or why not)."""
-    deadline = time.monotonic() + wait_s
-    status = "UNREACHABLE"
-    while (remaining := deadline - time.monotonic()) > 0:
-        status = _check(channel, service, timeout=min(remaining, 2.0), wait_for_ready=True)
-        if status not in ("NOT_SERVING", "UNREACHABLE", "SERVICE_UNKNOWN"):
-            return status  # SERVING, or an answer that waiting will not change (NOT_FOUND, UNAUTHENTICATED, ...)
-        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
-    return status
-
-
-# Fleet members that are not gRPC services: the module that runs them, and how readiness is checked.
+# The module that runs a fleet member that is not services.<name> (the brain: llama-cpp-python's OpenAI server).
 MODULES = {"brain": "services.moss_sts.brain_server"}
-HTTP_MEMBERS = {"brain"}
-
-
-def brain_status(address: str, timeout: float = 1.0) -> str:
-    """SERVING once the brain has answered one real chat completion (a 1-token reply), not merely listened: a brain
-    whose model cannot run (a CPU build it crashes on, say) never reports ready. UNREACHABLE / NOT_SERVING otherwise."""
-    import json
-    import urllib.error
-    import urllib.request
-
-    body = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0}).encode()
-    request = urllib.request.Request(
-        f"http://{address}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=max(timeout, 5.0)) as reply:
-            answer = json.loads(reply.read())
-            return "SERVING" if reply.status == 200 and answer.get("choices") else "NOT_SERVING"
-    except urllib.error.HTTPError:
-        return "NOT_SERVING"
-    except (urllib.error.URLError, OSError, ValueError):
-        return "UNREACHABLE"
-
-
-def member_status(name: str, address: str, timeout: float = 1.0, settings=None) -> str:
-    """Readiness of a fleet member: gRPC health for services, a real completion for the brain. The router is ready
-    when it is live and every service its backends serve is callable (a backend for it is routable), so "is up"
-    means ListVoices lists every TTS service's voices and a call is served."""
-    if name in HTTP_MEMBERS:
-        return brain_status(address, timeout)
-    if name == "router":
-        answers = router_readiness(address, timeout, settings)
-        waiting = [f"{n} {s}" for n, s in answers.items() if n and s != "SERVING"]
-        if answers[""] != "SERVING" or not waiting:
-            return answers[""]
-        return f"NOT_SERVING ({', '.join(waiting)})"
-    return health_status(address, timeout, settings=settings)
 
 
 def free_port() -> int:

@@ -234,7 +234,7 @@ def cmd_transcribe(args) -> int:
 
 # --- status ------------------------------------------------------------------------------------------------------
 def cmd_status(args) -> int:
-    from services.cli.fleet import health_status
+    from services.common.health_probe import health_status
 
     config = load_cli_config(args)
     address = router_address(args, config)

@@ -182,6 +182,10 @@ PREFETCHES = Counter(
     ["backend"],
 )
 LEASE_GRANTED_BYTES = Gauge("voicefleet_gpu_lease_granted_bytes", "GPU bytes granted to lease holders now.")
+LEASE_HOLDER_BYTES = Gauge(
+    "voicefleet_gpu_lease_holder_bytes", "GPU bytes granted to each holder now (0 once its lease ended).", ["holder"]
+)
+LEASE_WAITERS = Gauge("voicefleet_gpu_lease_waiters", "Lease requests waiting for room on the card now.")
 BACKEND_UP = Gauge("voicefleet_backend_serving", "1 when a backend's health says SERVING.", ["backend"])
 BACKEND_ROUTABLE = Gauge(
     "voicefleet_router_backend_routable",

@@ -96,7 +96,17 @@ class GpuLeasesServicer(gpu_pb2_grpc.GpuLeasesServicer):
             outbox = self._outboxes.get(event.stream)
             if outbox is not None:
                 outbox.put_nowait(reply)
+        self._export_table()
+
+    def _export_table(self) -> None:
+        """The card's table as gauges: granted bytes in all and per holder, waiters."""
         metrics.LEASE_GRANTED_BYTES.set(self.manager.granted_bytes)
+        per_holder = dict.fromkeys(self.manager.holders_seen, 0)
+        for lease in self.manager.leases.values():
+            per_holder[lease.request.holder] = per_holder.get(lease.request.holder, 0) + lease.bytes
+        for holder, granted in per_holder.items():
+            metrics.LEASE_HOLDER_BYTES.labels(holder).set(granted)
+        metrics.LEASE_WAITERS.set(len(self.manager.waiters))
 
     @rpc(SERVICE, "Lease")
     async def Lease(self, requests, context):

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Download (or build) every wheel an image installs into build/wheels/<service>/, on the host, so the images
+# install with `pip install --no-index --find-links /wheels`: the offline, reproducible build (and the only one
+# that works where the host reaches the package index but a container build cannot verify it).
+# The brain's llama-cpp-python is never compiled inside an image: scripts/build-brain-wheel.sh builds it once for
+# x86-64-v3 into build/wheels/brain-x86-64-v3, and that wheel goes into the brain's wheelhouse.
+#
+# Usage: scripts/build-wheelhouse.sh PYTHON [SERVICE...]   (default: every CPU image; reruns reuse what is there)
+set -euo pipefail
+python=${1:?usage: build-wheelhouse.sh PYTHON [SERVICE...]}
+shift
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+services=("$@")
+[ ${#services[@]} -gt 0 ] || services=(router cosyvoice_tts qwen_tts asr moss_sts brain)
+
+wheel() {  # wheel OUT ARGS...: wheels for ARGS (requirement files/options) into OUT, no cache writes
+  "$python" -m pip wheel -q --no-cache-dir --prefer-binary -w "$@" 2> >(grep -v "WARNING: Location 'file:" >&2)
+}
+
+for s in "${services[@]}"; do
+  out=build/wheels/$s
+  [ -f "$out/.complete" ] && { echo "build-wheelhouse: $out is complete" >&2; continue; }
+  mkdir -p "$out"
+  start=$SECONDS
+  case $s in
+    router) wheel "$out" -r services/router/requirements.txt ;;
+    cosyvoice_tts|qwen_tts) wheel "$out" -r "services/$s/requirements-cpu.txt" ;;
+    asr|moss_sts)
+      wheel "$out" -r "services/$s/requirements-cpu.txt"
+      wheel "$out" --no-deps -r "services/$s/requirements-cpu-nodeps.txt" ;;
+    brain)
+      brain=$(scripts/build-brain-wheel.sh "$python" build/wheels/brain-x86-64-v3)
+      cp "$brain" "$out/"
+      # Everything but llama-cpp-python from the index; llama-cpp-python only as the portable wheel above.
+      wheel "$out" --find-links "$out" --only-binary llama-cpp-python \
+        -r services/common/requirements.txt -r services/moss_sts/requirements-brain.txt
+      wheel "$out" --no-deps -r services/moss_sts/requirements-cpu-nodeps.txt ;;
+    *) echo "build-wheelhouse: unknown service $s" >&2; exit 2 ;;
+  esac
+  touch "$out/.complete"
+  echo "build-wheelhouse: $out $(du -sh "$out" | cut -f1) in $((SECONDS - start)) s" >&2
+done
