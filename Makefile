@@ -46,7 +46,7 @@ $(TOOLS)/.installed: requirements/tools.txt
 	@touch $@
 
 dashboards: install $(TOOLS)/.installed  ## full CPU fleet under mixed load + Prometheus: every panel query has data; PNGs to docs/
-	VOICEFLEET_DASHBOARD_DATA=build/dashboard-data $(BIN)/python -m pytest -m dashboards -o addopts="-ra" -s tests/test_dashboards.py
+	DASHBOARD_DATA_DIR=build/dashboard-data $(BIN)/python -m pytest -m dashboards -o addopts="-ra" -s tests/test_dashboards.py
 	$(TOOLS)/bin/python scripts/render-dashboards.py build/dashboard-data docs/dashboards
 
 golden: install  ## regenerate the TTS regression goldens (tests/golden/) ON PURPOSE; review the audio, commit with why

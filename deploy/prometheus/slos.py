@@ -106,7 +106,7 @@ SLOS = (
         name="barge_in",
         title="BargeIn",
         histogram="voicefleet_sts_barge_in_to_silence_seconds",
-        selector='service="router"',
+        selector='service="moss_sts"',  # measured where the barge-in is heard; the router only relays it
         le="0.3",
         objective=0.99,
         what="barge-ins with barge-in to silence",

@@ -194,7 +194,8 @@ BACKEND_ROUTABLE = Gauge(
 )
 BACKEND_EJECTIONS = Counter(
     "voicefleet_router_ejections_total",
-    "Backends ejected by outlier detection, by why: failures (calls), probe (a recovery or deep probe failed).",
+    "Backends ejected by outlier detection, by why: failures (calls), no_audio (first-audio timeouts), probe (a"
+    " recovery probe failed), deep_probe (a deep probe failed).",
     ["backend", "reason"],
 )
 ROUTER_PROBES = Counter(

@@ -93,6 +93,9 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
         self.limits = limits
         self._active = 0
         self.labels = (service, engine.served_by if service != engine.service else engine.name)
+        # The latency series exist at 0 from the start, so a rate() on the dashboard sees the very first event.
+        for histogram in (metrics.STS_FIRST_AUDIO, metrics.STS_BARGE_IN_TO_SILENCE):
+            histogram.labels(*self.labels)
 
     async def Converse(self, request_iterator, context):
         requests = aiter(request_iterator)

@@ -99,6 +99,11 @@ def backend_timeout(time_remaining: float | None, margin_s: float, backend: str)
     return timeout
 
 
+# Why a backend gets ejected (voicefleet_router_ejections_total's reason): consecutive failed calls, a first-audio
+# timeout, a failed recovery probe, a failed deep probe.
+EJECTION_REASONS = ("failures", "no_audio", "probe", "deep_probe")
+
+
 class Backend:
     def __init__(
         self,
@@ -125,6 +130,9 @@ class Backend:
         self.routable_since = float("-inf")
         self.last_deep_probe = clock()
         self.deep = name in self.config.deep_probe
+        # Every ejection series exists at 0 from the start, so a rate() on the dashboard sees the first ejection.
+        for reason in EJECTION_REASONS:
+            metrics.BACKEND_EJECTIONS.labels(name, reason)
         self._routable = False
         self._down = asyncio.Event()  # set while not routable (sessions on this backend wait for it)
         self._down.set()
