@@ -18,7 +18,7 @@ for s in "${services[@]}"; do
     *) dockerfile=services/$s/Dockerfile target=cpu wheels=build/wheels/$s ;;
   esac
   for w in $wheels; do
-    [ -f "$w/.complete" ] || { echo "build-images: $w missing: run scripts/build-wheelhouse.sh first" >&2; exit 2; }
+    [ -f "$w.complete" ] || { echo "build-images: $w missing: run scripts/build-wheelhouse.sh first" >&2; exit 2; }
   done
   start=$SECONDS
   # shellcheck disable=SC2086 # $wheels is a list of paths

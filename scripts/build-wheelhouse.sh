@@ -18,10 +18,16 @@ wheel() {  # wheel OUT ARGS...: wheels for ARGS (requirement files/options) into
   "$python" -m pip wheel -q --no-cache-dir --prefer-binary -w "$@" 2> >(grep -v "WARNING: Location 'file:" >&2)
 }
 
+# A wheelhouse is reused while the requirement files (and this script) are unchanged.
+stamp=$(cat services/*/requirements*.txt scripts/build-brain-wheel.sh "$0" | sha256sum | cut -c1-16)
 for s in "${services[@]}"; do
   out=build/wheels/$s
-  [ -f "$out/.complete" ] && { echo "build-wheelhouse: $out is complete" >&2; continue; }
-  mkdir -p "$out"
+  # The stamp sits beside the folder: a file inside would change every image's COPY and defeat the layer cache.
+  if [ "$(cat "$out.complete" 2>/dev/null)" = "$stamp" ]; then
+    echo "build-wheelhouse: $out is up to date" >&2
+    continue
+  fi
+  rm -rf "$out" && mkdir -p "$out"
   start=$SECONDS
   case $s in
     router) wheel "$out" -r services/router/requirements.txt ;;
@@ -38,6 +44,6 @@ for s in "${services[@]}"; do
       wheel "$out" --no-deps -r services/moss_sts/requirements-cpu-nodeps.txt ;;
     *) echo "build-wheelhouse: unknown service $s" >&2; exit 2 ;;
   esac
-  touch "$out/.complete"
+  echo "$stamp" >"$out.complete"
   echo "build-wheelhouse: $out $(du -sh "$out" | cut -f1) in $((SECONDS - start)) s" >&2
 done
