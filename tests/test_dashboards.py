@@ -3,10 +3,11 @@
 The whole CPU fleet (cosyvoice_tts, qwen_tts, asr, brain, moss_sts, router) runs on loopback with GPU leases on a
 virtual 10 GiB card that cosyvoice_tts and qwen_tts must share, and a real Prometheus (Debian's package) scrapes it
 every second with deploy/prometheus/rules.yml loaded. A short mixed load exercises what each panel is about:
-synthesis on three engines at once, cancels, recognition, a conversation with a barge-in, a caller over the asr's
-stream limit (admission rejected), and a hung moss_sts (SIGSTOP: failovers, an ejection, failed probes, an expired
+synthesis on three engines at once, cancels, recognition, a conversation with a barge-in, callers over the asr's and
+qwen_tts's stream limits (admission rejected), and a hung moss_sts (SIGSTOP: failovers, an ejection, failed probes, an expired
 lease; then SIGCONT). Then each query of deploy/grafana/dashboards/voicefleet.json is evaluated over the run with
-query_range and must give at least one series with a finite value: a panel that shows nothing is a defect.
+query_range and must give at least one series with a finite value (a rate of events: one above 0): a panel that
+shows nothing is a defect.
 
 With DASHBOARD_DATA_DIR=DIR (not VOICEFLEET_*: that prefix means config overrides) the answers are kept as JSON
 for scripts/render-dashboards.py (PNGs in docs/dashboards/).
@@ -120,6 +121,7 @@ def fleet(tmp_path_factory):
             },
         },
         asr={"max_concurrent_streams": 1, "idle_timeout_seconds": 3},
+        qwen_tts={"max_concurrent_syntheses": 2},
         moss_sts={"idle_timeout_seconds": 5, "default_max_tokens": 48},
     )
     yield running
@@ -258,6 +260,27 @@ def run_mixed_load(fleet) -> None:
             assert rejected.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             time.sleep(2.5)
         first.join(60)
+
+        # TTS admission: qwen_tts serves two syntheses at a time here (one is the load's); of four more at once, some
+        # are refused (twice).
+        with fleet.channel("qwen_tts") as qwen:
+            for _ in range(2):
+                outcomes: list[str] = []
+
+                def burst(qwen=qwen, outcomes=outcomes):
+                    try:
+                        synthesize(qwen, "One, two, three, four, five, six, seven, eight.")
+                        outcomes.append("OK")
+                    except grpc.RpcError as e:
+                        outcomes.append(e.code().name)
+
+                callers = [threading.Thread(target=burst, daemon=True) for _ in range(4)]
+                for c in callers:
+                    c.start()
+                for c in callers:
+                    c.join(120)
+                assert "RESOURCE_EXHAUSTED" in outcomes, outcomes
+                time.sleep(2.5)
 
         # A conversation: one turn, then a barge-in over a long reply.
         talk = Talk(router, sampling=conversation_pb2.SamplingConfig(max_tokens=160))
