@@ -54,10 +54,11 @@ proto-check: install  ## fail if committed stubs differ from what protos/ genera
 $(BUF):
 	npm install --no-audit --no-fund --silent
 
-lint: install $(BUF) proto-check  ## buf lint on the contracts, ruff on the code, stub drift
+lint: install $(BUF) proto-check  ## buf lint on the contracts, ruff on the code, stub drift, asserts that cannot fail
 	$(BUF) lint protos
 	$(BIN)/ruff check services tests bench
 	$(BIN)/ruff format --check services tests bench
+	$(BIN)/python -m tests.assert_lint tests bench  # asserts that cannot fail (`... or True`, constants)
 
 bench: install  ## latency benchmarks → bench/results/*.json + a markdown table
 	$(BIN)/python -m bench.run

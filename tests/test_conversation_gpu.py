@@ -70,9 +70,24 @@ async def test_speech_to_speech_and_interrupt(moss, tmp_path):
     prompt = os.path.join(moss.config.repo_dir, moss.config.prompt_wav)
     pieces = await collect(moss, [{"role": "user", "content": {"path": prompt, "type": "audio/wav"}}], 120)
     assert pieces
-    # Interrupt: closing the stream stops generation at its next step.
-    stream = moss.speak([{"role": "user", "content": "Tell me a long story."}], Sampling(), 600, "t")
-    first = await anext(stream)
-    await stream.aclose()
+    # Interrupt: closing the stream stops generation at its next step (aclose waits for the generation thread).
+    taps = []
+    real_generate = moss.generate
+
+    def recording_generate(conversation, sampling, max_tokens, tap):
+        taps.append(tap)
+        return real_generate(conversation, sampling, max_tokens, tap)
+
+    moss.generate = recording_generate
+    try:
+        stream = moss.speak([{"role": "user", "content": "Tell me a long story."}], Sampling(), 600, "t")
+        first = await anext(stream)
+        await stream.aclose()
+    finally:
+        del moss.generate
     assert first.pcm
+    (tap,) = taps
+    assert tap.stop.is_set() and not tap.ended_speech, "the story was cut, not finished"
+    assert tap.steps < 300, f"generation ran {tap.steps} of its 600 steps after the interrupt"
+    assert moss.generate_pool.submit(lambda: "idle").result(timeout=5) == "idle", "no generation left running"
     audio.write_wav(tmp_path / "s2s.wav", b"".join(p.pcm for p in pieces), 24000)
