@@ -8,9 +8,9 @@
   (tests/test_speech_oracle.py proves it on synthesized near-miss sentences); longer texts allow one error per
   ten words. Test sentences are ones both CPU voices say clearly (espeak-ng's "jumps" is heard as "dumps", so
   espeak tests use "the children are playing in the garden").
-- ``transcribe``: pocketsphinx (its wheel's en-US model). With ``vocabulary`` it decodes a word-loop grammar, for
-  tests where a grammar is the point; a grammar whose words include the test sentence's own is lenient (it scored
-  "quick brown box ... hazy log" at WER 0.22 against the fox sentence), so it is no intelligibility oracle.
+- No grammar-constrained oracle: pocketsphinx with a word loop over the test sentence's words (the previous oracle)
+  scored piper saying "the quick brown box jumps over the hazy log" at WER 0.22 against the fox sentence and passed
+  it. No test here needs a grammar, so none is kept.
 - ``speech_like``: level and spectrum checks that silence, clipping and noise fail.
 """
 
@@ -25,9 +25,6 @@ from services.common import audio
 
 # The strict listener's bound: corpus WER of what it heard against what was to be said.
 INTELLIGIBLE = 0.10
-
-# Words a grammar may choose from besides the expected ones, so a wrong or noisy audio picks wrong words.
-DISTRACTORS = "goodbye moon that was trial fox jumps over lazy dog seven nine red blue green yes no stop go".split()
 
 
 def words(text: str) -> list[str]:
@@ -69,23 +66,6 @@ def intelligible(text: str, pcm: bytes, rate: int) -> tuple[float, str]:
     """(WER, what was heard): the strict listener on ``pcm`` against ``text``; pass when WER <= INTELLIGIBLE."""
     heard = listen(pcm, rate)
     return wer(text, heard), heard
-
-
-def transcribe(pcm: bytes, rate: int, vocabulary: list[str] | None = None) -> str:
-    """pocketsphinx transcript. With ``vocabulary``: a free word loop over those words (any order, any count)."""
-    from pocketsphinx import Decoder
-
-    decoder = Decoder(samprate=16000, loglevel="FATAL")
-    if vocabulary:
-        alternatives = " | ".join(sorted(set(vocabulary)))
-        decoder.add_jsgf_string("loop", f"#JSGF V1.0; grammar loop; public <s> = ( {alternatives} )+ ;")
-        decoder.activate_search("loop")
-    pcm16 = audio.resample(pcm, rate, 16000)
-    decoder.start_utt()
-    decoder.process_raw(pcm16, full_utt=True)
-    decoder.end_utt()
-    hyp = decoder.hyp()
-    return hyp.hypstr if hyp else ""
 
 
 def speech_like(pcm: bytes, rate: int) -> dict:
