@@ -258,8 +258,8 @@ class Speakers:
 
 async def cpu_engine(**config):
     """The asr CPU engine in process, started (its defaults unless ``config`` overrides AsrServiceConfig fields)."""
+    from services.asr.config import AsrServiceConfig
     from services.asr.cpu_engine import CpuAsrEngine
-    from services.common.config import AsrServiceConfig
 
     engine = CpuAsrEngine("asr_eval", AsrServiceConfig(port=1, **config))
     await engine.start()
