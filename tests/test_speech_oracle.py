@@ -9,8 +9,6 @@ from services.asr import evaluation as ev
 from services.common import audio
 from tests.speech import INTELLIGIBLE, intelligible, wer
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
-
 # (voice, test sentence, near misses): the sentences the tests use, each with its one- and two-word near misses.
 CASES = [
     (
@@ -35,6 +33,7 @@ async def speakers():
     await s.close()
 
 
+@pytest.mark.asyncio(loop_scope="session")
 @pytest.mark.parametrize(("voice", "sentence", "near_misses"), CASES, ids=[f"{c[0]}-{c[1][:14]}" for c in CASES])
 async def test_near_misses_fail_the_listener_and_the_sentence_passes(speakers, voice, sentence, near_misses):
     pcm, rate = await speakers.say(voice, sentence)
