@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""The GPU stacks (one per GPU image / virtualenv), proven on a machine without a GPU.
+
+  resolve  pip's resolver on every GPU requirements file (``pip install --dry-run --report``) in a throwaway venv
+           with a pinned pip, all stacks in parallel; exit 1 on any resolution error. In `make test`
+           (tests/test_gpu_stacks.py). Nothing is installed.
+  check    install each stack into its own venv under build/gpu-stacks/, import every module the engine's load
+           path imports, run the engine's load code up to the point that needs weights or a device, and run
+           the real library on tiny random models where the library allows (scripts/gpu_stack_probe.py).
+           `make check-gpu-stacks`; not in CI (several GB per stack).
+
+Index: PyPI only, as a docker build sees it. The machine's pip configuration (extra local indexes, find-links,
+constraints) is not read (PIP_CONFIG_FILE=/dev/null), so the CUDA wheels the images get are the ones resolved.
+
+Why ``--use-feature=fast-deps``: a dry run needs only each wheel's METADATA. PyPI serves it as a PEP 658 file,
+but an index (or mirror) that does not advertise it makes pip download whole wheels to read it -- several GB for
+torch + nvidia-* + vllm. fast-deps reads METADATA with HTTP range requests from the end of the wheel (its zip
+directory), a few hundred KB per wheel. The resolve step's own measurement (bytes received) is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build" / "gpu-stacks"
+# The resolver venv's pip: pinned, so a pip release cannot change what the test means (fast-deps included).
+RESOLVER_PIP = "pip==26.3"
+GPU_PYTHON = (3, 11)  # the GPU images run Python 3.11 (services/*/Dockerfile, gpu stages)
+
+# Upstream code that is not on PyPI: checked out at the commits the images use (Dockerfiles' gpu stages).
+COSYVOICE = ("https://github.com/FunAudioLLM/CosyVoice.git", "ace7c47f41bbd303aa6bf1ea80e6f9fbd595cd40")
+MOSS_SPEECH = ("https://github.com/OpenMOSS/MOSS-Speech.git", "6b86ef6f21aecfec272a69b1563ca33f76d0339d")
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    requirements: tuple[str, ...]
+    nodeps: tuple[str, ...] = ()
+    checkout: tuple[str, str] | None = None  # (git URL, commit) put on the probe's sys.path
+    env: dict = field(default_factory=dict)
+
+
+STACKS = (
+    Stack("asr", ("services/asr/requirements-gpu.txt",), ("services/asr/requirements-cpu-nodeps.txt",)),
+    Stack("cosyvoice_tts", ("services/cosyvoice_tts/requirements-gpu.txt",), checkout=COSYVOICE),
+    Stack(
+        "moss_sts",
+        ("services/moss_sts/requirements-gpu.txt",),
+        ("services/moss_sts/requirements-cpu-nodeps.txt",),
+        checkout=MOSS_SPEECH,
+    ),
+    Stack("qwen_tts", ("services/qwen_tts/requirements-gpu.txt",)),
+    Stack("qwen_tts_vllm_omni", ("services/qwen_tts/requirements-vllm-omni.txt",)),
+)
+
+
+def pip_env() -> dict:
+    """PyPI only: the machine's pip config (local indexes, find-links, constraints) is not read."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k in ("PIP_CERT", "PIP_DEFAULT_TIMEOUT")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+    return env
+
+
+def resolver_python() -> Path:
+    """build/gpu-stacks/resolver: a venv with the pinned pip (made once, reused)."""
+    venv = BUILD / "resolver"
+    python = venv / "bin" / "python"
+    stamp = venv / f".{RESOLVER_PIP}"
+    if not stamp.exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", RESOLVER_PIP], check=True, env=pip_env())
+        stamp.touch()
+    return python
+
+
+@dataclass
+class Resolution:
+    stack: str
+    ok: bool
+    seconds: float
+    packages: dict[str, str]
+    error: str = ""
+
+    def line(self) -> str:
+        if not self.ok:
+            return f"{self.stack:20s} FAILED   {self.seconds:6.0f}s  {self.error}"
+        torch = self.packages.get("torch", "-")
+        return f"{self.stack:20s} resolved {self.seconds:6.0f}s  {len(self.packages):3d} packages  torch {torch}"
+
+
+def resolve(stack: Stack, python: Path) -> Resolution:
+    report = BUILD / "reports" / f"{stack.name}.json"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [str(python), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--use-feature=fast-deps"]
+    cmd += ["--quiet", "--report", str(report)]
+    for req in stack.requirements:
+        cmd += ["-r", str(ROOT / req)]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=pip_env(), cwd=ROOT)
+    seconds = time.monotonic() - t0
+    if proc.returncode != 0:
+        tail = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+        reason = next((ln for ln in tail if "ResolutionImpossible" in ln or "conflict" in ln.lower()), "")
+        return Resolution(stack.name, False, seconds, {}, (reason or " | ".join(tail[-6:]))[:2000])
+    installs = json.loads(report.read_text())["install"]
+    packages = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in installs}
+    return Resolution(stack.name, True, seconds, packages)
+
+
+def cmd_resolve(names: list[str], jobs: int) -> int:
+    if sys.version_info[:2] != GPU_PYTHON:
+        print(f"resolve needs Python {GPU_PYTHON[0]}.{GPU_PYTHON[1]} (the GPU images' Python); this is {sys.version}")
+        return 2
+    stacks = [s for s in STACKS if not names or s.name in names]
+    python = resolver_python()
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(lambda s: resolve(s, python), stacks))
+    for r in results:
+        print(r.line())
+    print(f"all stacks: {time.monotonic() - t0:.0f}s wall, {jobs} in parallel")
+    (BUILD / "reports" / "summary.json").write_text(json.dumps([r.__dict__ for r in results], indent=1, sort_keys=True))
+    return 0 if all(r.ok for r in results) else 1
+
+
+# --- check: install + import + load up to weights -------------------------------------------------------------
+def checkout(url: str, commit: str, where: Path) -> Path:
+    """The upstream repo at ``commit`` with its submodules. ``GPU_STACK_MIRROR_<NAME>`` may name a local clone to
+    take it from (machines without GitHub); its submodules then come from ``GPU_STACK_MIRROR_MATCHA_TTS``."""
+    name = url.rstrip("/").removesuffix(".git").rsplit("/", 1)[-1]
+    dest = where / f"{name}-{commit[:7]}"
+    if (dest / ".done").exists():
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    source = os.environ.get(f"GPU_STACK_MIRROR_{name.upper().replace('-', '_')}", url)
+    subprocess.run(["git", "clone", "-q", source, str(dest)], check=True)
+    subprocess.run(["git", "-C", str(dest), "checkout", "-q", commit], check=True)
+    matcha = os.environ.get("GPU_STACK_MIRROR_MATCHA_TTS")
+    if matcha:
+        for line in subprocess.run(
+            ["git", "-C", str(dest), "ls-tree", "-r", commit], capture_output=True, text=True, check=True
+        ).stdout.splitlines():
+            meta, path = line.split("\t", 1)
+            mode, kind, sub_commit = meta.split()
+            if kind == "commit":  # a submodule (Matcha-TTS in both repos)
+                subprocess.run(["git", "clone", "-q", matcha, str(dest / path)], check=True)
+                pinned = subprocess.run(["git", "-C", str(dest / path), "checkout", "-q", sub_commit])
+                if pinned.returncode != 0:
+                    print(f"  note: {path} @ {sub_commit[:7]} is not in {matcha}; using its default branch")
+    else:
+        subprocess.run(["git", "-C", str(dest), "submodule", "update", "--init", "--recursive", "-q"], check=True)
+    (dest / ".done").touch()
+    return dest
+
+
+def cmd_check(names: list[str]) -> int:
+    stacks = [s for s in STACKS if not names or s.name in names]
+    rows = []
+    for stack in stacks:
+        venv = BUILD / "venvs" / stack.name
+        python = venv / "bin" / "python"
+        log = BUILD / "logs" / f"{stack.name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        row = {"stack": stack.name, "resolved": "no", "installed": "no", "imported": "-", "load": "-", "tiny": "-"}
+        rows.append(row)
+        t0 = time.monotonic()
+        print(f"== {stack.name}: installing into {venv} (log: {log})", flush=True)
+        stamp = venv / ".installed"
+        inputs = "".join((ROOT / f).read_text() for f in stack.requirements + stack.nodeps)
+        if not stamp.exists() or stamp.read_text() != inputs:
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            with log.open("w") as out:
+                steps = [[str(python), "-m", "pip", "install", "-q", RESOLVER_PIP]]
+                steps.append([str(python), "-m", "pip", "install", *sum((["-r", f] for f in stack.requirements), [])])
+                for f in stack.nodeps:
+                    steps.append([str(python), "-m", "pip", "install", "--no-deps", "-r", f])
+                for step in steps:
+                    if subprocess.run(step, stdout=out, stderr=subprocess.STDOUT, env=pip_env(), cwd=ROOT).returncode:
+                        row["resolved"] = "see log"
+                        break
+                else:
+                    stamp.write_text(inputs)
+        if not stamp.exists():
+            print(f"   install FAILED after {time.monotonic() - t0:.0f}s; tail of {log}:")
+            print("\n".join(log.read_text().splitlines()[-15:]))
+            continue
+        row["resolved"] = row["installed"] = "yes"
+        env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'gen' / 'python'}", HF_HUB_OFFLINE="1", **stack.env)
+        env["CUDA_VISIBLE_DEVICES"] = ""  # no device, even on a GPU host: this checks what runs without one
+        if stack.checkout:
+            env["GPU_STACK_REPO"] = str(checkout(*stack.checkout, BUILD / "src"))
+        probe = subprocess.run(
+            [str(python), str(ROOT / "scripts" / "gpu_stack_probe.py"), stack.name],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        with log.open("a") as out:
+            out.write(probe.stdout + probe.stderr)
+        result = {}
+        for line in probe.stdout.splitlines():
+            if line.startswith("PROBE "):
+                result = json.loads(line[6:])
+        if not result:
+            row["imported"] = "probe crashed"
+            print(probe.stdout[-2000:] + probe.stderr[-3000:])
+            continue
+        row.update({k: result[k] for k in ("imported", "load", "tiny") if k in result})
+        print(probe.stdout.replace("PROBE ", "   result: "), end="", flush=True)
+        print(f"   ({time.monotonic() - t0:.0f}s)", flush=True)
+    print("\nstack                resolved installed  imported / load up to weights / tiny model")
+    for r in rows:
+        print(f"{r['stack']:20s} {r['resolved']:8s} {r['installed']:9s}  {r['imported']}\n{'':41s}{r['load']}")
+        print(f"{'':41s}{r['tiny']}")
+    ok = all(r["installed"] == "yes" and str(r["imported"]).startswith("all") for r in rows)
+    return 0 if ok else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=("resolve", "check"))
+    parser.add_argument("stacks", nargs="*", help=f"default: all ({', '.join(s.name for s in STACKS)})")
+    parser.add_argument("--jobs", type=int, default=len(STACKS), help="resolve: stacks resolved in parallel")
+    args = parser.parse_args()
+    unknown = set(args.stacks) - {s.name for s in STACKS}
+    if unknown:
+        parser.error(f"unknown stack(s): {', '.join(sorted(unknown))}")
+    BUILD.mkdir(parents=True, exist_ok=True)
+    return cmd_resolve(args.stacks, args.jobs) if args.command == "resolve" else cmd_check(args.stacks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
