@@ -4,6 +4,8 @@
   resolve  pip's resolver on every GPU requirements file (``pip install --dry-run --report``) in a throwaway venv
            with a pinned pip, all stacks in parallel; exit 1 on any resolution error. In `make test`
            (tests/test_gpu_stacks.py). Nothing is installed.
+  test     `make test-gpu`: each stack's GPU tests (pytest -m gpu) in its own venv from `check`, with the weights
+           from mounted directories; prints per stack what passed and, for each skip, why.
   check    install each stack into its own venv under build/gpu-stacks/, import every module the engine's load
            path imports, run the engine's load code up to the point that needs weights or a device, and run
            the real library on tiny random models where the library allows (scripts/gpu_stack_probe.py).
@@ -37,6 +39,9 @@ BUILD = ROOT / "build" / "gpu-stacks"
 RESOLVER_PIP = "pip==26.3"
 GPU_PYTHON = (3, 11)  # the GPU images run Python 3.11 (services/*/Dockerfile, gpu stages)
 
+# What `make test-gpu` runs in each stack's venv (pins as in requirements/dev.txt).
+TEST_TOOLS = ("pytest==9.2.0", "pytest-asyncio==1.5.0", "pytest-timeout==2.4.0")
+
 # Upstream code that is not on PyPI: checked out at the commits the images use (Dockerfiles' gpu stages).
 COSYVOICE = ("https://github.com/FunAudioLLM/CosyVoice.git", "ace7c47f41bbd303aa6bf1ea80e6f9fbd595cd40")
 MOSS_SPEECH = ("https://github.com/OpenMOSS/MOSS-Speech.git", "6b86ef6f21aecfec272a69b1563ca33f76d0339d")
@@ -49,18 +54,31 @@ class Stack:
     nodeps: tuple[str, ...] = ()
     checkout: tuple[str, str] | None = None  # (git URL, commit) put on the probe's sys.path
     env: dict = field(default_factory=dict)
+    gpu_tests: tuple[str, ...] = ()  # what `make test-gpu` runs in this stack's venv
 
 
 STACKS = (
-    Stack("asr", ("services/asr/requirements-gpu.txt",), ("services/asr/requirements-cpu-nodeps.txt",)),
-    Stack("cosyvoice_tts", ("services/cosyvoice_tts/requirements-gpu.txt",), checkout=COSYVOICE),
+    Stack(
+        "asr",
+        ("services/asr/requirements-gpu.txt",),
+        ("services/asr/requirements-cpu-nodeps.txt",),
+        gpu_tests=("tests/test_asr_gpu.py",),
+    ),
+    Stack(
+        "cosyvoice_tts",
+        ("services/cosyvoice_tts/requirements-gpu.txt",),
+        checkout=COSYVOICE,
+        gpu_tests=("tests/test_tts_cosyvoice.py",),
+    ),
     Stack(
         "moss_sts",
         ("services/moss_sts/requirements-gpu.txt",),
         ("services/moss_sts/requirements-cpu-nodeps.txt",),
         checkout=MOSS_SPEECH,
+        gpu_tests=("tests/test_conversation_gpu.py",),
     ),
-    Stack("qwen_tts", ("services/qwen_tts/requirements-gpu.txt",)),
+    # qwen_tts's tests drive both backends: qwen-tts in this venv, the vLLM-Omni sidecar in the next one's.
+    Stack("qwen_tts", ("services/qwen_tts/requirements-gpu.txt",), gpu_tests=("tests/test_qwen_tts_gpu.py",)),
     Stack("qwen_tts_vllm_omni", ("services/qwen_tts/requirements-vllm-omni.txt",)),
 )
 
@@ -187,6 +205,7 @@ def cmd_check(names: list[str]) -> int:
                 steps.append([str(python), "-m", "pip", "install", *sum((["-r", f] for f in stack.requirements), [])])
                 for f in stack.nodeps:
                     steps.append([str(python), "-m", "pip", "install", "--no-deps", "-r", f])
+                steps.append([str(python), "-m", "pip", "install", *TEST_TOOLS])
                 for step in steps:
                     if subprocess.run(step, stdout=out, stderr=subprocess.STDOUT, env=pip_env(), cwd=ROOT).returncode:
                         row["resolved"] = "see log"
@@ -198,10 +217,8 @@ def cmd_check(names: list[str]) -> int:
             print("\n".join(log.read_text().splitlines()[-15:]))
             continue
         row["resolved"] = row["installed"] = "yes"
-        env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'gen' / 'python'}", HF_HUB_OFFLINE="1", **stack.env)
+        env = stack_env(stack)
         env["CUDA_VISIBLE_DEVICES"] = ""  # no device, even on a GPU host: this checks what runs without one
-        if stack.checkout:
-            env["GPU_STACK_REPO"] = str(checkout(*stack.checkout, BUILD / "src"))
         probe = subprocess.run(
             [str(python), str(ROOT / "scripts" / "gpu_stack_probe.py"), stack.name],
             capture_output=True,
@@ -230,9 +247,43 @@ def cmd_check(names: list[str]) -> int:
     return 0 if ok else 1
 
 
+def stack_env(stack: Stack) -> dict:
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'gen' / 'python'}", HF_HUB_OFFLINE="1", **stack.env)
+    if stack.checkout:
+        env["GPU_STACK_REPO"] = str(checkout(*stack.checkout, BUILD / "src"))
+    return env
+
+
+def cmd_test(names: list[str]) -> int:
+    """Each stack's GPU tests in its venv; a table of outcomes with every skip's reason."""
+    sidecar = BUILD / "venvs" / "qwen_tts_vllm_omni" / "bin" / "python"
+    rows, failed = [], False
+    for stack in (s for s in STACKS if s.gpu_tests and (not names or s.name in names)):
+        python = BUILD / "venvs" / stack.name / "bin" / "python"
+        if not python.exists():
+            rows.append((stack.name, "not installed: run `make check-gpu-stacks` first"))
+            failed = True
+            continue
+        env = stack_env(stack)
+        if stack.checkout:  # the engines find the checkout through their config
+            key = {"cosyvoice_tts": "COSYVOICE_TTS", "moss_sts": "MOSS_STS"}[stack.name]
+            env[f"VOICEFLEET_{key}__GPU__REPO_DIR"] = env["GPU_STACK_REPO"]
+        env.setdefault("VOICEFLEET_QWEN_TTS_SIDECAR_PYTHON", str(sidecar))
+        cmd = [str(python), "-m", "pytest", "-m", "gpu", "-o", "addopts=", "-rA", "-q", "-p", "no:cacheprovider"]
+        proc = subprocess.run(cmd + list(stack.gpu_tests), capture_output=True, text=True, env=env, cwd=ROOT)
+        outcomes = [ln for ln in proc.stdout.splitlines() if ln.startswith(("PASSED", "FAILED", "SKIPPED", "ERROR"))]
+        summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
+        rows.append((stack.name, summary + "".join(f"\n{'':22s}{o}" for o in outcomes)))
+        failed |= proc.returncode not in (0, 5)  # 5: no test collected
+    print("stack                 GPU smoke (pytest -m gpu in the stack's venv)")
+    for name, text in rows:
+        print(f"{name:22s}{text}")
+    return 1 if failed else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("resolve", "check"))
+    parser.add_argument("command", choices=("resolve", "check", "test"))
     parser.add_argument("stacks", nargs="*", help=f"default: all ({', '.join(s.name for s in STACKS)})")
     parser.add_argument("--jobs", type=int, default=len(STACKS), help="resolve: stacks resolved in parallel")
     args = parser.parse_args()
@@ -240,7 +291,9 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown stack(s): {', '.join(sorted(unknown))}")
     BUILD.mkdir(parents=True, exist_ok=True)
-    return cmd_resolve(args.stacks, args.jobs) if args.command == "resolve" else cmd_check(args.stacks)
+    commands = {"resolve": lambda: cmd_resolve(args.stacks, args.jobs), "check": lambda: cmd_check(args.stacks)}
+    commands["test"] = lambda: cmd_test(args.stacks)
+    return commands[args.command]()
 
 
 if __name__ == "__main__":

@@ -165,7 +165,9 @@ class CosyVoice3Engine(TtsEngine):
         # the cancel cleanup must know its request's uuid (module doc). The scheduler decides which segment goes next
         # (first segments first, docs/scheduling.md); ``_library_lock`` is the guarantee behind it.
         if scheduling.workers not in (0, 1):
-            log.warning("cosyvoice_tts.scheduling.workers=%d: CosyVoice3 runs one segment at a time", scheduling.workers)
+            log.warning(
+                "cosyvoice_tts.scheduling.workers=%d: CosyVoice3 runs one segment at a time", scheduling.workers
+            )
         self.scheduler = SegmentScheduler(service, self.name, DEFAULT_IN_FLIGHT, margin_s=scheduling.margin_ms / 1000)
         self._auto_model = auto_model
         self._model = None
