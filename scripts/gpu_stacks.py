@@ -118,9 +118,28 @@ class Resolution:
         return f"{self.stack:20s} resolved {self.seconds:6.0f}s  {len(self.packages):3d} packages  torch {torch}"
 
 
+# A stack resolved with these exact inputs less than this long ago is not resolved again (a developer's re-run of
+# `make test`). CI starts from a clean clone: it always resolves.
+RESOLVE_CACHE_SECONDS = 24 * 3600
+
+
+def inputs_key(stack: Stack) -> str:
+    import hashlib
+
+    text = RESOLVER_PIP + "".join((ROOT / f).read_text() for f in stack.requirements)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def resolve(stack: Stack, python: Path) -> Resolution:
     report = BUILD / "reports" / f"{stack.name}.json"
     report.parent.mkdir(parents=True, exist_ok=True)
+    stamp = report.with_suffix(".key")
+    fresh = report.exists() and time.time() - report.stat().st_mtime < RESOLVE_CACHE_SECONDS
+    if fresh and stamp.exists() and stamp.read_text() == inputs_key(stack):
+        installs = json.loads(report.read_text())["install"]
+        packages = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in installs}
+        return Resolution(stack.name + " (cached)", True, 0.0, packages)
+    stamp.unlink(missing_ok=True)
     cmd = [str(python), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--use-feature=fast-deps"]
     cmd += ["--quiet", "--report", str(report)]
     for req in stack.requirements:
@@ -134,6 +153,7 @@ def resolve(stack: Stack, python: Path) -> Resolution:
         return Resolution(stack.name, False, seconds, {}, (reason or " | ".join(tail[-6:]))[:2000])
     installs = json.loads(report.read_text())["install"]
     packages = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in installs}
+    stamp.write_text(inputs_key(stack))
     return Resolution(stack.name, True, seconds, packages)
 
 

@@ -49,6 +49,30 @@ def test_cosyvoice_keeps_the_shared_runtime_pins_except_its_numpy():
     assert cosyvoice["numpy"] != common["numpy"], "numpy is overridden on purpose; else use -r ../common"
 
 
+def test_the_gpu_compose_memory_plan_fits_the_cards_docs_leases_names():
+    """docs/leases.md: on 24 GB (22 grantable) MOSS-Speech is resident alone and the other three together; on
+    48 GB (46) all four at once. Each engine caps its allocator at exactly these bytes."""
+    import yaml
+
+    from services.common.config import load_config
+
+    override = yaml.safe_load((ROOT / "deploy" / "compose.gpu.yaml").read_text())
+    plans = []
+    for svc in ("moss_sts", "cosyvoice_tts", "qwen_tts", "asr"):  # every service carries the same plan
+        env = {k: str(v) for k, v in override["services"][svc]["environment"].items()}
+        assert env.pop(f"VOICEFLEET_{svc.upper()}__ENGINE") == "gpu"
+        plans.append(env)
+    assert all(plan == plans[0] for plan in plans)
+    holders = load_config(ROOT / "deploy" / "voicefleet.yaml", env=plans[0]).residency.services
+    gb = {name: h.declared_gb for name, h in holders.items()}
+    assert set(gb) == {"moss_sts", "cosyvoice_tts", "qwen_tts", "asr"}
+    capacity = override["services"]["router"]["environment"]["VOICEFLEET_ROUTER__LEASES__CAPACITY_GB"]
+    card_24 = float(re.fullmatch(r"\$\{VOICEFLEET_CARD_GB:-([0-9.]+)\}", capacity)[1])
+    assert gb["moss_sts"] <= card_24 < gb["moss_sts"] + min(gb["asr"], gb["qwen_tts"], gb["cosyvoice_tts"])
+    assert gb["asr"] + gb["cosyvoice_tts"] + gb["qwen_tts"] <= card_24
+    assert sum(gb.values()) <= 46
+
+
 @pytest.mark.timeout(1800)
 @pytest.mark.skipif(sys.version_info[:2] != gpu_stacks.GPU_PYTHON, reason="the GPU images run Python 3.11")
 def test_every_gpu_stack_resolves_against_pypi():

@@ -235,7 +235,8 @@ class VllmOmniTtsEngine(TtsEngine):
         if any(a.startswith("--deploy-config") for a in self.config.sidecar_args):
             return []
         probe = (
-            "import pathlib, vllm_omni; print(pathlib.Path(vllm_omni.__file__).parent / 'deploy' / 'qwen3_tts.yaml')"
+            "import pathlib, torch, vllm_omni; print(torch.version.cuda);"
+            " print(pathlib.Path(vllm_omni.__file__).parent / 'deploy' / 'qwen3_tts.yaml')"
         )
         try:
             found = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
@@ -245,7 +246,11 @@ class VllmOmniTtsEngine(TtsEngine):
                 " install services/qwen_tts/requirements-vllm-omni.txt there, or run the sidecar yourself"
                 " (qwen_tts.gpu.launch_sidecar: false)"
             ) from None
-        deploy = Path(found.stdout.strip())
+        cuda, deploy = found.stdout.strip().splitlines()[-2:]
+        from services.common.gpu_host import check_cuda_host
+
+        check_cuda_host("qwen_tts vLLM-Omni sidecar", None if cuda == "None" else cuda)
+        deploy = Path(deploy)
         if not deploy.exists():
             return []
         return ["--deploy-config", str(self._sized_deploy_config(deploy))]
