@@ -106,7 +106,140 @@ def probe_moss() -> dict:
 
     weights, codec = tempfile.mkdtemp(), tempfile.mkdtemp()
     cfg = config(moss_sts={"gpu.model_dir": weights, "gpu.codec_dir": codec, "gpu.repo_dir": REPO, "gpu.device": "cpu"})
-    return {"imported": imported, "load": until_weights(MossSpeech(cfg.moss_sts.gpu).load)}
+    result = {"imported": imported, "load": until_weights(MossSpeech(cfg.moss_sts.gpu).load)}
+    try:
+        result["tiny"] = tiny_moss()
+    except BaseException as e:  # noqa: BLE001
+        traceback.print_exc()
+        result["tiny"] = f"FAILED: {type(e).__name__}: {str(e)[:300]}"
+    return result
+
+
+def tiny_moss_decoder():
+    """The checkout's real CosyVoice2Model (cosyvoice/cli/model.py) around a TINY random flow (causal conformer
+    encoder + causal CFM) and HiFT vocoder, configured like the codec: 12.5 Hz tokens, 4 mel frames per token,
+    80-bin mel at 24 kHz with hop 480. Random weights: the audio is noise, the code paths are the real ones."""
+    import torch
+    from cosyvoice.cli.model import CosyVoice2Model
+    from cosyvoice.flow.decoder import CausalConditionalDecoder
+    from cosyvoice.flow.flow import CausalMaskedDiffWithXvec
+    from cosyvoice.flow.flow_matching import CausalConditionalCFM
+    from cosyvoice.hifigan.f0_predictor import ConvRNNF0Predictor
+    from cosyvoice.hifigan.generator import HiFTGenerator
+    from cosyvoice.transformer.upsample_encoder import UpsampleConformerEncoder
+    from omegaconf import DictConfig
+
+    torch.manual_seed(0)
+    encoder = UpsampleConformerEncoder(
+        input_size=32,
+        output_size=32,
+        attention_heads=2,
+        linear_units=64,
+        num_blocks=1,
+        input_layer="linear",
+        pos_enc_layer_type="rel_pos_espnet",
+        selfattention_layer_type="rel_selfattn",
+        use_cnn_module=False,
+        macaron_style=False,
+        static_chunk_size=25,
+        upsample_stride=4,
+    )
+    cfm_params = DictConfig(
+        {
+            "sigma_min": 1e-06,
+            "solver": "euler",
+            "t_scheduler": "cosine",
+            "training_cfg_rate": 0.2,
+            "inference_cfg_rate": 0.7,
+            "reg_loss_type": "l1",
+        }
+    )
+    estimator = CausalConditionalDecoder(
+        in_channels=320,
+        out_channels=80,
+        channels=[32],
+        dropout=0.0,
+        attention_head_dim=8,
+        n_blocks=1,
+        num_mid_blocks=1,
+        num_heads=2,
+        act_fn="gelu",
+        static_chunk_size=100,
+        num_decoding_left_chunks=-1,
+    )
+    decoder = CausalConditionalCFM(240, cfm_params, n_spks=1, spk_emb_dim=80, estimator=estimator)
+    flow = CausalMaskedDiffWithXvec(
+        input_size=32,
+        output_size=80,
+        spk_embed_dim=192,
+        vocab_size=16384,
+        input_frame_rate=12.5,
+        token_mel_ratio=4,
+        pre_lookahead_len=3,
+        encoder=encoder,
+        decoder=decoder,
+    )
+    hift = HiFTGenerator(
+        in_channels=80,
+        base_channels=16,
+        nb_harmonics=8,
+        sampling_rate=24000,
+        upsample_rates=[8, 5, 3],
+        upsample_kernel_sizes=[16, 11, 7],
+        istft_params={"n_fft": 16, "hop_len": 4},
+        resblock_kernel_sizes=[3],
+        resblock_dilation_sizes=[[1, 3]],
+        source_resblock_kernel_sizes=[7, 7, 11],
+        source_resblock_dilation_sizes=[[1, 3], [1, 3], [1, 3]],
+        f0_predictor=ConvRNNF0Predictor(num_class=1, in_channels=80, cond_channels=16),
+    )
+    model = CosyVoice2Model(torch.nn.Identity(), flow.eval(), hift.eval(), fp16=False)
+    return model
+
+
+def tiny_moss() -> str:
+    """The engine's streaming decode (MossSpeech.token2wav + StreamingCodecDecoder) on the tiny real decoder,
+    against a whole-utterance decode of the same frames."""
+    import numpy as np
+    import torch
+
+    from services.moss_sts.moss_engine import MossSpeech, decoder_plan
+    from services.moss_sts.moss_stream import StreamingCodecDecoder
+
+    decoder = tiny_moss_decoder()
+    cfg = config(moss_sts={"gpu.device": "cpu"})
+    moss = MossSpeech(cfg.moss_sts.gpu)
+    moss.torch = torch
+    moss.codec = type("Codec", (), {"audio_decoder": decoder})()
+    moss.plan, moss.offset_protocol = decoder_plan(decoder, moss.plan)
+    prompt_tokens = 6
+    moss.conditioning = {
+        "prompt_token": torch.randint(0, 16384, (1, prompt_tokens), dtype=torch.int32),
+        "prompt_feat": torch.randn(1, 4 * prompt_tokens, 80) * 0.1,
+        "embedding": torch.randn(1, 192),
+    }
+    frames = torch.randint(0, 16384, (40,)).tolist()
+    stream = StreamingCodecDecoder(lambda w, o, f: moss.token2wav("stream", w, o, f), moss.plan)
+    chunks = []
+    for i in range(0, len(frames), 3):  # frames arrive 3 at a time, as generation steps would hand them on
+        chunks += stream.push(frames[i : i + 3])
+    tail = stream.finish()
+    chunks += [tail] if tail is not None else []
+    moss.release("stream")
+    streamed = np.concatenate(chunks)
+    whole = moss.token2wav("whole", frames, 0, True)
+    moss.release("whole")
+    left = {k: len(getattr(decoder, k)) for k in ("hift_cache_dict",)}
+    sizes = [len(c) for c in chunks]
+    borders = np.cumsum(sizes)[:-1]
+    steps = np.abs(np.diff(streamed))
+    ratio = float(steps[borders - 1].max() / max(np.percentile(steps, 99), 1e-9)) if len(borders) else 0.0
+    return (
+        f"CosyVoice2Model contract (plan {moss.plan}): {len(frames)} frames -> {len(chunks)} chunks"
+        f" {sizes[:4]}... samples; streamed {len(streamed)} vs whole {len(whole)} samples"
+        f" (expected {len(frames) * 1920}); largest border step / p99 step = {ratio:.2f} (random weights);"
+        f" decoder state left after release: {left}"
+    )
 
 
 def probe_qwen() -> dict:

@@ -17,9 +17,11 @@ from services.common.errors import FailedPrecondition
 
 log = logging.getLogger("voicefleet.gpu_host")
 
-# Minimum Linux driver per CUDA major version the images' wheels are built for (NVIDIA's CUDA release notes,
-# "CUDA Toolkit and Corresponding Driver Versions"): CUDA 12.8 needs >= 570.26, CUDA 13.0 needs >= 580.65.
-MIN_DRIVER = {(12, 8): "570.26", (13, 0): "580.65"}
+# Minimum Linux driver per CUDA major version (NVIDIA's CUDA release notes, "CUDA Toolkit and Corresponding Driver
+# Versions" / "minor version compatibility"): any CUDA 12.x build runs on a driver >= 525.60.13, any 13.x build on
+# >= 580.65.06. Within a major version a newer toolkit runs on an older driver (minor version compatibility), so
+# the check compares major versions.
+MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
 
 
 def driver_cuda_version() -> tuple[int, int] | None:
@@ -56,7 +58,7 @@ def check_cuda_host(where: str, built_for: str | None, driver: tuple[int, int] |
             " container toolkit (compose: deploy/compose.gpu.yaml) on a host with a driver"
             f" >= {min_driver(need)} for CUDA {need[0]}.{need[1]}"
         )
-    if have < need:
+    if have[0] < need[0]:
         raise FailedPrecondition(
             f"{where}: the wheels in this image are built for CUDA {need[0]}.{need[1]}, but the host driver supports"
             f" only CUDA {have[0]}.{have[1]}; upgrade the NVIDIA driver to >= {min_driver(need)} (README, GPU host)"
@@ -65,8 +67,7 @@ def check_cuda_host(where: str, built_for: str | None, driver: tuple[int, int] |
 
 
 def min_driver(cuda: tuple[int, int]) -> str:
-    fitting = [v for c, v in sorted(MIN_DRIVER.items()) if c >= cuda]
-    return fitting[0] if fitting else f"the first driver for CUDA {cuda[0]}.{cuda[1]}"
+    return MIN_DRIVER.get(cuda[0], f"the first driver for CUDA {cuda[0]}.{cuda[1]}")
 
 
 def memory_fraction(budget_bytes: int, total_bytes: int) -> float:
