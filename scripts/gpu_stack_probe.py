@@ -27,8 +27,9 @@ def import_all(modules: list[str]) -> str:
     return f"all {len(modules)} modules"
 
 
-def until_weights(start) -> str:
-    """Run the engine's load code; it must stop with the service's FailedPrecondition (weights / device)."""
+def until_weights(start, *weights_dirs: str) -> str:
+    """Run the engine's load code; it must stop with the service's FailedPrecondition (weights / device), or inside
+    the library where it opens a file of the (empty) weights directory."""
     from services.common.errors import FailedPrecondition
 
     try:
@@ -38,8 +39,11 @@ def until_weights(start) -> str:
     except FailedPrecondition as e:
         return f"stopped as designed: FAILED_PRECONDITION {str(e)[:240]}"
     except BaseException as e:  # noqa: BLE001
-        tb = traceback.extract_tb(e.__traceback__)[-1]
-        return f"FAILED: {type(e).__name__}: {str(e)[:240]} ({Path(tb.filename).name}:{tb.lineno})"
+        tb = traceback.extract_tb(e.__traceback__)
+        where = " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in tb[-3:][::-1])
+        if any(d and d in str(e) for d in weights_dirs):
+            return f"reached the weights inside the library: {type(e).__name__}: {str(e)[:200]} ({where})"
+        return f"FAILED: {type(e).__name__}: {str(e)[:240]} ({where})"
     return "FAILED: load completed without weights (it should have stopped)"
 
 
@@ -92,7 +96,8 @@ def probe_cosyvoice() -> dict:
         cosyvoice_tts={"gpu.model_dir": str(weights), "gpu.state_dir": state, "gpu.repo_dir": REPO, "gpu.device": "cpu"}
     )
     engine = CosyVoice3Engine("cosyvoice_tts", cfg.cosyvoice_tts.gpu, cfg.cosyvoice_tts.chunking)
-    return {"imported": imported, "load": until_weights(engine._start_blocking)}
+    overlay = str(Path(state) / "model")
+    return {"imported": imported, "load": until_weights(engine._start_blocking, str(weights), overlay)}
 
 
 def probe_moss() -> dict:
@@ -106,7 +111,7 @@ def probe_moss() -> dict:
 
     weights, codec = tempfile.mkdtemp(), tempfile.mkdtemp()
     cfg = config(moss_sts={"gpu.model_dir": weights, "gpu.codec_dir": codec, "gpu.repo_dir": REPO, "gpu.device": "cpu"})
-    result = {"imported": imported, "load": until_weights(MossSpeech(cfg.moss_sts.gpu).load)}
+    result = {"imported": imported, "load": until_weights(MossSpeech(cfg.moss_sts.gpu).load, weights, codec)}
     try:
         result["tiny"] = tiny_moss()
     except BaseException as e:  # noqa: BLE001
