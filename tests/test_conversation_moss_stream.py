@@ -167,9 +167,11 @@ class CosyVoiceModelShape:
 class CosyVoice2ModelShape:
     """Signature and attributes of CosyVoice2Model there (causal flow with a pre-lookahead)."""
 
+    mel_cache_len = 8  # mel frames its vocoder holds back per non-final call
+
     def __init__(self):
         self.lock, self.hift_cache_dict = object(), {}
-        self.flow = type("Flow", (), {"pre_lookahead_len": 3})()
+        self.flow = type("Flow", (), {"pre_lookahead_len": 3, "token_mel_ratio": 4})()
 
     def token2wav(
         self, token, prompt_token, prompt_feat, embedding, token_offset, uuid, stream=False, finalize=False, speed=1.0
@@ -182,8 +184,16 @@ def test_the_decoder_contract_comes_from_the_decoder_itself():
 
     plan, offset = decoder_plan(CosyVoiceModelShape(), ChunkPlan(2, 4))
     assert (plan, offset) == (ChunkPlan(2, 4, lookahead_frames=0, overlap_frames=20), False)
-    plan, offset = decoder_plan(CosyVoice2ModelShape(), ChunkPlan(1, 3))
-    assert (plan, offset) == (ChunkPlan(1, 3, lookahead_frames=3, overlap_frames=0, from_start=True), True)
+    plan, offset = decoder_plan(CosyVoice2ModelShape(), ChunkPlan(3, 4))
+    assert (plan, offset) == (ChunkPlan(3, 4, lookahead_frames=3, overlap_frames=0, from_start=True), True)
+
+
+def test_the_first_chunk_is_longer_than_what_the_vocoder_holds_back():
+    """8 mel frames held = 2 tokens at 4 mel frames per token: a 1- or 2-frame first chunk would return no audio."""
+    from services.moss_sts.moss_engine import decoder_plan
+
+    plan, _ = decoder_plan(CosyVoice2ModelShape(), ChunkPlan(1, 2))
+    assert (plan.first_frames, plan.chunk_frames) == (3, 3)
 
 
 def test_a_decoder_without_the_state_the_contract_needs_fails_at_load():

@@ -269,7 +269,8 @@ class MossSpeech:
                         break
                     batch.extend(more)
                 for wav in await loop.run_in_executor(self.decode_pool, decoder.push, batch):
-                    yield self._piece(wav, served_by)
+                    if len(wav):  # a chunk whose audio the decoder still holds back returns none
+                        yield self._piece(wav, served_by)
             await generating  # its error, if it failed
             if tap.steps == 0:
                 raise FailedPrecondition(
@@ -300,24 +301,31 @@ def decoder_plan(decoder, plan: ChunkPlan) -> tuple[ChunkPlan, bool]:
 
     ``token2wav(..., token_offset, ..., stream, finalize)`` is CosyVoice2Model's (causal flow: decode from frame 0,
     ``flow.pre_lookahead_len`` frames past the chunk); ``token2wav(..., uuid, finalize)`` is CosyVoiceModel's
-    (window plus its ``token_overlap_len``, mel overlap cross-faded)."""
+    (window plus its ``token_overlap_len``, mel overlap cross-faded). CosyVoice2Model's vocoder also holds back
+    ``mel_cache_len`` mel frames of every non-final call, so a first chunk of fewer tokens than that would return
+    no audio at all (seen on the tiny decoder in `make check-gpu-stacks`): the first chunk is raised above it."""
     params = inspect.signature(decoder.token2wav).parameters
     offset = "token_offset" in params
-    needed = ["lock", "hift_cache_dict"] + (
-        [] if offset else ["mel_overlap_dict", "flow_cache_dict", "token_overlap_len"]
-    )
+    needed = ["lock", "hift_cache_dict"]
+    needed += ["mel_cache_len"] if offset else ["mel_overlap_dict", "flow_cache_dict", "token_overlap_len"]
     missing = [a for a in needed if not hasattr(decoder, a)]
-    if offset and not hasattr(getattr(decoder, "flow", None), "pre_lookahead_len"):
-        missing.append("flow.pre_lookahead_len")
+    flow = getattr(decoder, "flow", None)
+    if offset:
+        missing += [f"flow.{a}" for a in ("pre_lookahead_len", "token_mel_ratio") if not hasattr(flow, a)]
     if missing or not {"uuid", "finalize"} <= set(params):
         raise FailedPrecondition(
             f"moss_sts.gpu.codec_dir: the codec's audio_decoder ({type(decoder).__name__}) lacks"
-            f" {', '.join(missing) or 'token2wav(uuid=, finalize=)'}; the engine streams with the token2wav contract of"
-            " cosyvoice/cli/model.py in OpenMOSS/MOSS-Speech @ 6b86ef6 (moss_sts.gpu.repo_dir)"
+            f" {', '.join(missing) or 'token2wav(uuid=, finalize=)'}; the engine streams with the token2wav contract"
+            " of cosyvoice/cli/model.py in OpenMOSS/MOSS-Speech @ 6b86ef6 (moss_sts.gpu.repo_dir)"
         )
-    if offset:
-        return ChunkPlan(plan.first_frames, plan.chunk_frames, int(decoder.flow.pre_lookahead_len), 0, True), True
-    return ChunkPlan(plan.first_frames, plan.chunk_frames, 0, int(decoder.token_overlap_len), False), False
+    if not offset:
+        return ChunkPlan(plan.first_frames, plan.chunk_frames, 0, int(decoder.token_overlap_len), False), False
+    held = -(-int(decoder.mel_cache_len) // int(flow.token_mel_ratio))  # tokens' worth of mel the vocoder holds
+    first = max(plan.first_frames, held + 1)
+    if first != plan.first_frames:
+        log.info("first chunk %d -> %d frames: the vocoder holds back %d frames' mel", plan.first_frames, first, held)
+    chunk = max(plan.chunk_frames, first)
+    return ChunkPlan(first, chunk, int(flow.pre_lookahead_len), 0, True), True
 
 
 class MossSession(DialogueSession):
