@@ -392,7 +392,9 @@ def test_deploy_config_stages_are_sized_to_the_lease(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(gpu_host, "device_total_bytes", lambda index=0: 24 << 30)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    engine = VllmOmniTtsEngine("qwen_tts_test", ChunkingConfig(), gpu_config("http://127.0.0.1:1"), 6 << 30)
+    engine = VllmOmniTtsEngine(
+        "qwen_tts_test", ChunkingConfig(), gpu_config("http://127.0.0.1:1"), memory_budget_bytes=6 << 30
+    )
     sized = yaml.safe_load(engine._sized_deploy_config(deploy).read_text())
     shares = [stage["gpu_memory_utilization"] for stage in sized["stages"]]
     assert shares == [pytest.approx(0.1875), pytest.approx(0.0625)]  # 6/24 of the card, split 3:1
