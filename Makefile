@@ -11,7 +11,7 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
-.PHONY: install run test test-gpu proto proto-check lint bench soak clean golden prometheus
+.PHONY: install run test test-gpu check-gpu-stacks proto proto-check lint bench soak clean golden prometheus
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,8 +45,11 @@ prometheus:
 	  fi; \
 	fi
 
-test-gpu: install  ## GPU engine tests; each skips with its reason when no GPU or weights are mounted
-	$(BIN)/python -m pytest -m gpu -o addopts="-ra"
+check-gpu-stacks:  ## install each GPU stack into build/gpu-stacks/venvs (CPU is fine; GBs), import + load up to weights
+	$(PYTHON) scripts/gpu_stacks.py check $(STACKS)
+
+test-gpu: check-gpu-stacks  ## GPU smoke: each stack's GPU tests in its own venv; every skip says why
+	$(PYTHON) scripts/gpu_stacks.py test $(STACKS)
 
 golden: install  ## regenerate the TTS regression goldens (tests/golden/) ON PURPOSE; review the audio, commit with why
 	$(BIN)/python -m tests.golden.regenerate
