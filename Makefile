@@ -11,7 +11,7 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
-.PHONY: install run test test-gpu compose-test dashboards proto proto-check lint bench soak clean golden
+.PHONY: install run test test-gpu check-gpu-stacks compose-test dashboards proto proto-check lint bench soak clean golden prometheus
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,11 +29,27 @@ install: $(STAMP)  ## create .venv with the CPU fleet and test tools
 run: install  ## start the local CPU fleet (router on 127.0.0.1:50051); Ctrl-C stops it
 	$(BIN)/voicefleet up
 
-test: install  ## unit + integration tests on real servers over loopback (CPU only)
+test: install prometheus  ## unit + integration tests on real servers over loopback (CPU only)
 	$(BIN)/python -m pytest
 
-test-gpu: install  ## GPU engine tests; each skips with its reason when no GPU or weights are mounted
-	$(BIN)/python -m pytest -m gpu -o addopts="-ra"
+# Real Prometheus for the observability tests: Debian's package, installed when missing and we are root (as in CI).
+# Otherwise the tests skip and pytest prints a loud line saying so (tests/conftest.py).
+prometheus:
+	@if ! command -v promtool >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's prometheus for the observability tests ..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null \
+	      || echo "!!! could not install prometheus: the Prometheus tests will be SKIPPED !!!"; \
+	  else \
+	    echo "!!! promtool not found and not root: the Prometheus tests will be SKIPPED (apt-get install prometheus) !!!"; \
+	  fi; \
+	fi
+
+check-gpu-stacks:  ## install each GPU stack into build/gpu-stacks/venvs (CPU is fine; GBs), import + load up to weights
+	$(PYTHON) scripts/gpu_stacks.py check $(STACKS)
+
+test-gpu: check-gpu-stacks  ## GPU smoke: each stack's GPU tests in its own venv; every skip says why
+	$(PYTHON) scripts/gpu_stacks.py test $(STACKS)
 
 compose-test: install  ## build every CPU image, run deploy/compose.yaml in Docker: speak, transcribe, converse, crash+failover
 	scripts/compose-test.sh $(BIN)/python
@@ -68,12 +84,13 @@ proto-check: install  ## fail if committed stubs differ from what protos/ genera
 $(BUF):
 	npm install --no-audit --no-fund --silent
 
-lint: install $(BUF) proto-check  ## buf lint on the contracts, ruff on the code, stub drift
+lint: install $(BUF) proto-check  ## buf lint on the contracts, ruff on the code, stub drift, asserts that cannot fail
 	$(BUF) lint protos
 	$(BIN)/ruff check services tests bench
 	$(BIN)/ruff format --check services tests bench
+	$(BIN)/python -m tests.assert_lint tests bench  # asserts that cannot fail (`... or True`, constants)
 
-bench: install  ## latency benchmarks → bench/results/*.json + a markdown table
+bench: install  ## benchmarks → bench/results/latest/ (JSON + results.md, committed) and the README table quoting them
 	$(BIN)/python -m bench.run
 
 soak: install  ## load + soak through the router: PROFILE=mixed (30 min mixed traffic) or converse (1,000 turns)

@@ -1,7 +1,10 @@
 """Shared benchmark plumbing: percentiles, machine description, JSON + markdown output.
 
-Each benchmark module exposes ``run(ctx) -> list[Row]``; ``python -m bench.run [names]`` runs them and writes
-``bench/results/<name>.json`` and ``bench/results/latest.md``. Numbers are measurements, never test asserts.
+Each benchmark module exposes ``run() -> (rows, extra)``; ``python -m bench.run [names]`` runs them and writes
+``bench/results/latest/<name>.json`` and ``bench/results/latest/results.md`` (a table of every JSON there). The
+directory is committed: the README quotes it (``python -m bench.readme``; tests/test_bench_claims.py checks the
+quote). Each JSON says the machine, date and load average (1 min) before and after its run, because a shared
+machine's load moves every compute figure. Numbers are measurements, never test asserts.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).parent / "results" / "latest"
 
 
 @dataclass
@@ -62,6 +65,7 @@ def machine() -> dict:
         "gpu": gpu or "none",
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_average_1min": round(os.getloadavg()[0], 2),
     }
 
 
@@ -71,9 +75,12 @@ def fmt(value: float, unit: str) -> str:
     return f"{value:.3f}"
 
 
-def write(name: str, rows: list[Row], extra: dict | None = None) -> dict:
+def write(name: str, rows: list[Row], extra: dict | None = None, started: dict | None = None) -> dict:
+    """``started``: machine() taken when the benchmark began (its date and load); the load at the end is added."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    report = {"benchmark": name, "machine": machine(), "rows": [r.summary() for r in rows], **(extra or {})}
+    at = dict(started or machine())
+    at["load_average_1min_after"] = round(os.getloadavg()[0], 2)
+    report = {"benchmark": name, "machine": at, "rows": [r.summary() for r in rows], **(extra or {})}
     (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2))
     return report
 
@@ -82,7 +89,10 @@ def markdown(reports: list[dict]) -> str:
     lines = []
     for rep in reports:
         m = rep["machine"]
-        lines.append(f"### {rep['benchmark']} — {m['date']}, {m['cores']} cores {m['cpu']}, GPU: {m['gpu']}\n")
+        load = ""
+        if "load_average_1min" in m:
+            load = f", load average {m['load_average_1min']} → {m.get('load_average_1min_after', '?')}"
+        lines.append(f"### {rep['benchmark']} — {m['date']}, {m['cores']} cores {m['cpu']}, GPU: {m['gpu']}{load}\n")
         lines.append("| figure | n | median | p95 | min | max | note |")
         lines.append("|---|---|---|---|---|---|---|")
         for r in rep["rows"]:
@@ -95,7 +105,28 @@ def markdown(reports: list[dict]) -> str:
                 f" {fmt(r['max'], u)} | {r['note']} |"
             )
         for key, value in rep.items():
-            if key not in ("benchmark", "machine", "rows"):
+            if key in ("benchmark", "machine", "rows"):
+                continue
+            if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+                lines += ["", f"{key}:", "", *table(value)]  # {row: {column: value}}
+            else:
                 lines.append(f"\n{key}: {value}")
         lines.append("")
     return "\n".join(lines)
+
+
+def table(rows: dict[str, dict]) -> list[str]:
+    """A markdown table from {row name: {column: value}} (columns in first-seen order)."""
+    columns = list(dict.fromkeys(c for cells in rows.values() for c in cells))
+    lines = ["| | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    lines += [
+        f"| {name} | " + " | ".join(str(cells.get(c, "")) for c in columns) + " |" for name, cells in rows.items()
+    ]
+    return lines
+
+
+def load_reports(directory: Path = RESULTS, order: list[str] | None = None) -> list[dict]:
+    """Every ``<name>.json`` in ``directory``; names in ``order`` first, in that order."""
+    reports = {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))}
+    first = [n for n in (order or []) if n in reports]
+    return [reports[n] for n in first] + [r for n, r in reports.items() if n not in first]

@@ -8,7 +8,13 @@ commit) and the library's own checks on it, so the engine's logic can be tested 
   * ``inference_zero_shot(tts_text, prompt_text, prompt_wav, zero_shot_spk_id=, stream=, speed=)`` yielding
     ``{'tts_speech': array [1, n]}``: like CosyVoice3's LM it requires ``<|endofprompt|>`` in the prompt text,
     and like ``CosyVoice2Model.tts`` it streams a first hop of ``model.token_hop_len`` tokens (25 Hz) and grows the
-    hop by ``stream_scale_factor`` up to ``token_max_hop_len`` (on the shared ``model`` object, never reset).
+    hop by ``stream_scale_factor`` up to ``token_max_hop_len`` (on the shared ``model`` object, never reset);
+  * like ``CosyVoice2Model.tts``, each request registers a uuid in ``model.tts_speech_token_dict`` /
+    ``llm_end_dict`` / ``hift_cache_dict`` (under ``model.lock``), runs its "LLM" in a thread that sets
+    ``llm_end_dict[uuid]`` when done, and removes the uuid only after its last chunk -- so a generator closed early
+    leaves them behind, as the library does;
+  * ``frontend`` (text_frontend '' here: no ttsfrd, no wetext) and ``seed_all``, the double of
+    ``cosyvoice.utils.common.set_all_random_seed``, recording the seeds.
 The audio is a tone per word (not speech): these tests check the engine's plumbing, not voice quality.
 """
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 import wave
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,7 +44,17 @@ class FakeAutoModel:
         path = Path(model_dir) / "spk2info.pt"
         self.spk2info = json.loads(path.read_text()) if path.exists() else {}
         self.feature_computations: list[str] = []
-        self.model = SimpleNamespace(token_hop_len=25, token_max_hop_len=100, stream_scale_factor=2)
+        self.model = SimpleNamespace(
+            token_hop_len=25,
+            token_max_hop_len=100,
+            stream_scale_factor=2,
+            lock=threading.Lock(),
+            tts_speech_token_dict={},
+            llm_end_dict={},
+            hift_cache_dict={},
+        )
+        self.frontend = SimpleNamespace(text_frontend="")
+        self.llm_s = 0.05  # how long the "LLM thread" of a request runs
         self.pieces_made = 0
         self.step_s = 0.02  # time one flow/vocoder pass takes
         self.closed_early = threading.Event()
@@ -69,6 +86,13 @@ class FakeAutoModel:
         audio = np.concatenate([_tone(i, 0.3 / speed) for i in range(len(words))]) if words else np.zeros(0)
         tokens = int(len(audio) / RATE * TOKEN_RATE)
         offset = 0
+        m = self.model
+        this_uuid = str(uuid.uuid1())
+        with m.lock:
+            m.tts_speech_token_dict[this_uuid], m.llm_end_dict[this_uuid] = [], False
+            m.hift_cache_dict[this_uuid] = None
+        llm = threading.Timer(self.llm_s, m.llm_end_dict.__setitem__, (this_uuid, True))
+        llm.start()
         try:
             while offset < tokens:
                 hop = self.model.token_hop_len if stream else tokens
@@ -82,6 +106,10 @@ class FakeAutoModel:
                 self.pieces_made += 1
                 yield {"tts_speech": audio[a:b].reshape(1, -1).astype(np.float32)}
                 offset = end
+            llm.join()  # tts() joins its LLM thread before the cleanup
+            with m.lock:  # the library's cleanup, reached only when the generator runs to its end
+                for d in (m.tts_speech_token_dict, m.llm_end_dict, m.hift_cache_dict):
+                    d.pop(this_uuid)
         except GeneratorExit:
             self.closed_early.set()
             raise
@@ -90,3 +118,11 @@ class FakeAutoModel:
 def _tone(i: int, seconds: float) -> np.ndarray:
     t = np.arange(int(RATE * seconds)) / RATE
     return 0.3 * np.sin(2 * np.pi * (200 + 40 * (i % 8)) * t)
+
+
+SEEDS: list[int] = []
+
+
+def seed_all(seed: int) -> None:
+    """Double of cosyvoice.utils.common.set_all_random_seed: records what the engine seeded."""
+    SEEDS.append(seed)

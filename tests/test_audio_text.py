@@ -65,4 +65,5 @@ def test_sentences_and_first_clause():
     assert segs[0] == "When the long first sentence goes on,"
     assert segs[1:] == ["and on, the first audio should not wait for all of it.", "Next."]
     assert [long_first[a:b] for a, b in speech_segments(long_first, 0, 12)][0].endswith("all of it.")
-    assert [text[a:b] for a, b in sentence_spans("你好。今天好吗？")] == ["你好。", "今天好吗？"] or True
+    chinese = "你好。今天好吗？"
+    assert [chinese[a:b] for a, b in sentence_spans(chinese)] == ["你好。", "今天好吗？"]

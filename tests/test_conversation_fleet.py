@@ -393,11 +393,11 @@ def test_interrupt_while_listening_is_a_noop_and_client_interrupt_cuts_the_reply
         assert not talk.of("interrupted") and talk.error is None
         talk.send(say("Tell me a long story about a lighthouse keeper."))
         assert talk.wait(lambda: len(talk.reply_audio(0)) >= RATE * 2 * 0.5 or talk.ended(0))
-        if not talk.ended(0):
-            talk.control(C.ACTION_INTERRUPT)
-            assert talk.wait(lambda: talk.of("interrupted", 0))
-            assert talk.of("interrupted", 0)[0][1].interrupted.reason == "client"
-            assert talk.wait(lambda: talk.complete(0) is not None) and talk.complete(0).interrupted
+        assert not talk.ended(0), "the reply ended before the test could interrupt it; it must be longer"
+        talk.control(C.ACTION_INTERRUPT)
+        assert talk.wait(lambda: talk.of("interrupted", 0))
+        assert talk.of("interrupted", 0)[0][1].interrupted.reason == "client"
+        assert talk.wait(lambda: talk.complete(0) is not None) and talk.complete(0).interrupted
     finally:
         close(talk)
     assert talk.error is None
@@ -589,4 +589,18 @@ def test_cli_converse_and_speak_realtime(conv, say, tmp_path):
 
 
 def test_status_lists_moss_sts_serving(conv):
-    assert wait_until(lambda: conv.metric("router", "voicefleet_backend_serving", backend="moss_sts") == 1, 10)
+    import subprocess
+    import sys
+
+    def moss_sts_line() -> list[str]:
+        out = subprocess.run(
+            [sys.executable, "-m", "services.cli.main", "--router", conv.address("router"), "status"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return next((line.split() for line in out.stdout.splitlines() if line.startswith("moss_sts ")), [])
+
+    assert wait_until(lambda: moss_sts_line()[2:3] == ["SERVING"], 10), moss_sts_line()
+    assert moss_sts_line()[1] == conv.address("moss_sts")
+    assert conv.metric("router", "voicefleet_backend_serving", backend="moss_sts") == 1

@@ -1,9 +1,11 @@
 """CPU tests of the MOSS-Speech streaming logic (services/moss_sts/moss_stream.py) and of the dialogue's pure parts.
 
 The codec decoder is replaced by ``CodecDecoderTestDouble`` -- a test double at the library boundary (the GPU
-codec's ``token2wav`` with a per-stream cache key), written to the contract the module documents: a non-final
-call drops the audio of its last ``lookahead`` frames, holds back the audio of the ``overlap`` frames before them
-and cross-fades that into the head of the next call; a final call returns everything. Its "audio" is a sine whose
+codec's ``token2wav`` with a per-stream cache key), written to the two contracts of the decoder classes in
+OpenMOSS/MOSS-Speech's cosyvoice/cli/model.py that the module documents: ``CosyVoiceModel`` (a non-final call holds
+back the audio of its last ``token_overlap_len`` frames and cross-fades it into the head of the next call) and
+``CosyVoice2Model`` (each call decodes frames from 0 with a ``token_offset`` and returns the audio from the offset
+up to its last ``pre_lookahead_len`` frames, which have no mel yet); a final call returns everything. Its "audio" is a sine whose
 phase is a function of the absolute sample position, which the test encodes in the frame values, so correctly
 windowed chunks join into exactly the continuous signal and a wrong window shows up as a jump (a click) or as
 missing or repeated audio.
@@ -35,13 +37,17 @@ class CodecDecoderTestDouble:
         self.held: np.ndarray | None = None
         self.calls: list[tuple[int, int, bool]] = []
 
-    def __call__(self, window: list[int], finalize: bool) -> np.ndarray:
+    def __call__(self, window: list[int], token_offset: int, finalize: bool) -> np.ndarray:
         self.calls.append((window[0], len(window), finalize))
+        if self.plan.from_start:  # CosyVoice2Model: all frames from 0, audio from the offset on
+            assert window[0] == 0, "the causal flow decodes from the first frame"
+            last = len(window) if finalize else len(window) - self.plan.lookahead_frames
+            n = np.arange(token_offset * SAMPLES_PER_FRAME, last * SAMPLES_PER_FRAME)
+            return np.sin(2 * np.pi * FREQ * n / RATE).astype(np.float32)
+        assert token_offset == 0
         start = window[0] * SAMPLES_PER_FRAME
         n = np.arange(start, start + len(window) * SAMPLES_PER_FRAME)
         wav = np.sin(2 * np.pi * FREQ * n / RATE).astype(np.float32)
-        if not finalize:
-            wav = wav[: len(wav) - self.plan.lookahead_frames * SAMPLES_PER_FRAME]  # pre-lookahead: no mel yet
         if self.held is not None:  # cross-fade the previous call's held-back tail into this head
             k = len(self.held)
             fade = np.linspace(0, 1, k, dtype=np.float32)
@@ -68,7 +74,13 @@ def stream(plan: ChunkPlan, total: int, step: int) -> tuple[np.ndarray, list[int
 
 @pytest.mark.parametrize(
     "plan",
-    [ChunkPlan(2, 4, 3, 2), ChunkPlan(1, 3, 3, 2), ChunkPlan(2, 5, 0, 0), ChunkPlan(1, 4, 2, 1)],
+    [
+        ChunkPlan(2, 4, overlap_frames=2),
+        ChunkPlan(1, 3, overlap_frames=20),  # CosyVoiceModel's token_overlap_len
+        ChunkPlan(2, 5),
+        ChunkPlan(2, 4, lookahead_frames=3, from_start=True),  # CosyVoice2Model's pre_lookahead_len
+        ChunkPlan(1, 4, lookahead_frames=2, from_start=True),
+    ],
     ids=str,
 )
 @pytest.mark.parametrize("step", [1, 3, 7])
@@ -81,18 +93,25 @@ def test_chunks_join_into_the_continuous_signal(plan, step):
     assert all(s == plan.chunk_frames for s in sizes[1:-1])
 
 
-def test_first_chunk_waits_only_for_its_overlap_and_lookahead():
-    plan = ChunkPlan(2, 4, 3, 2)
+@pytest.mark.parametrize(
+    "plan, calls",
+    [
+        (ChunkPlan(2, 4, overlap_frames=5), [(0, 7, False), (2, 9, False)]),  # window from the chunk's start
+        (ChunkPlan(2, 4, lookahead_frames=5, from_start=True), [(0, 7, False), (0, 11, False)]),  # from frame 0
+    ],
+    ids=["overlap", "from_start"],
+)
+def test_a_chunk_waits_only_for_its_overlap_or_lookahead(plan, calls):
     double = CodecDecoderTestDouble(plan)
     decoder = StreamingCodecDecoder(double, plan)
-    assert decoder.push(list(range(6))) == []  # 2 + 2 + 3 = 7 frames needed
+    assert decoder.push(list(range(6))) == []  # 2 + 5 = 7 frames needed
     first = decoder.push([6])
     assert len(first) == 1 and len(first[0]) == 2 * SAMPLES_PER_FRAME
-    assert double.calls == [(0, 7, False)]
+    assert decoder.push(list(range(7, 11))) and double.calls == calls
 
 
 def test_a_short_answer_is_decoded_whole_at_the_end():
-    audio, sizes, double = stream(ChunkPlan(2, 4, 3, 2), total=4, step=4)
+    audio, sizes, double = stream(ChunkPlan(2, 4, overlap_frames=3), total=4, step=4)  # 2 + 3 > 4
     assert len(audio) == 4 * SAMPLES_PER_FRAME and sizes == [4]
     assert double.calls == [(0, 4, True)]
 
@@ -130,3 +149,58 @@ def test_context_is_bounded_by_turns_and_characters():
     assert context.messages[0].role == "user"
     chat = context.chat("be brief")
     assert chat[0] == {"role": "system", "content": "be brief"}
+
+
+# --- the decoder's contract, read at load (services/moss_sts/moss_engine.py) -----------------------------------
+class CosyVoiceModelShape:
+    """Signature and attributes of CosyVoiceModel in OpenMOSS/MOSS-Speech's cosyvoice/cli/model.py (no torch)."""
+
+    token_overlap_len = 20
+
+    def __init__(self):
+        self.lock, self.hift_cache_dict, self.mel_overlap_dict, self.flow_cache_dict = object(), {}, {}, {}
+
+    def token2wav(self, token, prompt_token, prompt_feat, embedding, uuid, finalize=False, speed=1.0):
+        raise AssertionError("not called here")
+
+
+class CosyVoice2ModelShape:
+    """Signature and attributes of CosyVoice2Model there (causal flow with a pre-lookahead)."""
+
+    mel_cache_len = 8  # mel frames its vocoder holds back per non-final call
+
+    def __init__(self):
+        self.lock, self.hift_cache_dict = object(), {}
+        self.flow = type("Flow", (), {"pre_lookahead_len": 3, "token_mel_ratio": 4})()
+
+    def token2wav(
+        self, token, prompt_token, prompt_feat, embedding, token_offset, uuid, stream=False, finalize=False, speed=1.0
+    ):
+        raise AssertionError("not called here")
+
+
+def test_the_decoder_contract_comes_from_the_decoder_itself():
+    from services.moss_sts.moss_engine import decoder_plan
+
+    plan, offset = decoder_plan(CosyVoiceModelShape(), ChunkPlan(2, 4))
+    assert (plan, offset) == (ChunkPlan(2, 4, lookahead_frames=0, overlap_frames=20), False)
+    plan, offset = decoder_plan(CosyVoice2ModelShape(), ChunkPlan(3, 4))
+    assert (plan, offset) == (ChunkPlan(3, 4, lookahead_frames=3, overlap_frames=0, from_start=True), True)
+
+
+def test_the_first_chunk_is_longer_than_what_the_vocoder_holds_back():
+    """8 mel frames held = 2 tokens at 4 mel frames per token: a 1- or 2-frame first chunk would return no audio."""
+    from services.moss_sts.moss_engine import decoder_plan
+
+    plan, _ = decoder_plan(CosyVoice2ModelShape(), ChunkPlan(1, 2))
+    assert (plan.first_frames, plan.chunk_frames) == (3, 3)
+
+
+def test_a_decoder_without_the_state_the_contract_needs_fails_at_load():
+    from services.common.errors import FailedPrecondition
+    from services.moss_sts.moss_engine import decoder_plan
+
+    decoder = CosyVoiceModelShape()
+    del decoder.mel_overlap_dict
+    with pytest.raises(FailedPrecondition, match="lacks mel_overlap_dict"):
+        decoder_plan(decoder, ChunkPlan(2, 4))

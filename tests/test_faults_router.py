@@ -22,7 +22,7 @@ import pytest
 
 from services.common import audio
 from tests.conftest import start_fleet, wait_until
-from tests.speech import DISTRACTORS, transcribe, wer, words
+from tests.speech import INTELLIGIBLE, intelligible, wer, words
 from voice.v1 import (
     audio_pb2,
     conversation_pb2,
@@ -133,7 +133,10 @@ def synthesize(channel, text, routing=REALTIME, timeout=20.0, voice="", rate=0):
 
 
 def heard(pcm: bytes, rate: int, text: str) -> str:
-    return transcribe(pcm, rate, vocabulary=words(text) + DISTRACTORS)
+    """What the strict listener heard, checked against ``text``."""
+    error, said = intelligible(text, pcm, rate)
+    assert error <= INTELLIGIBLE, f"heard {said!r} for {text!r}"
+    return said
 
 
 # --- policy from the command line ---------------------------------------------------------------------------------
@@ -170,7 +173,7 @@ def test_hung_moss_fails_over_within_the_deadline_and_comes_back_after_recovery(
         text = "Please hold the line, an agent will answer soon."
         pcm, rate, served, request_id = synthesize(channel, text, timeout=8)  # a hung client would raise here
         assert set(served) == {"cosyvoice_tts/piper"}
-        assert wer(text, heard(pcm, rate, text)) <= 0.2
+        heard(pcm, rate, text)
         record = next(f for f in status(fleet).recent_failovers if f.request_id == request_id)
         assert record.reason == "no_audio"
         # Ejected: the next requests do not wait for it at all, and status says so.
@@ -337,7 +340,7 @@ def test_moss_killed_before_first_audio_the_request_completes_from_cosyvoice(fle
     worker.join(30)
     pcm, rate, served, request_id = result.get(timeout=1)
     assert set(served) == {"cosyvoice_tts/piper"}, "the whole answer comes from the fallback, nothing from moss"
-    assert wer(text, heard(pcm, rate, text)) <= 0.2
+    heard(pcm, rate, text)
     assert failovers(fleet, **{"from": "moss_sts", "to": "cosyvoice_tts"}) == before + 1
     record = next(f for f in status(fleet).recent_failovers if f.request_id == request_id)
     assert record.from_backend == "moss_sts" and record.to_backend == "cosyvoice_tts"
@@ -486,6 +489,6 @@ def test_router_restarted_clients_get_unavailable_then_succeed_on_retry(fleet, c
             result = synthesize(channel, "Are you there?", routing=BROADCAST, timeout=5)
             break
         except grpc.RpcError as e:
-            assert e.code() == grpc.StatusCode.UNAVAILABLE
+            assert e.code() == grpc.StatusCode.UNAVAILABLE  # noqa: PT017 - a retry loop: every failed try is one
             time.sleep(0.2)
     assert result is not None and set(result[2]) == {"cosyvoice_tts/piper"}

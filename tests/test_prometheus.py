@@ -21,7 +21,7 @@ from voice.v1 import synthesizer_pb2
 PROM_DIR = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
 needs_prometheus = pytest.mark.skipif(
     not (shutil.which("prometheus") and shutil.which("promtool")),
-    reason="needs Debian's prometheus package (apt-get install prometheus; .ci/run installs it)",
+    reason="needs Debian's prometheus package (apt-get install prometheus; make test and .ci/run install it as root)",
 )
 
 

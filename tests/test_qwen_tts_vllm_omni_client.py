@@ -54,6 +54,10 @@ class VllmOmniDouble:
         self.disconnects = 0
         self.fail_with: str | None = None  # "http500" | "midstream" | "no_done"
         self.odd_split = False
+        # "data_only": events as `data: {"type": ...}` lines without `event:` and a closing `data: [DONE]` (OpenAI's
+        # speech stream format); "no_streaming": a vLLM-Omni from before streaming speech (400 on stream_format sse,
+        # whole PCM otherwise).
+        self.dialect = "event_lines"
         double = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -86,6 +90,17 @@ class VllmOmniDouble:
                     return self._json(400, {"error": {"message": "stream=true requires pcm or wav", "code": 400}})
                 if double.fail_with == "http500":
                     return self._json(500, {"error": {"message": "CUDA out of memory", "code": 500}})
+                if double.dialect == "no_streaming":
+                    if body.get("stream_format") == "sse":
+                        message = "'sse' is not a supported stream_format yet. Please use 'audio'."
+                        return self._json(400, {"error": {"message": message, "code": 400}})
+                    pcm = double_pcm(body["input"])
+                    self.send_response(200)
+                    self.send_header("Content-Type", "audio/pcm")
+                    self.send_header("Content-Length", str(len(pcm)))
+                    self.end_headers()
+                    self.wfile.write(pcm)
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -111,6 +126,8 @@ class VllmOmniDouble:
                     else:
                         if double.fail_with != "no_done":
                             self._event("speech.audio.done", {"type": "speech.audio.done", "usage": {}})
+                        if double.dialect == "data_only":
+                            self._chunk(b"data: [DONE]\n\n")
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
@@ -118,7 +135,10 @@ class VllmOmniDouble:
                     self.close_connection = True
 
             def _event(self, name: str, payload: dict) -> None:
-                data = f"event: {name}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+                line = "" if double.dialect == "data_only" else f"event: {name}\n"
+                self._chunk(f"{line}data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode())
+
+            def _chunk(self, data: bytes) -> None:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
@@ -336,3 +356,45 @@ async def test_a_new_streams_first_request_goes_before_a_running_streams_next_on
         assert b"".join(p.pcm for p in a_pieces) == double_pcm(a_first) + double_pcm(a_second)
     finally:
         await engine.close()
+
+
+@pytest.mark.parametrize("dialect", ["data_only", "no_streaming"])
+async def test_older_and_openai_style_sidecars_give_the_same_audio(double, dialect):
+    """Event type from the JSON when there is no `event:` line ([DONE] accepted); a sidecar that cannot stream
+    speech is served whole-utterance instead of failing every request."""
+    text = "Hello there. This is a second sentence."
+    engine = await started(double.url)
+    expected = b"".join(p.pcm for p in await speak(engine, text, voice="Ryan"))
+    double.dialect = dialect
+    got = await speak(engine, text, voice="Ryan")
+    assert b"".join(p.pcm for p in got) == expected
+    if dialect == "no_streaming":
+        assert len(got) == 1 and not engine._sse
+    await engine.close()
+
+
+def test_deploy_config_stages_are_sized_to_the_lease(tmp_path, monkeypatch):
+    """Each stage keeps its share of the other stages; together they take the lease's bytes of the card."""
+    import yaml
+
+    from services.common import gpu_host
+
+    deploy = tmp_path / "qwen3_tts.yaml"
+    deploy.write_text(
+        yaml.safe_dump(
+            {
+                "stages": [
+                    {"name": "talker", "gpu_memory_utilization": 0.3},
+                    {"name": "code2wav", "gpu_memory_utilization": 0.1},
+                ]
+            }
+        )
+    )
+    monkeypatch.setattr(gpu_host, "device_total_bytes", lambda index=0: 24 << 30)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    engine = VllmOmniTtsEngine(
+        "qwen_tts_test", ChunkingConfig(), gpu_config("http://127.0.0.1:1"), memory_budget_bytes=6 << 30
+    )
+    sized = yaml.safe_load(engine._sized_deploy_config(deploy).read_text())
+    shares = [stage["gpu_memory_utilization"] for stage in sized["stages"]]
+    assert shares == [pytest.approx(0.1875), pytest.approx(0.0625)]  # 6/24 of the card, split 3:1

@@ -127,6 +127,76 @@ def padded_stream(
     return PaddedStream(b"".join(parts), rate, tuple(utterances))
 
 
+# --- beyond clean speech: noise at a given SNR, babble, the phone band ------------------------------------------
+# What the noise tables (bench/asr_noise.py, docs/asr.md) and tests/test_asr_noise.py feed the recognizer. All are
+# deterministic (seeded), so a run is repeatable. SNR is speech power over noise power, speech power measured over
+# the utterance (truth bounds), noise over the whole buffer; the noise covers the silence around the speech too.
+
+PHONE_RATE = 8000
+PHONE_BAND_HZ = (300.0, 3400.0)
+BABBLE_TALKERS = 4
+
+
+def _f32(pcm: bytes) -> np.ndarray:
+    return np.frombuffer(pcm, dtype=np.int16).astype(np.float64) / 32768.0
+
+
+def _s16(x: np.ndarray) -> bytes:
+    return (np.clip(x, -1.0, 32767 / 32768) * 32768.0).round().astype(np.int16).tobytes()
+
+
+def white_noise(samples: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0.0, 1.0, samples)
+
+
+def babble(talkers: list[bytes], samples: int, seed: int = 0) -> np.ndarray:
+    """Several talkers at once (each at equal power, looped from a random start): the noise of a crowded room."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros(samples)
+    for pcm in talkers:
+        x = _f32(pcm)
+        x = x / max(np.sqrt(np.mean(x**2)), 1e-9)
+        start = int(rng.integers(0, len(x)))
+        out += np.resize(np.roll(x, -start), samples)
+    return out
+
+
+def with_noise(pcm: bytes, noise: np.ndarray, snr_db: float) -> bytes:
+    """``pcm`` plus ``noise`` scaled so that speech power / noise power = ``snr_db``."""
+    x = _f32(pcm)
+    first, last = truth_bounds(pcm)
+    speech_power = np.mean(x[first:last] ** 2) if last > first else np.mean(x**2)
+    noise = noise[: len(x)]
+    scale = np.sqrt(speech_power / max(np.mean(noise**2), 1e-18) / 10 ** (snr_db / 10))
+    return _s16(x + scale * noise)
+
+
+def phone_band(pcm: bytes, rate: int) -> tuple[bytes, int]:
+    """What a phone line carries: 8 kHz, band-passed to 300-3400 Hz. Returns (pcm, 8000)."""
+    x = _f32(audio.resample(pcm, rate, PHONE_RATE))
+    spectrum = np.fft.rfft(x)
+    freqs = np.fft.rfftfreq(len(x), 1 / PHONE_RATE)
+    low, high = PHONE_BAND_HZ
+    # Raised-cosine edges 100 Hz wide, so the cut does not ring like a brick wall.
+    gain = np.clip((freqs - (low - 100)) / 100, 0, 1) * np.clip(((high + 100) - freqs) / 100, 0, 1)
+    gain = 0.5 - 0.5 * np.cos(np.pi * gain)
+    return _s16(np.fft.irfft(spectrum * gain, n=len(x))), PHONE_RATE
+
+
+# (name, noise kind, SNR dB, phone band): the conditions of the noise table.
+CONDITIONS = (
+    ("clean", None, None, False),
+    ("white 20 dB", "white", 20.0, False),
+    ("white 10 dB", "white", 10.0, False),
+    ("white 0 dB", "white", 0.0, False),
+    ("babble 20 dB", "babble", 20.0, False),
+    ("babble 10 dB", "babble", 10.0, False),
+    ("babble 0 dB", "babble", 0.0, False),
+    ("phone band 8 kHz", None, None, True),
+    ("phone band 8 kHz + babble 10 dB", "babble", 10.0, True),
+)
+
+
 class Speakers:
     """The two CPU TTS engines, in process, with every sentence synthesized once (cached)."""
 
@@ -166,6 +236,57 @@ class Speakers:
     def padded(self, voice: str, texts: list[str], rate: int, **pads) -> PaddedStream:
         """Sentences already said (``say``/``say_all``) as one padded stream at ``rate``."""
         return padded_stream([(t, *self._cache[(voice, t)]) for t in texts], rate, **pads)
+
+    def degraded(self, voice: str, text: str, condition: str, rate: int = 16000, seed: int = 0) -> tuple[bytes, int]:
+        """``text`` (already said) padded with 0.5 s of silence each side, then put through ``condition`` (a name
+        in CONDITIONS): (pcm, rate). Babble is BABBLE_TALKERS other sentences already said, by either voice."""
+        _, kind, snr_db, phone = next(c for c in CONDITIONS if c[0] == condition)
+        pcm = self.padded(voice, [text], rate, lead_s=0.5, tail_s=0.5).pcm
+        if kind == "white":
+            pcm = with_noise(pcm, white_noise(len(pcm) // 2, seed), snr_db)
+        elif kind == "babble":
+            said = [(v, t) for (v, t) in self._cache if t != text]
+            said.sort(key=lambda vt: (vt[1], vt[0]))
+            pick = np.random.default_rng(seed + SENTENCES.index(text) if text in SENTENCES else seed)
+            chosen = [said[int(i)] for i in pick.choice(len(said), BABBLE_TALKERS, replace=False)]
+            talkers = [audio.resample(self._cache[vt][0], self._cache[vt][1], rate) for vt in chosen]
+            pcm = with_noise(pcm, babble(talkers, len(pcm) // 2, seed), snr_db)
+        if phone:
+            return phone_band(pcm, rate)
+        return pcm, rate
+
+
+async def cpu_engine(**config):
+    """The asr CPU engine in process, started (its defaults unless ``config`` overrides AsrServiceConfig fields)."""
+    from services.asr.config import AsrServiceConfig
+    from services.asr.cpu_engine import CpuAsrEngine
+
+    engine = CpuAsrEngine("asr_eval", AsrServiceConfig(port=1, **config))
+    await engine.start()
+    return engine
+
+
+async def recognize(engine, pcm: bytes, rate: int) -> str:
+    """Every final an in-process asr engine gives for ``pcm`` (resampled to 16 kHz as the servicer does), joined;
+    interim results off."""
+    from services.common.engines import RecognitionOptions
+
+    pcm16 = audio.resample(pcm, rate, 16000)
+    stream = await engine.open_stream(RecognitionOptions(language="en-US", interim_results=False))
+    finals: list[str] = []
+
+    async def consume():
+        async for event in stream.events():
+            if event.result is not None and event.result.is_final:
+                finals.append(event.result.transcript)
+
+    task = asyncio.create_task(consume())
+    for i in range(0, len(pcm16), 3200):
+        await stream.feed(pcm16[i : i + 3200])
+    await stream.finish()
+    await task
+    await stream.close()
+    return " ".join(f for f in finals if f)
 
 
 def requests(pcm: bytes, rate: int, config, chunk_ms: int = 100, realtime: bool = False, request_id: str = ""):

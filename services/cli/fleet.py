@@ -110,7 +110,10 @@ class LocalFleet:
                 m = self.members[name]
                 if m.process.poll() is not None:
                     raise FleetError(f"{name} exited with code {m.process.returncode} while starting:\n{m.log_tail()}")
-                if member_status(name, m.address, timeout=0.5, settings=self.config.security) == "SERVING":
+                status = member_status(
+                    name, m.address, timeout=0.5, settings=self.config.security, fleet=set(self.config.fleet.services)
+                )
+                if status == "SERVING":
                     pending.discard(name)
             if pending and time.monotonic() > deadline:
                 raise FleetError(f"not SERVING after {timeout:.0f}s: {', '.join(sorted(pending))}")

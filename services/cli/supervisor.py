@@ -148,10 +148,11 @@ class Supervisor:
                 self._exited(st, code, now)
             elif st.state == STARTING and now >= st.next_check:
                 st.next_check = now + self.ready_check_seconds
-                if (
-                    member_status(st.name, member.address, timeout=0.5, settings=self.fleet.config.security)
-                    == "SERVING"
-                ):
+                config = self.fleet.config
+                status = member_status(
+                    st.name, member.address, timeout=0.5, settings=config.security, fleet=set(config.fleet.services)
+                )
+                if status == "SERVING":
                     st.state, st.ready_at = READY, time.monotonic()
                     SUPERVISOR_MEMBER_READY.labels(st.name).set(1)
                     if st.restarts:

@@ -40,9 +40,12 @@ def health_status(address: str, timeout: float = 1.0, service: str = "", setting
         return check(channel, service, timeout)
 
 
-def router_readiness(address: str, timeout: float = 1.0, settings=None) -> dict[str, str]:
+def router_readiness(
+    address: str, timeout: float = 1.0, settings=None, backends: set[str] | None = None
+) -> dict[str, str]:
     """The router's health: "" (liveness) and, once it is live, each public service name that its backends serve
-    (the services this fleet runs: voice.v1.Synthesizer, ...) -> SERVING / NOT_SERVING / ..."""
+    (voice.v1.Synthesizer, ...) -> SERVING / NOT_SERVING / ... ``backends``: only the names these backends serve (the
+    fleet's own members; a backend the fleet does not run is not waited for); None: every backend's."""
     from services.common.health import PUBLIC_SERVICES
     from voice.v1 import fleet_pb2, fleet_pb2_grpc
 
@@ -54,7 +57,7 @@ def router_readiness(address: str, timeout: float = 1.0, settings=None) -> dict[
             fleet = fleet_pb2_grpc.FleetStub(channel).GetFleetStatus(fleet_pb2.GetFleetStatusRequest(), timeout=timeout)
         except grpc.RpcError as e:
             return {**answers, "voice.v1.Fleet": e.code().name}
-        served = {name for b in fleet.backends for name in b.services}
+        served = {name for b in fleet.backends if backends is None or b.name in backends for name in b.services}
         for name in PUBLIC_SERVICES:
             if name in served:
                 answers[name] = check(channel, name, timeout)
@@ -100,14 +103,14 @@ def brain_status(address: str, timeout: float = 1.0) -> str:
         return "UNREACHABLE"
 
 
-def member_status(name: str, address: str, timeout: float = 1.0, settings=None) -> str:
+def member_status(name: str, address: str, timeout: float = 1.0, settings=None, fleet: set[str] | None = None) -> str:
     """Readiness of a fleet member: gRPC health for services, a real completion for the brain. The router is ready
     when it is live and every service its backends serve is callable (a backend for it is routable), so "is up"
     means ListVoices lists every TTS service's voices and a call is served."""
     if name in HTTP_MEMBERS:
         return brain_status(address, timeout)
     if name == "router":
-        answers = router_readiness(address, timeout, settings)
+        answers = router_readiness(address, timeout, settings, backends=fleet)
         waiting = [f"{n} {s}" for n, s in answers.items() if n and s != "SERVING"]
         if answers[""] != "SERVING" or not waiting:
             return answers[""]

@@ -321,6 +321,13 @@ class ModelControlServicer(gpu_pb2_grpc.ModelControlServicer):
         )
 
 
+def lease_bytes(config, service: str) -> int:
+    """The bytes ``service``'s lease asks for (residency.services.<service>.declared_gb): what its GPU engine sizes
+    its allocator to (docs/leases.md, memory plan)."""
+    spec = config.residency.services.get(service)
+    return int(spec.declared_gb * GIB) if spec else 0
+
+
 def residency_for(config, service: str, hooks: ResidencyHooks, gpu_engine: bool) -> ModelResidency:
     """The residency of ``service`` from the fleet config: leases always for GPU engines, on CPU when enabled."""
     rc = config.residency

@@ -22,6 +22,9 @@ class CosyVoiceGpuConfig:
     load_trt: bool = False
     fp16: bool = False
     trt_concurrent: int = 1
+    # wetext text-normalisation FSTs (zh/tn/*.fst, en/tn/*.fst from modelscope pengzhendong/wetext), mounted with
+    # the weights; the library would download them at every start. "" = no text normalisation.
+    text_normalizer_dir: str = "/models/wetext"
     # Streaming hop in speech tokens (25 Hz): the first chunk waits for first_hop_tokens (the model's training chunk
     # is 25 = 1 s of audio), each next hop grows by hop_growth up to max_hop_tokens (bigger = fewer flow passes).
     first_hop_tokens: int = 25

@@ -19,11 +19,23 @@ Writable state: the mounted weights may be read-only, but the library writes nex
 TensorRT plans, the vLLM export). So ``AutoModel`` is given an overlay directory in ``gpu.state_dir`` whose
 entries are symlinks to the weights, and whatever the library writes lands in the overlay.
 
-Library limits (documented in docs/tts.md): ``tts()`` has no cancel hook — closing its generator stops further
-flow/vocoder passes and further sentences, but the LM thread of the segment in flight runs to its end; the
-streaming hop (``token_hop_len``) is a model-wide attribute the library grows per chunk and never resets, so the
-engine resets it at the start of each segment; ``speed != 1`` works only without streaming; the seed is global
-(``set_all_random_seed``), so output is reproducible only when streams do not overlap and without vLLM.
+Library limits (read from cosyvoice/cli/model.py at the pinned commit; docs/tts.md):
+  * the streaming hop (``token_hop_len``) is a model-wide attribute ``CosyVoice2Model.tts`` grows per chunk and
+    never resets, and the seed is process-global (``set_all_random_seed``): two overlapping syntheses would change
+    each other's chunk plan and randomness. So the engine runs ONE library segment at a time (``_library_lock``,
+    released between segments, so concurrent streams take turns per sentence), resets the hop and seeds before each.
+  * ``tts()`` has no cancel hook and frees its per-request state (``tts_speech_token_dict``, ``llm_end_dict``,
+    ``hift_cache_dict`` under the request's uuid) only after its last chunk; closing its generator early skips
+    that, and its LLM thread keeps running. On cancel the engine closes the generator (no further flow/vocoder
+    passes), waits for the LLM thread to end (``llm_end_dict[uuid]``), and pops that uuid's entries itself, under
+    the library's lock, before the next segment may start.
+  * The attributes this relies on are checked once at start (``_check_library_surface``): a library revision
+    without them fails with FAILED_PRECONDITION naming the attribute, never a silent skip.
+  * ``speed != 1`` works only without streaming.
+  * Text normalisation: the frontend builds ``wetext.Normalizer()``, which calls modelscope's ``snapshot_download``
+    (network) at every start and, if that fails, silently runs without normalisation. The engine installs
+    normalisers built from FSTs in a mounted directory (``gpu.text_normalizer_dir``) instead.
+  * ``load_trt`` needs TensorRT, which the image does not carry: refused at start unless ``tensorrt`` imports.
 """
 
 from __future__ import annotations
@@ -121,7 +133,7 @@ def _default_auto_model() -> Callable:
 
 
 # Segments in the library at once when scheduling.workers is 0.
-DEFAULT_IN_FLIGHT = 4
+DEFAULT_IN_FLIGHT = 1  # see __init__: the library allows one segment at a time
 
 
 class CosyVoice3Engine(TtsEngine):
@@ -135,17 +147,28 @@ class CosyVoice3Engine(TtsEngine):
         chunking: ChunkingConfig,
         auto_model: Callable | None = None,
         scheduling: SchedulingConfig | None = None,
+        seed_all: Callable[[int], None] | None = None,
+        memory_budget_bytes: int = 0,
     ):
-        """``auto_model``: the library's ``AutoModel`` (default: imported from ``gpu.repo_dir`` at start)."""
+        """``auto_model`` / ``seed_all``: the library's ``AutoModel`` and ``set_all_random_seed`` (default: imported
+        from ``gpu.repo_dir`` at start). ``memory_budget_bytes``: the lease's bytes, the cap of this process's
+        CUDA allocator (docs/leases.md)."""
         self.service = service
+        self._seed_all = seed_all
+        self.memory_budget_bytes = memory_budget_bytes
+        # One library segment at a time: hop and seed are model-wide in the library (module doc).
+        self._library_lock = threading.Lock()
         self.gpu = gpu
         self.chunking = chunking
         scheduling = scheduling or SchedulingConfig()
-        # Segments running in the library at once (each in a thread of its own). With load_vllm the LLM stage batches
-        # them in vLLM; without it they share the card. First segments first either way (docs/scheduling.md).
-        self.scheduler = SegmentScheduler(
-            service, self.name, scheduling.workers or DEFAULT_IN_FLIGHT, margin_s=scheduling.margin_ms / 1000
-        )
+        # ONE segment in the library at a time: CosyVoice's tts() keeps a model-wide hop and a process-wide seed, and
+        # the cancel cleanup must know its request's uuid (module doc). The scheduler decides which segment goes next
+        # (first segments first, docs/scheduling.md); ``_library_lock`` is the guarantee behind it.
+        if scheduling.workers not in (0, 1):
+            log.warning(
+                "cosyvoice_tts.scheduling.workers=%d: CosyVoice3 runs one segment at a time", scheduling.workers
+            )
+        self.scheduler = SegmentScheduler(service, self.name, DEFAULT_IN_FLIGHT, margin_s=scheduling.margin_ms / 1000)
         self._auto_model = auto_model
         self._model = None
         self._voices: dict[str, dict] = {}
@@ -179,11 +202,32 @@ class CosyVoice3Engine(TtsEngine):
                 f"cosyvoice_tts.gpu.model_dir: {weights} has no cosyvoice3.yaml; mount the Fun-CosyVoice3-0.5B"
                 " weights there (scripts download them on a machine with internet)"
             )
+        if self.gpu.load_trt:
+            try:
+                import tensorrt  # noqa: F401
+            except ImportError:
+                raise FailedPrecondition(
+                    "cosyvoice_tts.gpu.load_trt: TensorRT is not installed in this image; set load_trt: false, or"
+                    " add tensorrt-cu12==10.13.3.9 (CosyVoice's own pin) to the image (docs/tts.md)"
+                ) from None
         if self.gpu.device.startswith("cuda"):
             import torch
 
-            if not torch.cuda.is_available():
-                raise FailedPrecondition("cosyvoice_tts.engine: 'gpu' needs a CUDA device; none is visible")
+            from services.common.gpu_host import cap_torch_process, device_total_bytes
+
+            budget = self.memory_budget_bytes
+            if self.gpu.load_vllm:
+                # CosyVoice's load_vllm gives vLLM gpu_memory_utilization=0.2 of the card (hard-coded at the pinned
+                # commit), in vLLM's own engine process; this process keeps the rest of the lease.
+                vllm_bytes = int(0.2 * device_total_bytes(torch.device(self.gpu.device).index or 0))
+                if budget - vllm_bytes < 2 << 30:
+                    raise FailedPrecondition(
+                        f"cosyvoice_tts.gpu.load_vllm: vLLM takes 0.2 of the card ({vllm_bytes / 2**30:.1f} GiB) and"
+                        " flow + HiFT need ~2 GiB more; raise residency.services.cosyvoice_tts.declared_gb to"
+                        f" >= {(vllm_bytes + (2 << 30)) / 2**30:.1f} (docs/leases.md)"
+                    )
+                budget -= vllm_bytes
+            cap_torch_process(torch, "cosyvoice_tts", self.gpu.device, budget)
         self._prepare_overlay(weights)
         auto_model = self._auto_model or self._import_library()
         self._model = auto_model(
@@ -198,6 +242,8 @@ class CosyVoice3Engine(TtsEngine):
                 f"cosyvoice_tts.gpu.model_dir: the model speaks at {self._model.sample_rate} Hz, not 24000;"
                 " is it Fun-CosyVoice3?"
             )
+        self._check_library_surface()
+        self._install_text_normalizers()
         self._load_registry()
         self._ensure_preset()
         log.info("CosyVoice3 loaded in %.1fs", time.monotonic() - t0)
@@ -213,6 +259,9 @@ class CosyVoice3Engine(TtsEngine):
                 sys.path.insert(0, str(path))
         try:
             auto_model = _default_auto_model()
+            from cosyvoice.utils.common import set_all_random_seed
+
+            self._seed_all = self._seed_all or set_all_random_seed
         except ImportError as e:
             raise FailedPrecondition(
                 f"cosyvoice_tts.gpu.repo_dir: cannot import CosyVoice from {repo} ({e}); install the GPU image"
@@ -224,6 +273,46 @@ class CosyVoice3Engine(TtsEngine):
 
             ModelRegistry.register_model("CosyVoice2ForCausalLM", CosyVoice2ForCausalLM)
         return auto_model
+
+    # What the engine uses of CosyVoice2Model's internals (cosyvoice/cli/model.py at the pinned commit).
+    MODEL_ATTRIBUTES = ("token_hop_len", "token_max_hop_len", "stream_scale_factor", "lock")
+    MODEL_REQUEST_DICTS = ("tts_speech_token_dict", "llm_end_dict", "hift_cache_dict")
+
+    def _check_library_surface(self) -> None:
+        model = getattr(self._model, "model", None)
+        missing = [a for a in self.MODEL_ATTRIBUTES + self.MODEL_REQUEST_DICTS if not hasattr(model, a)]
+        if not hasattr(self._model, "frontend"):
+            missing.append("frontend (on AutoModel's result)")
+        if self._seed_all is None:
+            missing.append("cosyvoice.utils.common.set_all_random_seed")
+        if missing:
+            raise FailedPrecondition(
+                f"cosyvoice_tts.gpu.repo_dir: this CosyVoice revision lacks {', '.join(missing)} on its model; the"
+                " engine is written against FunAudioLLM/CosyVoice @ ace7c47 (services/cosyvoice_tts/requirements-gpu.txt)"
+            )
+
+    def _install_text_normalizers(self) -> None:
+        """wetext normalisers from mounted FSTs (the library's own would download them at every start)."""
+        frontend = self._model.frontend
+        if getattr(frontend, "text_frontend", "") == "ttsfrd":  # the library found ttsfrd: it needs no FSTs
+            return
+        directory = self.gpu.text_normalizer_dir
+        if not directory:
+            log.warning("cosyvoice_tts.gpu.text_normalizer_dir is empty: no text normalisation (digits, dates)")
+            return
+        fsts = {lang: Path(directory) / lang / "tn" for lang in ("zh", "en")}
+        need = [f / name for f in fsts.values() for name in ("tagger.fst", "verbalizer.fst")]
+        if not all(p.is_file() for p in need):
+            raise FailedPrecondition(
+                f"cosyvoice_tts.gpu.text_normalizer_dir: {directory} lacks {next(p for p in need if not p.is_file())};"
+                " mount the wetext FSTs there (modelscope pengzhendong/wetext, fetched with the weights), or set it"
+                " to '' to run without text normalisation"
+            )
+        from wetext import Normalizer
+
+        frontend.zh_tn_model = Normalizer(str(fsts["zh"] / "tagger.fst"), str(fsts["zh"] / "verbalizer.fst"), "zh")
+        frontend.en_tn_model = Normalizer(str(fsts["en"] / "tagger.fst"), str(fsts["en"] / "verbalizer.fst"), "en")
+        frontend.text_frontend = "wetext"
 
     def _prepare_overlay(self, weights: Path) -> None:
         """state_dir/model: a symlink per weights entry; spk2info.pt (and what the library exports) real files."""
@@ -359,32 +448,13 @@ class CosyVoice3Engine(TtsEngine):
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
         def work() -> None:
-            try:
-                self._seed(options.seed or self.gpu.default_seed)
-                model = getattr(self._model, "model", None)
-                if model is not None and hasattr(model, "token_hop_len"):
-                    # The library grows this model-wide hop per chunk and never resets it: reset per segment.
-                    model.token_hop_len = self.gpu.first_hop_tokens
-                    model.token_max_hop_len = self.gpu.max_hop_tokens
-                    model.stream_scale_factor = self.gpu.hop_growth
-                pieces = self._model.inference_zero_shot(
-                    segment, "", "", zero_shot_spk_id=options.voice, stream=stream, speed=options.speaking_rate
-                )
+            with self._library_lock:  # one library segment at a time (module doc)
                 try:
-                    for out in pieces:
-                        if stop.is_set():
-                            break
-                        pcm = self._to_pcm(out["tts_speech"], resampler, last=False)
-                        self._steps.inc()
-                        put(pcm)
-                    if resampler is not None and not stop.is_set():
-                        put(self._to_pcm(None, resampler, last=True))
+                    self._run_segment(segment, options, stream, resampler, stop, put)
+                except BaseException as e:  # noqa: BLE001 - handed to the async side
+                    put(e)
                 finally:
-                    pieces.close()
-            except BaseException as e:  # noqa: BLE001 - handed to the async side
-                put(e)
-            finally:
-                put(done)
+                    put(done)
 
         worker = threading.Thread(target=work, name="cosyvoice3", daemon=True)
         worker.start()
@@ -409,12 +479,42 @@ class CosyVoice3Engine(TtsEngine):
                     daemon=True,
                 ).start()
 
-    def _seed(self, seed: int) -> None:
-        if self._auto_model is not None:
-            return  # a test double stands in for the library: no library RNG to seed
-        from cosyvoice.utils.common import set_all_random_seed
+    def _run_segment(self, segment: str, options: SynthesisOptions, stream: bool, resampler, stop, put) -> None:
+        """One segment through the library (caller holds ``_library_lock``); on ``stop``, the library's cleanup."""
+        model = self._model.model
+        self._seed_all(options.seed or self.gpu.default_seed)
+        # The library grows this model-wide hop per chunk and never resets it: reset per segment.
+        model.token_hop_len = self.gpu.first_hop_tokens
+        model.token_max_hop_len = self.gpu.max_hop_tokens
+        model.stream_scale_factor = self.gpu.hop_growth
+        before = set(model.tts_speech_token_dict)
+        pieces = self._model.inference_zero_shot(
+            segment, "", "", zero_shot_spk_id=options.voice, stream=stream, speed=options.speaking_rate
+        )
+        try:
+            for out in pieces:
+                if stop.is_set():
+                    break
+                pcm = self._to_pcm(out["tts_speech"], resampler, last=False)
+                self._steps.inc()
+                put(pcm)
+            if resampler is not None and not stop.is_set():
+                put(self._to_pcm(None, resampler, last=True))
+        finally:
+            pieces.close()
+            self._finish_abandoned(model, before)
 
-        set_all_random_seed(seed)
+    def _finish_abandoned(self, model, before: set) -> None:
+        """The cleanup ``tts()`` skips when closed early: wait for its LLM thread, drop its per-request state.
+        A request that ran to its end has already removed its uuid, so this finds nothing then."""
+        with model.lock:
+            abandoned = [u for u in model.tts_speech_token_dict if u not in before]
+        for uuid in abandoned:
+            while not model.llm_end_dict.get(uuid, True):  # the LLM thread sets it when it ends (bounded by the
+                time.sleep(0.01)  # segment's max tokens); only then may its dict entries go
+            with model.lock:
+                for name in self.MODEL_REQUEST_DICTS:
+                    getattr(model, name).pop(uuid, None)
 
     @staticmethod
     def _to_pcm(speech, resampler, last: bool) -> bytes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from services.common.config import Config
 from services.common.engines import TtsEngine
-from services.common.model_control import resident_tts
+from services.common.model_control import lease_bytes, resident_tts
 from services.common.server import ServiceParts, Servicer
 from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument
 from voice.v1 import synthesizer_pb2_grpc
@@ -20,7 +20,13 @@ def make_engine(config: Config) -> TtsEngine:
         return PiperTtsEngine(SERVICE, section.chunking, section.scheduling)
     from services.cosyvoice_tts.cosyvoice_engine import CosyVoice3Engine
 
-    return CosyVoice3Engine(SERVICE, section.gpu, section.chunking, scheduling=section.scheduling)
+    return CosyVoice3Engine(
+        SERVICE,
+        section.gpu,
+        section.chunking,
+        scheduling=section.scheduling,
+        memory_budget_bytes=lease_bytes(config, SERVICE),
+    )
 
 
 def build(config: Config) -> ServiceParts:

@@ -19,16 +19,14 @@ class MossGpuConfig:
     # Voice prompt the codec decoder speaks in (relative to repo_dir or absolute).
     prompt_wav: str = "assets/prompt_en.wav"
     device: str = "cuda"
-    dtype: str = "float16"
+    # MOSS-Speech is Qwen3-8B based and published in bfloat16: float16 risks overflow to inf/NaN in activations.
+    dtype: str = "bfloat16"
     # "auto": flash_attention_2 when the flash-attn package imports, else sdpa.
     attn_implementation: str = "auto"
-    # Streaming decode: codec frames (12.5 Hz, 80 ms each) in the first chunk and in later chunks; tokens the flow
-    # decoder needs past a chunk before it can be decoded (its pre-lookahead).
+    # Streaming decode: codec frames (12.5 Hz, 80 ms each) in the first chunk and in later chunks. What a chunk
+    # needs past its end (overlap or pre-lookahead) is the codec decoder's own, read at load (moss_stream.py).
     first_chunk_frames: int = 2
     chunk_frames: int = 4
-    lookahead_frames: int = 3
-    # Frames at a chunk's end the codec decoder holds back and cross-fades into the next chunk (its mel overlap).
-    overlap_frames: int = 2
     top_k: int = 20
     repetition_penalty: float = 1.1
     max_new_tokens: int = 600
@@ -52,8 +50,6 @@ class MossGpuConfig:
         check(
             path, "chunk_frames", self.first_chunk_frames <= self.chunk_frames <= 25, "must be first_chunk_frames..25"
         )
-        check(path, "lookahead_frames", 0 <= self.lookahead_frames <= 10, "must be 0..10")
-        check(path, "overlap_frames", 0 <= self.overlap_frames <= 10, "must be 0..10")
         check(path, "max_new_tokens", 16 <= self.max_new_tokens <= 8192, "must be 16..8192")
 
 

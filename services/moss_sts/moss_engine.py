@@ -9,11 +9,15 @@ the text channel (pad or ``<|im_end|>``). Weights come from mounted directories;
 (HF_HUB_OFFLINE). The codec's flow decoder code comes from the GitHub checkout (``repo_dir`` on sys.path, with its
 Matcha-TTS submodule).
 
-What we add (no MOSS code copied): FP16 and FlashAttention-2 when the flash-attn package imports (else sdpa);
-streaming by tapping each generation step's tokens and decoding codec frames in chunks (moss_stream.py: first chunk
-1-2 frames, then 3-5, decoder state carried under one cache key per reply); interruption at the next generation
-step (a stopping criterion reads the session's stop flag) and at the next chunk. Heavy libraries are imported only
-in ``load``.
+What we add (no MOSS code copied): bfloat16 (the checkpoint's dtype) and FlashAttention-2 when the flash-attn
+package imports (else sdpa); streaming by tapping each generation step's tokens and decoding codec frames in chunks
+(moss_stream.py: first chunk 1-2 frames, then 3-5) with the codec decoder's own streaming contract, read at load
+from its ``token2wav`` signature (CosyVoiceModel: per-key mel overlap; CosyVoice2Model: decode from frame 0 with a
+token offset), its per-key state created and dropped the way its ``tts()`` does; interruption at the next
+generation step (a stopping criterion reads the session's stop flag) and at the next chunk. A decoder without the
+attributes that contract needs, or a ``generate`` that never calls the streamer per step, fails at start with
+FAILED_PRECONDITION (never a silent reply). The process's CUDA allocator is capped at the lease's bytes. Heavy
+libraries are imported only in ``load``.
 
 Speech -> speech (Conversation): the user's turn goes in as audio (the dialogue keeps each turn's audio, bounded),
 earlier turns as the audio that was actually sent (an interrupted reply is cut where its audio stopped).
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import sys
@@ -78,16 +83,16 @@ def _wav_file(directory: str, pcm: bytes, rate: int) -> str:
 class MossSpeech:
     """The loaded model, processor and codec; one generation at a time on the card (a lock), decode beside it."""
 
-    def __init__(self, config: MossGpuConfig):
+    def __init__(self, config: MossGpuConfig, memory_budget_bytes: int = 0):
         self.config = config
+        self.memory_budget_bytes = memory_budget_bytes
         self.model = None
         self.processor = None
         self.codec = None
         self.conditioning = None
         self.torch = None
-        self.plan = ChunkPlan(
-            config.first_chunk_frames, config.chunk_frames, config.lookahead_frames, config.overlap_frames
-        )
+        self.plan = ChunkPlan(config.first_chunk_frames, config.chunk_frames)  # completed from the decoder at load
+        self.offset_protocol = False
         self.generate_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="moss-generate")
         self.decode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="moss-decode")
         self.modality_pad = MODALITY_PAD
@@ -110,6 +115,10 @@ class MossSpeech:
         from transformers import AutoModel, AutoProcessor
 
         self.torch = torch
+        if c.device.startswith("cuda"):
+            from services.common.gpu_host import cap_torch_process
+
+            cap_torch_process(torch, "moss_sts", c.device, self.memory_budget_bytes)
         dtype = getattr(torch, c.dtype)
         attn = c.attn_implementation
         if attn == "auto":
@@ -135,6 +144,7 @@ class MossSpeech:
                 "moss_sts.gpu.codec_dir: the processor's codec has no audio_decoder.token2wav; this MOSS-Speech-Codec"
                 " revision is not the one docs/conversation.md names"
             )
+        self.plan, self.offset_protocol = decoder_plan(self.codec.audio_decoder, self.plan)
         self.conditioning = self._voice_conditioning()
         log.info("MOSS-Speech loaded in %.1fs (%s, %s)", time.monotonic() - t0, c.dtype, attn)
 
@@ -166,26 +176,37 @@ class MossSpeech:
         return int(self.torch.cuda.memory_allocated())
 
     # --- generation -----------------------------------------------------------------------------------------
-    def token2wav(self, key: str, frames: list[int], finalize: bool) -> np.ndarray:
-        """One chunk through the codec's decoder under the reply's cache key (decoder state carried between calls)."""
+    def token2wav(self, key: str, frames: list[int], token_offset: int, finalize: bool) -> np.ndarray:
+        """One chunk through the codec's decoder under the reply's cache key, with the decoder's own streaming
+        contract (moss_stream.py); its per-key state is created on the first call, as its ``tts()`` does."""
         torch = self.torch
         decoder = self.codec.audio_decoder
         c = self.conditioning
+        with decoder.lock:
+            if key not in decoder.hift_cache_dict:
+                decoder.hift_cache_dict[key] = None
+                if not self.offset_protocol:
+                    decoder.mel_overlap_dict[key] = torch.zeros(1, 80, 0)
+                    decoder.flow_cache_dict[key] = torch.zeros(1, 80, 0, 2)
+        token = torch.tensor([frames], dtype=torch.int32)
+        common = dict(prompt_token=c["prompt_token"], prompt_feat=c["prompt_feat"], embedding=c["embedding"], uuid=key)
         with torch.inference_mode():
-            speech, _ = decoder.token2wav(
-                torch.tensor([frames], dtype=torch.int32, device=decoder.device),
-                uuid=key,
-                prompt_token=c["prompt_token"],
-                prompt_feat=c["prompt_feat"],
-                embedding=c["embedding"],
-                finalize=finalize,
-            )
+            if self.offset_protocol:
+                speech = decoder.token2wav(
+                    token=token, token_offset=token_offset, stream=True, finalize=finalize, **common
+                )
+            else:
+                speech = decoder.token2wav(token=token, finalize=finalize, **common)
+        if isinstance(speech, tuple):  # a decoder that also returns its source excitation
+            speech = speech[0]
         return speech.float().squeeze().cpu().numpy()
 
     def release(self, key: str) -> None:
+        """Drop the reply's decoder state (what ``tts()`` pops at its end)."""
         decoder = self.codec.audio_decoder
-        for cache in ("hift_cache_dict", "mel_overlap_dict"):
-            getattr(decoder, cache, {}).pop(key, None)
+        with decoder.lock:
+            for cache in DECODER_STATE:
+                getattr(decoder, cache, {}).pop(key, None)
 
     def generate(self, conversation: list[dict], sampling: Sampling, max_tokens: int, tap: TokenTap) -> None:
         """Blocking: speech-out generation with ``tap`` as the streamer; stops at the stop tokens or ``tap.stop``."""
@@ -230,7 +251,9 @@ class MossSpeech:
         frames: asyncio.Queue = asyncio.Queue()
         tap = TokenTap(lambda f: loop.call_soon_threadsafe(frames.put_nowait, f), self.modality_pad)
         key = uuid.uuid4().hex
-        decoder = StreamingCodecDecoder(lambda window, final: self.token2wav(key, window, final), self.plan)
+        decoder = StreamingCodecDecoder(
+            lambda window, offset, final: self.token2wav(key, window, offset, final), self.plan
+        )
         generating = loop.run_in_executor(self.generate_pool, self.generate, conversation, sampling, max_tokens, tap)
         generating.add_done_callback(lambda _f: loop.call_soon_threadsafe(frames.put_nowait, None))
         try:
@@ -246,8 +269,14 @@ class MossSpeech:
                         break
                     batch.extend(more)
                 for wav in await loop.run_in_executor(self.decode_pool, decoder.push, batch):
-                    yield self._piece(wav, served_by)
+                    if len(wav):  # a chunk whose audio the decoder still holds back returns none
+                        yield self._piece(wav, served_by)
             await generating  # its error, if it failed
+            if tap.steps == 0:
+                raise FailedPrecondition(
+                    "MOSS-Speech's generate never called the streamer per step with (text, audio) tokens: this model"
+                    " revision cannot be streamed by the engine (docs/conversation.md, streaming)"
+                )
             tail = await loop.run_in_executor(self.decode_pool, decoder.finish)
             if tail is not None and len(tail):
                 yield self._piece(tail, served_by)
@@ -261,6 +290,42 @@ class MossSpeech:
     def _piece(wav: np.ndarray, served_by: str) -> AudioPiece:
         pcm = audio_util.to_int16(np.asarray(wav, dtype=np.float32)).tobytes()
         return AudioPiece(pcm=pcm, sample_rate_hz=OUTPUT_RATE, text_start=0, text_end=0, served_by=served_by)
+
+
+# Per-reply state of CosyVoice's token2wav models (cosyvoice/cli/model.py of the MOSS-Speech checkout).
+DECODER_STATE = ("hift_cache_dict", "mel_overlap_dict", "flow_cache_dict")
+
+
+def decoder_plan(decoder, plan: ChunkPlan) -> tuple[ChunkPlan, bool]:
+    """The chunk plan completed with the decoder's own streaming contract, and whether it is the offset contract.
+
+    ``token2wav(..., token_offset, ..., stream, finalize)`` is CosyVoice2Model's (causal flow: decode from frame 0,
+    ``flow.pre_lookahead_len`` frames past the chunk); ``token2wav(..., uuid, finalize)`` is CosyVoiceModel's
+    (window plus its ``token_overlap_len``, mel overlap cross-faded). CosyVoice2Model's vocoder also holds back
+    ``mel_cache_len`` mel frames of every non-final call, so a first chunk of fewer tokens than that would return
+    no audio at all (seen on the tiny decoder in `make check-gpu-stacks`): the first chunk is raised above it."""
+    params = inspect.signature(decoder.token2wav).parameters
+    offset = "token_offset" in params
+    needed = ["lock", "hift_cache_dict"]
+    needed += ["mel_cache_len"] if offset else ["mel_overlap_dict", "flow_cache_dict", "token_overlap_len"]
+    missing = [a for a in needed if not hasattr(decoder, a)]
+    flow = getattr(decoder, "flow", None)
+    if offset:
+        missing += [f"flow.{a}" for a in ("pre_lookahead_len", "token_mel_ratio") if not hasattr(flow, a)]
+    if missing or not {"uuid", "finalize"} <= set(params):
+        raise FailedPrecondition(
+            f"moss_sts.gpu.codec_dir: the codec's audio_decoder ({type(decoder).__name__}) lacks"
+            f" {', '.join(missing) or 'token2wav(uuid=, finalize=)'}; the engine streams with the token2wav contract"
+            " of cosyvoice/cli/model.py in OpenMOSS/MOSS-Speech @ 6b86ef6 (moss_sts.gpu.repo_dir)"
+        )
+    if not offset:
+        return ChunkPlan(plan.first_frames, plan.chunk_frames, 0, int(decoder.token_overlap_len), False), False
+    held = -(-int(decoder.mel_cache_len) // int(flow.token_mel_ratio))  # tokens' worth of mel the vocoder holds
+    first = max(plan.first_frames, held + 1)
+    if first != plan.first_frames:
+        log.info("first chunk %d -> %d frames: the vocoder holds back %d frames' mel", plan.first_frames, first, held)
+    chunk = max(plan.chunk_frames, first)
+    return ChunkPlan(first, chunk, int(flow.pre_lookahead_len), 0, True), True
 
 
 class MossSession(DialogueSession):
@@ -318,14 +383,20 @@ class MossSpeechEngine(StsEngine):
     name = "moss-speech"
 
     def __init__(
-        self, service: str, config: MossGpuConfig, asr: AsrEngine, limits: DialogueLimits, chunking: ChunkingConfig
+        self,
+        service: str,
+        config: MossGpuConfig,
+        asr: AsrEngine,
+        limits: DialogueLimits,
+        chunking: ChunkingConfig,
+        memory_budget_bytes: int = 0,
     ):
         self.service = service
         self.config = config
         self.asr = asr
         self.limits = limits
         self.chunking = chunking
-        self.model = MossSpeech(config)
+        self.model = MossSpeech(config, memory_budget_bytes)
         self.max_new_tokens = config.max_new_tokens
         self._tts: MossTtsEngine | None = None
 

@@ -4,20 +4,21 @@ MOSS-Speech has no official streaming: ``generate`` returns the whole token grid
 once. We stream by (1) reading the tokens of each generation step through a transformers streamer (``TokenTap``),
 (2) cutting the audio-channel tokens (codec frames, 12.5 Hz: 80 ms each) into chunks, a small first chunk for early
 first audio and bigger ones after (``ChunkPlan``), and (3) decoding each chunk with the codec's ``token2wav`` under
-one cache key per stream (``StreamingCodecDecoder``): the codec keeps the tail of each chunk's mel and vocoder
-excitation under that key and cross-fades it into the next chunk, which is what lets chunks join without clicks.
+one cache key per stream (``StreamingCodecDecoder``), the way the decoder's own streaming ``tts()`` loop calls it.
 
-The window a chunk is decoded from (CosyVoice-style token-to-wave, which the codec's decoder is):
-  * ``lookahead`` frames past the chunk: the flow decoder's causal pre-lookahead needs them to finish the chunk's
-    last frames; in a non-final call their mel is dropped by the decoder;
-  * ``overlap`` frames past the chunk: the decoder holds back that much of the chunk's end (not returned) and
-    cross-fades it with the head of the next call, which therefore starts at the first held-back frame.
-So chunk [a, b) is decoded from frames [a, b + overlap + lookahead) once that many have been generated; at the end
-of the stream the rest is decoded with ``finalize`` (nothing held back). These two numbers are configuration
-(moss_sts.gpu.overlap_frames / lookahead_frames) and are checked against an offline decode in ``make test-gpu``.
-
-Everything here is plain Python + numpy, tested on CPU against a test double of the codec decoder
-(tests/test_conversation_moss_stream.py).
+The codec's decoder is CosyVoice's token-to-wave model from the OpenMOSS/MOSS-Speech checkout
+(``cosyvoice/cli/model.py`` @ 6b86ef6). That file has two classes with two streaming contracts, and the engine
+takes the one its decoder has (read from ``token2wav``'s signature at load, moss_engine.py):
+  * ``CosyVoiceModel`` ("overlap"): chunk [a, b) is decoded from frames [a, b + overlap), where ``overlap`` is the
+    decoder's own ``token_overlap_len``; the decoder holds back that much mel and cross-fades it into the next call,
+    which starts at b. ``tts()`` does exactly this (``token_hop_len + token_overlap_len`` tokens, then drops
+    ``token_hop_len``).
+  * ``CosyVoice2Model`` ("from start"): its flow is causal with a pre-lookahead, and each call decodes all frames
+    from 0 up to b + ``flow.pre_lookahead_len`` with ``token_offset=a``; the decoder returns only the new audio.
+The end of the stream is decoded with ``finalize`` (nothing held back). Both contracts are tested on CPU against a
+test double of ``token2wav`` (tests/test_conversation_moss_stream.py). Whether the join is click-free on real
+weights is not proven here (no GPU, and the codec's remote code ships only with its weights): the GPU test
+(tests/test_conversation_gpu.py) compares a streamed decode with a whole-utterance decode of the same frames.
 """
 
 from __future__ import annotations
@@ -37,18 +38,20 @@ CODEBOOK = 16384  # valid codec frames are 0..16383
 class ChunkPlan:
     first_frames: int = 2
     chunk_frames: int = 4
-    lookahead_frames: int = 3
-    overlap_frames: int = 2
+    lookahead_frames: int = 0  # frames past a chunk its decode needs (CosyVoice2Model: flow.pre_lookahead_len)
+    overlap_frames: int = 0  # frames past a chunk the decoder holds back (CosyVoiceModel: token_overlap_len)
+    from_start: bool = False  # each call decodes frames [0, ...) with token_offset (CosyVoice2Model)
 
     def size(self, index: int) -> int:
         return self.first_frames if index == 0 else self.chunk_frames
 
 
 class StreamingCodecDecoder:
-    """Frames in (as generated), audio chunks out. ``decode(window, finalize)`` is the codec boundary: it decodes a
-    window of frames with the stream's cache key and returns float32 audio (see the module doc for the contract)."""
+    """Frames in (as generated), audio chunks out. ``decode(window, token_offset, finalize)`` is the codec
+    boundary: it decodes a window of frames with the stream's cache key and returns float32 audio (see the module
+    doc for the two contracts; ``token_offset`` is 0 in the overlap contract)."""
 
-    def __init__(self, decode: Callable[[list[int], bool], np.ndarray], plan: ChunkPlan):
+    def __init__(self, decode: Callable[[list[int], int, bool], np.ndarray], plan: ChunkPlan):
         self._decode = decode
         self.plan = plan
         self.frames: list[int] = []
@@ -65,8 +68,9 @@ class StreamingCodecDecoder:
             end = self.start + n
             if len(self.frames) < end + self.plan.overlap_frames + self.plan.lookahead_frames:
                 return out
-            window = self.frames[self.start : end + self.plan.overlap_frames + self.plan.lookahead_frames]
-            out.append(self._decode(window, False))
+            first = 0 if self.plan.from_start else self.start
+            window = self.frames[first : end + self.plan.overlap_frames + self.plan.lookahead_frames]
+            out.append(self._decode(window, self.start if self.plan.from_start else 0, False))
             self.start = end
             self.chunks += 1
 
@@ -75,10 +79,11 @@ class StreamingCodecDecoder:
         if self.finished:
             return None
         self.finished = True
-        window = self.frames[self.start :]
-        if not window:
+        if self.start >= len(self.frames):
             return None  # nothing held back (overlap and lookahead 0) and nothing new
-        return self._decode(window, True)
+        if self.plan.from_start:
+            return self._decode(self.frames, self.start, True)
+        return self._decode(self.frames[self.start :], 0, True)
 
 
 class TokenTap:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from services.common.config import Config
 from services.common.engines import AsrEngine, StsEngine, TtsEngine
 from services.common.health import synthesis_probe
+from services.common.model_control import lease_bytes
 from services.common.server import ServiceParts, Servicer
 from services.common.sts_servicer import ConversationServicer, StsLimits
 from services.common.sts_servicer import instrument as instrument_conversation
@@ -48,7 +49,9 @@ def make_engines(config: Config) -> tuple[StsEngine, TtsEngine]:
     if section.engine == "gpu":
         from services.moss_sts.moss_engine import MossSpeechEngine
 
-        sts = MossSpeechEngine(SERVICE, section.gpu, make_asr(config), limits, section.chunking)
+        sts = MossSpeechEngine(
+            SERVICE, section.gpu, make_asr(config), limits, section.chunking, lease_bytes(config, SERVICE)
+        )
         return sts, sts.tts_engine()
     from services.conversation.brain import ChatBrain
     from services.conversation.cascade import CascadeStsEngine

@@ -39,8 +39,17 @@ log = logging.getLogger("voicefleet.qwen_tts.qwen")
 class QwenTtsEngine(TtsEngine):
     name = "qwen_tts"
 
-    def __init__(self, service: str, chunking: ChunkingConfig, gpu: QwenGpuConfig, margin_ms: int = 300):
+    def __init__(
+        self,
+        service: str,
+        chunking: ChunkingConfig,
+        gpu: QwenGpuConfig,
+        margin_ms: int = 300,
+        memory_budget_bytes: int = 0,
+    ):
+        """``memory_budget_bytes``: the lease's bytes, the cap of this process's CUDA allocator (docs/leases.md)."""
         self.service = service
+        self.memory_budget_bytes = memory_budget_bytes
         self.chunking = chunking
         self.config = gpu
         # One GPU worker: generate calls run one after another (the model is not re-entrant); the scheduler picks
@@ -111,6 +120,10 @@ class QwenTtsEngine(TtsEngine):
         import torch
         from qwen_tts import Qwen3TTSModel
 
+        if self.config.device.startswith("cuda"):
+            from services.common.gpu_host import cap_torch_process
+
+            cap_torch_process(torch, "qwen_tts", self.config.device, self.memory_budget_bytes)
         dtype = getattr(torch, self.config.dtype)
         return Qwen3TTSModel.from_pretrained(str(model_dir), device_map=self.config.device, dtype=dtype)
 

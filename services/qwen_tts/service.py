@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from services.common.config import Config
 from services.common.engines import Routing, TtsEngine, VoiceInfo
-from services.common.model_control import resident_tts
+from services.common.model_control import lease_bytes, resident_tts
 from services.common.server import ServiceParts, Servicer
 from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument, pick_voice
 from voice.v1 import synthesizer_pb2_grpc
@@ -41,10 +41,18 @@ def make_engine(config: Config) -> TtsEngine:
     if section.gpu.backend == "vllm_omni":
         from services.qwen_tts.vllm_omni_engine import VllmOmniTtsEngine
 
-        return VllmOmniTtsEngine(SERVICE, section.chunking, section.gpu, section.scheduling)
+        return VllmOmniTtsEngine(
+            SERVICE, section.chunking, section.gpu, section.scheduling, lease_bytes(config, SERVICE)
+        )
     from services.qwen_tts.qwen_engine import QwenTtsEngine
 
-    return QwenTtsEngine(SERVICE, section.chunking, section.gpu, section.scheduling.margin_ms)
+    return QwenTtsEngine(
+        SERVICE,
+        section.chunking,
+        section.gpu,
+        section.scheduling.margin_ms,
+        memory_budget_bytes=lease_bytes(config, SERVICE),
+    )
 
 
 def build(config: Config) -> ServiceParts:

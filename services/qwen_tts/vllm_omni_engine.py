@@ -13,6 +13,15 @@ the answer is Server-Sent Events: ``speech.audio.delta`` (``audio``: base64 s16l
 then ``speech.audio.done``, or ``speech.audio.error``. ``GET /v1/audio/voices`` lists the speakers, ``GET
 /health`` says when the server is up.
 
+Older sidecars: the SSE parser takes the event type from the ``event:`` line or, where a server sends only
+``data:`` lines, from the JSON's ``type`` (OpenAI's own speech stream format), and accepts a ``[DONE]`` sentinel.
+A vLLM-Omni that predates streaming speech (it answers ``stream_format: sse`` with HTTP 400 "not a supported
+stream_format") is served whole-utterance: the engine asks it for plain PCM per request group and logs once that
+first audio comes later (docs/tts.md).
+
+Memory: vLLM-Omni's deploy config gives each stage a ``gpu_memory_utilization`` (a share of the whole card). The
+engine writes a copy of it whose stage shares add up to the lease's bytes (docs/leases.md, memory plan).
+
 Chunking: ``initial_codec_chunk_frames`` (default 2 frames = 160 ms of audio at 12.5 Hz) makes the first chunk
 small; later chunks are the sidecar deploy config's ``codec_chunk_frames`` (25 in vllm-omni's qwen3_tts.yaml).
 Text longer than ``max_request_chars`` is sent as several requests, cut at sentence ends, streamed in order.
@@ -138,9 +147,16 @@ class VllmOmniTtsEngine(TtsEngine):
     name = "vllm_omni"
 
     def __init__(
-        self, service: str, chunking: ChunkingConfig, gpu: QwenGpuConfig, scheduling: SchedulingConfig | None = None
+        self,
+        service: str,
+        chunking: ChunkingConfig,
+        gpu: QwenGpuConfig,
+        scheduling: SchedulingConfig | None = None,
+        memory_budget_bytes: int = 0,
     ):
         self.service = service
+        self.memory_budget_bytes = memory_budget_bytes
+        self._sse = True  # False once the sidecar says it cannot stream speech (an older vLLM-Omni)
         self.chunking = chunking
         self.config = gpu
         scheduling = scheduling or SchedulingConfig()
@@ -219,7 +235,8 @@ class VllmOmniTtsEngine(TtsEngine):
         if any(a.startswith("--deploy-config") for a in self.config.sidecar_args):
             return []
         probe = (
-            "import pathlib, vllm_omni; print(pathlib.Path(vllm_omni.__file__).parent / 'deploy' / 'qwen3_tts.yaml')"
+            "import pathlib, torch, vllm_omni; print(torch.version.cuda);"
+            " print(pathlib.Path(vllm_omni.__file__).parent / 'deploy' / 'qwen3_tts.yaml')"
         )
         try:
             found = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
@@ -229,8 +246,37 @@ class VllmOmniTtsEngine(TtsEngine):
                 " install services/qwen_tts/requirements-vllm-omni.txt there, or run the sidecar yourself"
                 " (qwen_tts.gpu.launch_sidecar: false)"
             ) from None
-        deploy = Path(found.stdout.strip())
-        return ["--deploy-config", str(deploy)] if deploy.exists() else []
+        cuda, deploy = found.stdout.strip().splitlines()[-2:]
+        from services.common.gpu_host import check_cuda_host
+
+        check_cuda_host("qwen_tts vLLM-Omni sidecar", None if cuda == "None" else cuda)
+        deploy = Path(deploy)
+        if not deploy.exists():
+            return []
+        return ["--deploy-config", str(self._sized_deploy_config(deploy))]
+
+    def _sized_deploy_config(self, deploy: Path) -> Path:
+        """A copy of vLLM-Omni's deploy config whose stages' gpu_memory_utilization add up to the lease."""
+        import yaml
+
+        from services.common.gpu_host import device_total_bytes, memory_fraction
+
+        if self.memory_budget_bytes <= 0:
+            return deploy
+        total = device_total_bytes(0)
+        if total <= 0:
+            raise FailedPrecondition("qwen_tts: cannot read the card's memory (libcuda) to size vLLM-Omni's stages")
+        tree = yaml.safe_load(deploy.read_text())
+        shares = list(_utilizations(tree))
+        if not shares:
+            return deploy
+        scale = memory_fraction(self.memory_budget_bytes, total) / sum(v for v, _, _ in shares)
+        for value, parent, key in shares:
+            parent[key] = round(value * scale, 4)
+        sized = Path(os.environ.get("TMPDIR", "/tmp")) / f"voicefleet-{self.service}-{deploy.name}"
+        sized.write_text(yaml.safe_dump(tree, sort_keys=False))
+        log.info("vLLM-Omni stages sized to the lease: %s", [p[k] for _, p, k in shares])
+        return sized
 
     async def _wait_healthy(self) -> None:
         import httpx
@@ -307,6 +353,10 @@ class VllmOmniTtsEngine(TtsEngine):
         check_rate(self.served_by, options.speaking_rate)
         seed = options.seed or self.config.default_seed
         for start, end in request_groups(text, self.config.max_request_chars):
+            if not self._sse:
+                async for piece in self._whole_utterance(text, start, end, info, language, seed, playback):
+                    yield piece
+                continue
             body = {
                 "input": text[start:end],
                 "voice": info.id.lower(),
@@ -321,27 +371,46 @@ class VllmOmniTtsEngine(TtsEngine):
             carry = b""
             cancelled_at = None
             turn = await playback.acquire()  # a slot at the sidecar, when this request is due
+            sent = False
             try:
                 async with self._client.stream("POST", "/v1/audio/speech", json=body) as response:
                     try:
                         if response.status_code != 200:
-                            raise _http_error(response.status_code, (await response.aread()).decode("utf-8", "replace"))
-                        done = False
-                        async for event, data in sse_events(response.aiter_lines()):
-                            if event == "speech.audio.delta":
-                                pcm = carry + base64.b64decode(json.loads(data)["audio"])
+                            message = (await response.aread()).decode("utf-8", "replace")
+                            if response.status_code in (400, 422) and "stream_format" in message and not sent:
+                                log.warning(
+                                    "vLLM-Omni at %s cannot stream speech (%s): serving whole utterances; pin"
+                                    " services/qwen_tts/requirements-vllm-omni.txt for streaming",
+                                    self.base_url,
+                                    message[:200],
+                                )
+                                self._sse = False
+                            else:
+                                raise _http_error(response.status_code, message)
+                        done = not self._sse  # an older sidecar answered 400: nothing to read here
+                        events = sse_events(response.aiter_lines()) if self._sse else _no_events()
+                        async for event, data in events:
+                            if data.strip() == "[DONE]":
+                                done = True
+                                break
+                            payload = json.loads(data)
+                            kind = payload.get("type", event) if event == "message" else event
+                            if kind == "speech.audio.delta":
+                                pcm = carry + base64.b64decode(payload["audio"])
                                 pcm, carry = (pcm[:-1], pcm[-1:]) if len(pcm) % 2 else (pcm, b"")
                                 self._steps.inc()
                                 self._audio_seconds.inc(len(pcm) / 2 / SAMPLE_RATE)
                                 if pcm:
                                     playback.produced(len(pcm) / 2 / SAMPLE_RATE)
+                                    sent = True
                                     yield AudioPiece(pcm, SAMPLE_RATE, start, end, self.served_by)
-                            elif event == "speech.audio.done":
+                            elif kind == "speech.audio.done":
                                 done = True
                                 break
-                            elif event == "speech.audio.error":
-                                error = json.loads(data).get("error", {})
-                                raise VoiceError(f"vLLM-Omni failed mid-stream: {error.get('message', data)}")
+                            elif kind in ("speech.audio.error", "error"):
+                                error = payload.get("error", {})
+                                message = error.get("message", data) if isinstance(error, dict) else error
+                                raise VoiceError(f"vLLM-Omni failed mid-stream: {message}")
                         if not done:
                             raise Unavailable(
                                 f"vLLM-Omni at {self.base_url} ended the stream without speech.audio.done"
@@ -358,6 +427,49 @@ class VllmOmniTtsEngine(TtsEngine):
                 if cancelled_at is not None:
                     # Leaving `async with` closed the connection: the sidecar sees the disconnect and aborts.
                     self._cancel_to_stop.observe(time.monotonic() - cancelled_at)
+            if not self._sse:  # the sidecar just said it cannot stream: this group whole, and so on
+                async for piece in self._whole_utterance(text, start, end, info, language, seed, playback):
+                    yield piece
+
+    async def _whole_utterance(self, text, start, end, info, language, seed, playback) -> AsyncIterator[AudioPiece]:
+        """An older vLLM-Omni (no streaming speech): one request group as one PCM answer."""
+        import httpx
+
+        body = {"input": text[start:end], "voice": info.id.lower(), "language": language}
+        body.update(task_type="CustomVoice", response_format="pcm", seed=seed)
+        turn = await playback.acquire()
+        try:
+            reply = await self._client.post("/v1/audio/speech", json=body)
+        except httpx.HTTPError as e:
+            raise Unavailable(f"vLLM-Omni sidecar at {self.base_url} is unavailable: {type(e).__name__}: {e}") from None
+        finally:
+            turn.release()
+        if reply.status_code != 200:
+            raise _http_error(reply.status_code, reply.text)
+        pcm = reply.content[: len(reply.content) // 2 * 2]
+        self._steps.inc()
+        self._audio_seconds.inc(len(pcm) / 2 / SAMPLE_RATE)
+        if pcm:
+            playback.produced(len(pcm) / 2 / SAMPLE_RATE)
+            yield AudioPiece(pcm, SAMPLE_RATE, start, end, self.served_by)
+
+
+async def _no_events():
+    return
+    yield
+
+
+def _utilizations(node):
+    """(value, parent, key) of every gpu_memory_utilization in a deploy config tree."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "gpu_memory_utilization" and isinstance(value, int | float):
+                yield float(value), node, key
+            else:
+                yield from _utilizations(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _utilizations(item)
 
 
 def _http_error(status: int, body: str) -> VoiceError:
