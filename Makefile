@@ -61,7 +61,7 @@ $(TOOLS)/.installed: requirements/tools.txt
 	$(TOOLS)/bin/python -m pip install -q -r requirements/tools.txt
 	@touch $@
 
-dashboards: install $(TOOLS)/.installed  ## full CPU fleet under mixed load + Prometheus: every panel query has data; PNGs to docs/
+dashboards: install prometheus $(TOOLS)/.installed  ## full CPU fleet under mixed load + Prometheus: every panel query has data; PNGs to docs/
 	DASHBOARD_DATA_DIR=build/dashboard-data $(BIN)/python -m pytest -m dashboards -o addopts="-ra" -s tests/test_dashboards.py
 	$(TOOLS)/bin/python scripts/render-dashboards.py build/dashboard-data docs/dashboards
 
