@@ -15,13 +15,12 @@ import grpc
 import pytest
 
 from tests.conftest import start_fleet
-from tests.speech import DISTRACTORS, transcribe, wer
+from tests.speech import INTELLIGIBLE, listen, wer
 from voice.v1 import synthesizer_pb2 as pb
 from voice.v1 import synthesizer_pb2_grpc
 
 FIRST = "The meeting moved to nine."
 REST = " Please bring the green folder."
-VOCABULARY = (FIRST + REST).lower().replace(".", "").split() + DISTRACTORS
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +120,9 @@ def test_past_capacity_new_streams_are_refused_at_once_and_admitted_ones_complet
         # The admitted streams were not hurt: each completes with the whole text spoken, without gaps.
         for stream in [*held, spill]:
             pcm, rate, served_by = stream.finish()
-            heard = transcribe(pcm, rate, VOCABULARY)
-            limit = 0.25 if served_by.startswith("cosyvoice_tts/") else 0.6  # pocketsphinx hears espeak poorly
+            heard = listen(pcm, rate)
+            # espeak-ng (qwen_tts's CPU voice) is a formant synthesizer: even the strict listener mishears some words.
+            limit = INTELLIGIBLE if served_by.startswith("cosyvoice_tts/") else 0.6
             assert wer(FIRST + REST, heard) <= limit, (served_by, heard)
 
         # Capacity is back: the next request is served.
