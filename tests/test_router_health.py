@@ -4,11 +4,19 @@ The same rules run against real processes in tests/test_faults_router.py."""
 
 from __future__ import annotations
 
+import asyncio
+
+import grpc
 import pytest
 
+from services.common import metrics
 from services.common.config import ConfigError, load_config
+from services.common.engines import Routing
 from services.router.backends import EJECTED, NOT_SERVING, SERVING, UNREACHABLE, Backend, ServiceReadiness
-from services.router.config import RouterHealthConfig
+from services.router.config import RouterHealthConfig, RoutesConfig
+from services.router.policy import RouterTtsResolver
+from services.router.remote import RemoteTtsEngine
+from voice.v1 import routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 
 class Clock:
@@ -223,3 +231,61 @@ def test_a_name_no_backend_serves_is_not_ready_and_says_why():
     readiness = ServiceReadiness({})
     assert not readiness.ready("voice.v1.Recognizer")
     assert "no backend serves it" in readiness.why_not("voice.v1.Recognizer")
+
+
+# --- a hung backend seen by the route's voice lookup (real gRPC servers on loopback) ------------------------------
+class _Backend(synthesizer_pb2_grpc.SynthesizerServicer):
+    """A TTS backend's ListVoices: answering one voice, or hung (a SIGSTOPped process is up but answers nothing)."""
+
+    def __init__(self, hung: bool):
+        self.hung = hung
+
+    async def ListVoices(self, request, context):
+        if self.hung:
+            await asyncio.sleep(30)
+        return synthesizer_pb2.ListVoicesResponse(
+            voices=[synthesizer_pb2.Voice(id="joe", languages=["en-US"], native_sample_rate_hz=22050)]
+        )
+
+
+async def _serve(hung: bool) -> tuple[grpc.aio.Server, str]:
+    server = grpc.aio.server()
+    synthesizer_pb2_grpc.add_SynthesizerServicer_to_server(_Backend(hung), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize(
+    ("time_remaining", "ejected"),
+    [(None, True), (0.4, False)],
+    ids=["lookup-bounded-by-the-route", "lookup-bounded-by-the-callers-deadline"],
+)
+async def test_a_hung_voice_lookup_counts_against_the_backend_only_when_the_route_bounded_it(time_remaining, ejected):
+    """moss_sts hangs (its ListVoices never answers): the REALTIME request goes to cosyvoice_tts. When the lookup ran
+    out the route's first-audio timeout, moss_sts is ejected like a synthesis that sent no audio, so the next
+    request does not walk into the hang again (the route would flap with every hang). When the caller's own short
+    deadline cut it (half its time is under the timeout), that is no evidence against moss_sts."""
+    servers = [await _serve(hung=True), await _serve(hung=False)]
+    health = RouterHealthConfig(eject_after_failures=1)
+    moss, cosy = (Backend(n, a, health) for n, (_, a) in zip(("moss_sts", "cosyvoice_tts"), servers, strict=True))
+    for b in (moss, cosy):
+        b.set_watch(SERVING)
+    resolver = RouterTtsResolver(
+        {b.name: RemoteTtsEngine(b, 0.05, voices_cache_s=5.0) for b in (moss, cosy)},
+        "cosyvoice_tts",
+        RoutesConfig(first_audio_timeout_ms=300),
+    )
+    try:
+        routed, voice = await resolver.resolve("", "", Routing(mode=routing_pb2.ROUTE_MODE_REALTIME), time_remaining)
+        assert [c.name for c in routed.candidates] == ["cosyvoice_tts"], "the hung backend is no candidate"
+        assert voice.id == "joe"
+        assert moss.routable() is not ejected, moss.state_detail()
+        assert cosy.routable()
+        if ejected:
+            assert moss.ejected() and metrics.BACKEND_EJECTIONS.labels("moss_sts", "no_audio")._value.get() >= 1
+    finally:
+        for b in (moss, cosy):
+            await b.channel.close()
+        for server, _ in servers:
+            await server.stop(None)

@@ -14,7 +14,9 @@ follow as a last resort (better than failing when nothing else is left); unreach
 preferred backend is passed over for its health, that is counted as a failover with reason ``unhealthy``.
 
 Voice lists come from each backend's ListVoices (cached router.voices_cache_seconds). While a fallback is left, a
-lookup waits at most the first-audio timeout (or half the caller's time), so a hung backend cannot eat the deadline.
+lookup waits at most the first-audio timeout (or half the caller's time), so a hung backend cannot eat the deadline;
+one that lets the first-audio timeout run out on a lookup is counted a failure (reason ``no_audio``), as a synthesis
+would be: else a hung backend would be passed over for that request yet stay routable for the next.
 """
 
 from __future__ import annotations
@@ -178,15 +180,13 @@ class RouterTtsResolver:
         self, engines: list[RemoteTtsEngine], time_remaining: float | None, several: bool
     ) -> list[list[VoiceInfo] | VoiceError]:
         """Every engine's voices, at once; a lookup waits less than the caller's whole time when others are left."""
-        budget = time_remaining
+        budget, bounded_by_route = time_remaining, False
         if several:
-            cap = (
-                self.first_audio_timeout_s
-                if time_remaining is None
-                else min(self.first_audio_timeout_s, time_remaining / 2)
-            )
+            # The route's bound, unless half the caller's time is shorter (then a timeout is the caller's hurry).
+            bounded_by_route = time_remaining is None or time_remaining / 2 >= self.first_audio_timeout_s
+            cap = self.first_audio_timeout_s if bounded_by_route else time_remaining / 2
             budget = cap + self.margin
-        results = await asyncio.gather(*(e.voices(budget) for e in engines), return_exceptions=True)
+        results = await asyncio.gather(*(e.voices(budget, bounded_by_route) for e in engines), return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException) and not isinstance(r, VoiceError):
                 raise r

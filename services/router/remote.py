@@ -58,7 +58,10 @@ class RemoteTtsEngine(TtsEngine):
     def _timeout(self, time_remaining: float | None) -> float | None:
         return backend_timeout(time_remaining, self.margin, self.backend.name)
 
-    async def voices(self, time_remaining: float | None = 10.0) -> list[VoiceInfo]:
+    async def voices(self, time_remaining: float | None = 10.0, bounded_by_route: bool = False) -> list[VoiceInfo]:
+        """Its voice list (cached ``voices_cache_s``). ``bounded_by_route``: the lookup's time is the route's own
+        first-audio timeout, not the caller's deadline, so a backend that lets it run out is hung (a SIGSTOPped
+        process answers nothing), which counts against its health like a synthesis that sent no audio in time."""
         if time.monotonic() - self._voices_at < self.voices_cache_s:
             return self._voices
         try:
@@ -68,6 +71,8 @@ class RemoteTtsEngine(TtsEngine):
         except grpc.aio.AioRpcError as e:
             if e.code() in BACKEND_FAULTS:  # not FAILED_PRECONDITION "still loading": a warming backend is no outlier
                 self.backend.record_failure()
+            elif e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and bounded_by_route:
+                self.backend.record_failure("no_audio")
             raise from_rpc_error(e, self.backend.name) from None
         self._voices = [
             VoiceInfo(
