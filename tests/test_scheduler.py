@@ -88,6 +88,33 @@ async def test_workers_run_segments_concurrently_up_to_their_number():
     assert sched.busy == 0
 
 
+async def test_a_reserved_worker_is_kept_for_first_segments_until_a_continuation_is_due():
+    """workers=2, reserved=1: with one worker busy, a stream that is still ahead of playback does not take the last
+    worker; a newcomer's first segment does, at once. The held continuation starts at its due time even if no
+    worker is released then (a timer wakes it), so holding it back never makes its listener run dry."""
+    clock = Clock()
+    sched = SegmentScheduler("test", "engine", workers=2, margin_s=0.3, clock=clock, reserved=1)
+    ahead = sched.playback()
+    ahead.produced(0.35)  # playback started at 100 with 0.35 s of audio: due at 100.05
+    running = await sched.playback().acquire()  # one worker busy
+    held = asyncio.create_task(ahead.acquire())
+    await _settle()
+    assert not held.done() and sched.waiting == 1, "not due yet: the last free worker stays free"
+    newcomer = await asyncio.wait_for(sched.playback().acquire(), 1)
+    assert sched.busy == 2
+    newcomer.release()
+    await _settle()
+    assert not held.done() and sched.busy == 1, "a released worker is not handed to a continuation before its time"
+    clock.now = 100.1  # now it is due
+    turn = await asyncio.wait_for(held, 2)
+    assert sched.busy == 2
+    for t in (turn, running):
+        t.release()
+    assert sched.busy == 0 and sched.waiting == 0
+    with pytest.raises(ValueError, match="reserved"):
+        SegmentScheduler("test", "engine", workers=2, reserved=2)
+
+
 async def test_predicted_first_audio_counts_the_work_due_before_a_newcomer():
     clock = Clock()
     sched = SegmentScheduler("test", "engine", workers=2, clock=clock)

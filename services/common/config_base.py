@@ -105,6 +105,9 @@ class SchedulingConfig:
     workers: int = 0
     # A continuation segment is due this long before its stream's audio runs out (covers its own synthesis).
     margin_ms: int = 300
+    # Workers kept for new streams' first segments: a continuation that is not due yet may not take them, so a caller
+    # arriving at a busy service starts at once (capped at workers - 1; 0 = none).
+    reserved_for_first: int = 1
     # Admission: a new stream whose first audio is predicted to wait longer than this is refused at once with
     # RESOURCE_EXHAUSTED and a retry hint (0 = only max_concurrent_syntheses limits admission).
     max_first_wait_ms: int = 2000
@@ -112,6 +115,12 @@ class SchedulingConfig:
     def validate(self, path: str) -> None:
         check(path, "workers", 0 <= self.workers <= 256, f"must be 0..256, got {self.workers}")
         check(path, "margin_ms", 0 <= self.margin_ms <= 10_000, f"must be 0..10000, got {self.margin_ms}")
+        check(
+            path,
+            "reserved_for_first",
+            0 <= self.reserved_for_first <= 256,
+            f"must be 0..256, got {self.reserved_for_first}",
+        )
         check(
             path,
             "max_first_wait_ms",

@@ -11,6 +11,12 @@ Earliest due first. So a new stream's first segment goes before the next sentenc
 of playback, and only a continuation that is already late (its stream is about to stutter) goes before a newer
 first segment. One rule, no starvation among continuations: a stream that waits becomes due.
 
+A running segment is not preempted, so ordering alone still leaves a new stream waiting behind whole continuations
+when every worker holds one. ``reserved`` workers are kept for first segments: a continuation that is not due yet
+(its listener still has more than ``margin`` of audio) takes a worker only while more than ``reserved`` are free,
+and waits for its due time otherwise; once due it takes any worker. A caller arriving at a busy service then starts
+at once on the reserved worker, and the streams that are ahead of playback spend their lead instead.
+
 ``Admission`` refuses a new stream at once (RESOURCE_EXHAUSTED with a retry hint) when the service already serves
 its capacity of streams, or when the predicted wait for the new stream's first segment is over its budget: a fast
 "retry in 0.4 s" beats a slow stream that stutters, and the router tries another backend first.
@@ -83,15 +89,20 @@ class SegmentScheduler:
         workers: int,
         margin_s: float = 0.3,
         clock: Callable[[], float] = time.monotonic,
+        reserved: int = 0,
     ):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        if not 0 <= reserved < workers:
+            raise ValueError(f"reserved must be 0..workers-1 ({workers - 1}), got {reserved}")
         self.service = service
         self.engine = engine
         self.workers = workers
+        self.reserved = reserved  # workers a continuation that is not due yet may not take (module doc)
         self.margin_s = margin_s
         self.clock = clock
         self._busy = 0
+        self._timer: asyncio.TimerHandle | None = None  # wakes a held-back continuation at its due time
         self._waiting: list[tuple[float, int, asyncio.Future, Playback]] = []
         self._order = itertools.count()
         # Seconds a worker holds a first segment, and a continuation (for admission's predicted wait).
@@ -131,11 +142,12 @@ class SegmentScheduler:
         return (ahead + running) / self.workers + first
 
     async def _acquire(self, playback: Playback) -> None:
-        if self._busy < self.workers and not self.waiting:
+        if self._busy < self.workers and not self.waiting and self._may_start(playback, self.clock()):
             self._busy += 1
             return
         fut = asyncio.get_running_loop().create_future()
         heapq.heappush(self._waiting, (playback.due(), next(self._order), fut, playback))
+        self._dispatch()
         try:
             await fut
         except asyncio.CancelledError:
@@ -143,13 +155,39 @@ class SegmentScheduler:
                 self._release()
             raise
 
+    def _may_start(self, playback: Playback, now: float) -> bool:
+        """A first segment, or a continuation that is due, takes any free worker; one that is not due yet only a
+        worker beyond the reserved ones."""
+        if playback.started_at is None or playback.due() <= now:
+            return True
+        return self.workers - self._busy > self.reserved
+
+    def _dispatch(self) -> None:
+        """Hand free workers to waiting segments, earliest due first, holding back continuations that may not start
+        yet (they are woken at their due time)."""
+        now = self.clock()
+        self._waiting = [w for w in self._waiting if not w[2].done()]
+        heapq.heapify(self._waiting)
+        held = []
+        while self._waiting and self._busy < self.workers:
+            entry = heapq.heappop(self._waiting)
+            if self._may_start(entry[3], now):
+                self._busy += 1
+                entry[2].set_result(None)
+            else:
+                held.append(entry)
+        for entry in held:
+            heapq.heappush(self._waiting, entry)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if held:
+            wake = min(entry[3].due() for entry in held)
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, wake - now), self._dispatch)
+
     def _release(self) -> None:
-        while self._waiting:
-            _, _, fut, _ = heapq.heappop(self._waiting)
-            if not fut.done():
-                fut.set_result(None)  # the worker passes straight to the next segment due
-                return
         self._busy -= 1
+        self._dispatch()
 
     async def _turn(self, playback: Playback) -> Turn:
         first = playback.started_at is None

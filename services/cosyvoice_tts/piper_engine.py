@@ -42,7 +42,13 @@ class PiperTtsEngine(TtsEngine):
         self.chunking = chunking
         scheduling = scheduling or SchedulingConfig()
         workers, self.threads_per_run = split_cores(scheduling.workers)
-        self.scheduler = SegmentScheduler(service, self.name, workers, margin_s=scheduling.margin_ms / 1000)
+        self.scheduler = SegmentScheduler(
+            service,
+            self.name,
+            workers,
+            margin_s=scheduling.margin_ms / 1000,
+            reserved=min(scheduling.reserved_for_first, workers - 1),
+        )
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="piper")
         self._voice = None
         self._info: VoiceInfo | None = None
