@@ -34,6 +34,7 @@ TURNS = 12
 SESSIONS = (1, 4)  # callers talking at once (issue 10)
 SESSION_TURNS = 4
 BARGE_INS = 6
+SILENT_TURNS: list[str] = []  # completed turns that sent no reply audio (their reply text), across the run
 
 
 def _speaker(channel):
@@ -62,8 +63,11 @@ def _turns(channel, say, n: int) -> tuple[list[float], list[float]]:
             if not talk.wait(lambda i=i: talk.ended(i), timeout=120) or talk.complete(i) is None:
                 continue
             done = talk.complete(i)
-            server.append(done.timings.speech_end_to_first_audio_ms / 1000)
             first = talk.of("reply_audio", i)
+            if not first:  # no reply audio: no latency to count (reported as a turn without a reply)
+                SILENT_TURNS.append(done.reply_text)
+                continue
+            server.append(done.timings.speech_end_to_first_audio_ms / 1000)
             sent = next(s for s in talk.sent if s[0] == f"turn {i}")
             if first:
                 client.append(first[0][0] - sent[2])
@@ -156,6 +160,7 @@ def run():
     ]
     extra = {
         "turns": TURNS,
+        "turns_without_reply_audio": len(SILENT_TURNS),
         "barge_ins": BARGE_INS,
         "engine": "moss_sts/cascade (whisper tiny.en, SmolLM2-135M, piper)",
     }

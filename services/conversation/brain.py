@@ -93,6 +93,7 @@ class ChatBrain:
         headers = request_headers(request_id)
         sent = time.monotonic()
         first = True
+        finished = None  # the choice's finish_reason; a stream that ends without one was cut short
         try:
             async with self._http().stream(
                 "POST", f"{self.base_url}/chat/completions", json=body, headers=headers
@@ -120,12 +121,18 @@ class ChatBrain:
                     choices = chunk.get("choices") or []
                     if not choices:
                         continue
+                    finished = choices[0].get("finish_reason") or finished
                     text = (choices[0].get("delta") or {}).get("content") or ""
                     if text:
                         if first:
                             self._first_token.observe(time.monotonic() - sent)
                             first = False
                         yield text
+            if finished is None:
+                # An OpenAI-compatible server ends every choice with a finish_reason (stop, length); [DONE] or the
+                # end of the body without one means the server gave up on this reply (llama-cpp-python's
+                # interrupt_requests does that when another request arrives): a failed turn, not a short answer.
+                raise self._unreachable("ended the reply without a finish_reason (cut short by the server)")
         except httpx.TimeoutException as e:
             raise self._unreachable(f"did not answer in time ({type(e).__name__})") from None
         except (httpx.TransportError, OSError) as e:

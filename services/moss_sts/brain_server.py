@@ -60,6 +60,11 @@ def server_command(config) -> list[str]:
         str(b.n_threads),
         "--verbose",
         "False",
+        # llama-cpp-python's default (True) ends a streaming completion with [DONE] the moment another request
+        # waits for the model: under concurrent turns (or a readiness probe's completion) replies came back empty
+        # or cut after a word, with no error. Requests take turns instead.
+        "--interrupt_requests",
+        "False",
     ]
 
 
