@@ -7,6 +7,7 @@ from services.common.asr_servicer import AsrLimits, RecognizerServicer, instrume
 from services.common.config import Config
 from services.common.engines import AsrEngine
 from services.common.health import recognition_probe
+from services.common.model_control import resident_asr, when_resident
 from services.common.server import ServiceParts, Servicer
 from voice.v1 import recognizer_pb2_grpc
 
@@ -25,12 +26,24 @@ def make_engine(config: Config) -> AsrEngine:
 
 
 def build(config: Config) -> ServiceParts:
-    engine = make_engine(config)
-    servicer = instrument(RecognizerServicer(SERVICE, engine, AsrLimits.from_config(config.asr)))
+    section = config.asr
+    # A GPU lease holder like every model service (GPU: always; CPU: on the virtual card when residency.enabled);
+    # each recognition stream holds the model resident until it closes.
+    engine, model_control = resident_asr(
+        config,
+        SERVICE,
+        make_engine(config),
+        model=section.gpu.model_dir if section.engine == "gpu" else "whisper+pocketsphinx (cpu)",
+        gpu_engine=section.engine == "gpu",
+    )
+    servicer = instrument(RecognizerServicer(SERVICE, engine, AsrLimits.from_config(section)))
     return ServiceParts(
-        servicers=[Servicer(recognizer_pb2_grpc.add_RecognizerServicer_to_server, servicer, "voice.v1.Recognizer")],
+        servicers=[
+            Servicer(recognizer_pb2_grpc.add_RecognizerServicer_to_server, servicer, "voice.v1.Recognizer"),
+            model_control,
+        ],
         start=engine.start,
         stop=engine.close,
-        probe=recognition_probe(engine),
+        probe=when_resident(engine.residency, recognition_probe(engine)),
         engines=[engine],
     )

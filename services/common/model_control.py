@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import grpc
 
 from services.common import metrics, security
-from services.common.engines import TtsEngine
+from services.common.engines import AsrEngine, AsrStream, StsEngine, StsSession, TtsEngine
 from services.common.errors import ResourceExhausted, Unavailable
 from services.common.health import synthesis_probe
 from services.common.lease_client import GpuLease
@@ -354,10 +354,193 @@ def resident_tts(
     config, service: str, engine: TtsEngine, model: str, gpu_engine: bool
 ) -> tuple[ResidentTtsEngine, object]:
     """``engine`` wrapped to hold its model resident per request, and the service's ModelControl servicer."""
+    residency = residency_for(config, service, tts_hooks(engine, model), gpu_engine)
+    return ResidentTtsEngine(engine, residency), model_control(residency)
+
+
+# --- Recognition and conversation hold their model too (asr, moss_sts) -------------------------------------------
+class _HeldUntilClosed:
+    """Holds a ModelResidency (``use()``) from open until ``close`` (idempotent): an ASR stream or a conversation
+    session keeps its model resident for its whole life, and its holder counts as busy meanwhile (busy holders are
+    not revoked), so a live conversation is never cut by a swap."""
+
+    def __init__(self, residency: ModelResidency):
+        self._residency = residency
+        self._stack = contextlib.AsyncExitStack()
+
+    async def hold(self) -> None:
+        await self._stack.enter_async_context(self._residency.use())
+
+    async def release(self) -> None:
+        await self._stack.aclose()
+
+
+class _ResidentAsrStream(AsrStream):
+    def __init__(self, inner: AsrStream, held: _HeldUntilClosed):
+        self.inner, self._held = inner, held
+
+    async def feed(self, pcm: bytes) -> None:
+        await self.inner.feed(pcm)
+
+    async def finish(self) -> None:
+        await self.inner.finish()
+
+    def events(self):
+        return self.inner.events()
+
+    async def close(self) -> None:
+        try:
+            await self.inner.close()
+        finally:
+            await self._held.release()
+
+
+class ResidentAsrEngine(AsrEngine):
+    """An ASR engine whose model may be offloaded: every stream holds it resident until the stream is closed."""
+
+    def __init__(self, inner: AsrEngine, residency: ModelResidency):
+        self.inner = inner
+        self.residency = residency
+        self.name = inner.name
+        self.service = inner.service
+
+    @property
+    def native_sample_rate(self) -> int:
+        return self.inner.native_sample_rate
+
+    async def start(self) -> None:
+        await self.residency.load()
+
+    async def close(self) -> None:
+        await self.residency.close()
+        await self.inner.close()
+
+    def check_options(self, options) -> None:
+        self.inner.check_options(options)
+
+    async def open_stream(self, options) -> AsrStream:
+        held = _HeldUntilClosed(self.residency)
+        await held.hold()
+        try:
+            return _ResidentAsrStream(await self.inner.open_stream(options), held)
+        except BaseException:
+            await held.release()
+            raise
+
+    def resident_bytes(self) -> int:
+        return self.inner.resident_bytes()
+
+    @property
+    def device(self) -> str:
+        return self.inner.device
+
+    @property
+    def served_by(self) -> str:
+        return self.inner.served_by
+
+
+class _ResidentStsSession(StsSession):
+    def __init__(self, inner: StsSession, held: _HeldUntilClosed):
+        self.inner, self._held = inner, held
+
+    async def feed(self, pcm: bytes) -> None:
+        await self.inner.feed(pcm)
+
+    async def control(self, action: str) -> None:
+        await self.inner.control(action)
+
+    async def interrupt(self) -> None:
+        await self.inner.interrupt()
+
+    async def finish(self) -> None:
+        await self.inner.finish()
+
+    def events(self):
+        return self.inner.events()
+
+    async def close(self) -> None:
+        try:
+            await self.inner.close()
+        finally:
+            await self._held.release()
+
+
+class ResidentStsEngine(StsEngine):
+    """A conversation engine whose model may be offloaded: every session holds it resident until it is closed."""
+
+    def __init__(self, inner: StsEngine, residency: ModelResidency):
+        self.inner = inner
+        self.residency = residency
+        self.name = inner.name
+        self.service = inner.service
+
+    @property
+    def native_sample_rate(self) -> int:
+        return self.inner.native_sample_rate
+
+    async def start(self) -> None:
+        await self.residency.load()
+
+    async def close(self) -> None:
+        await self.residency.close()
+        await self.inner.close()
+
+    async def voices(self):
+        return await self.inner.voices()
+
+    def check_options(self, options) -> None:
+        self.inner.check_options(options)
+
+    async def open_session(self, options) -> StsSession:
+        held = _HeldUntilClosed(self.residency)
+        await held.hold()
+        try:
+            return _ResidentStsSession(await self.inner.open_session(options), held)
+        except BaseException:
+            await held.release()
+            raise
+
+    def resident_bytes(self) -> int:
+        return self.inner.resident_bytes()
+
+    @property
+    def device(self) -> str:
+        return self.inner.device
+
+    @property
+    def served_by(self) -> str:
+        return self.inner.served_by
+
+
+def when_resident(residency: ModelResidency, probe: Callable[[], Awaitable[str | None]]):
+    """A deep probe that is skipped while the model is off its device: a probe must never pull a swapped-out model
+    back onto the card (ResidentTtsEngine.probe does the same for TTS)."""
+
+    async def probe_if_resident() -> str | None:
+        if residency.state != RESIDENT:
+            return "model not resident"
+        return await probe()
+
+    return probe_if_resident
+
+
+def model_control(residency: ModelResidency):
+    """The service's voice.v1.ModelControl servicer for ``residency``."""
     from services.common.server import Servicer
 
-    residency = residency_for(config, service, tts_hooks(engine, model), gpu_engine)
-    control = Servicer(
+    return Servicer(
         gpu_pb2_grpc.add_ModelControlServicer_to_server, ModelControlServicer(residency), "voice.v1.ModelControl"
     )
-    return ResidentTtsEngine(engine, residency), control
+
+
+def resident_asr(config, service: str, engine: AsrEngine, model: str, gpu_engine: bool):
+    """``engine`` wrapped so each stream holds its model resident, and the service's ModelControl servicer."""
+    residency = residency_for(config, service, tts_hooks(engine, model), gpu_engine)
+    return ResidentAsrEngine(engine, residency), model_control(residency)
+
+
+def resident_sts(config, service: str, sts: StsEngine, tts: TtsEngine, model: str, gpu_engine: bool):
+    """moss_sts: one model behind two services (Conversation sessions and its Synthesizer), so one residency: both
+    wrapped engines hold it, and the one ModelControl servicer moves it."""
+    residency = residency_for(config, service, tts_hooks(sts, model), gpu_engine)
+    return ResidentStsEngine(sts, residency), ResidentTtsEngine(tts, residency), model_control(residency)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from services.common.config import Config
 from services.common.engines import AsrEngine, StsEngine, TtsEngine
-from services.common.health import synthesis_probe
-from services.common.model_control import lease_bytes
+from services.common.model_control import lease_bytes, resident_sts
 from services.common.server import ServiceParts, Servicer
 from services.common.sts_servicer import ConversationServicer, StsLimits
 from services.common.sts_servicer import instrument as instrument_conversation
@@ -64,7 +63,11 @@ def make_engines(config: Config) -> tuple[StsEngine, TtsEngine]:
 
 def build(config: Config) -> ServiceParts:
     section = config.moss_sts
-    sts, tts = make_engines(config)
+    gpu = section.engine == "gpu"
+    # One model behind Conversation and Synthesizer, one GPU lease: each session and each synthesis holds it resident.
+    sts, tts, model_control = resident_sts(
+        config, SERVICE, *make_engines(config), model=section.gpu.model_dir if gpu else "cascade (cpu)", gpu_engine=gpu
+    )
     conversation = instrument_conversation(ConversationServicer(SERVICE, sts, StsLimits.from_config(section)))
     synthesizer = instrument(
         SynthesizerServicer(
@@ -80,10 +83,12 @@ def build(config: Config) -> ServiceParts:
         servicers=[
             Servicer(conversation_pb2_grpc.add_ConversationServicer_to_server, conversation, "voice.v1.Conversation"),
             Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, synthesizer, "voice.v1.Synthesizer"),
+            model_control,
         ],
         start=sts.start,
         stop=sts.close,
         # Its voice (CPU: the cascade's TTS; GPU: MOSS-Speech itself) says a word; the router adds its own deep probe.
-        probe=synthesis_probe(tts),
+        # Skipped while the model is off the card (ResidentTtsEngine.probe).
+        probe=tts.probe,
         engines=[sts, tts],
     )

@@ -1,0 +1,130 @@
+"""asr and moss_sts hold GPU leases like the TTS services, and take turns on a card they do not fit together
+(real processes on loopback; the CPU engines account their declared sizes on the router's virtual card).
+
+asr 6 GiB + moss_sts 8 GiB on a 10 GiB card: 4 callers at once alternate between recognizing speech (asr) and
+speaking with moss_sts's voice (pinned, so it cannot fail over to another backend). Every call succeeds; the models
+swap (counted and timed in each service's metrics); both show in the router's lease table and in ModelControl.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+
+import pytest
+
+from services.asr import evaluation as ev
+from tests.conftest import start_fleet
+from voice.v1 import (
+    audio_pb2,
+    gpu_pb2,
+    gpu_pb2_grpc,
+    recognizer_pb2,
+    recognizer_pb2_grpc,
+    routing_pb2,
+    synthesizer_pb2,
+    synthesizer_pb2_grpc,
+)
+
+pytestmark = pytest.mark.timeout(600)
+
+GB = 1 << 30
+RATE = 16_000
+SENTENCE = "please call me back when you get home"
+CALLERS, ROUNDS = 4, 4
+
+
+@pytest.fixture(scope="module")
+def card(tmp_path_factory):
+    fleet = start_fleet(
+        tmp_path_factory.mktemp("card-asr-moss"),
+        services=("asr", "brain", "moss_sts", "router"),
+        router={
+            "leases": {"capacity_gb": 10, "min_residency_seconds": 1, "ttl_seconds": 3, "renew_deadline_seconds": 2}
+        },
+        residency={
+            "enabled": True,
+            "max_waiting_requests": 16,
+            "services": {
+                "asr": {"declared_gb": 6, "priority": "INTERACTIVE", "swap_in_ms": 500},
+                "moss_sts": {"declared_gb": 8, "priority": "INTERACTIVE", "swap_in_ms": 1000},
+            },
+        },
+    )
+    yield fleet
+    fleet.fleet.stop()
+
+
+def speak(channel, text: str) -> bytes:
+    stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
+    config = synthesizer_pb2.SynthesisConfig(
+        routing=routing_pb2.Routing(engine="moss_sts"),
+        output_format=audio_pb2.AudioFormat(encoding=1, sample_rate_hz=RATE, channels=1),
+    )
+    replies = list(stub.Synthesize(synthesizer_pb2.SynthesizeRequest(text=text, config=config), timeout=120))
+    assert {r.served_by.split("/")[0] for r in replies} == {"moss_sts"}
+    return b"".join(r.audio.data for r in replies)
+
+
+def recognize(channel, pcm: bytes) -> str:
+    stub = recognizer_pb2_grpc.RecognizerStub(channel)
+    request = recognizer_pb2.RecognizeRequest(config=ev.config(RATE), audio=pcm)
+    replies = list(stub.Recognize(request, timeout=120))
+    return " ".join(r.result.transcript for r in replies if r.WhichOneof("event") == "result" and r.result.is_final)
+
+
+def model_status(fleet, name: str) -> gpu_pb2.ModelStatus:
+    with fleet.channel(name) as channel:
+        return gpu_pb2_grpc.ModelControlStub(channel).GetModelStatus(gpu_pb2.GetModelStatusRequest(), timeout=10).status
+
+
+def swaps_in(fleet, name: str) -> float:
+    """voicefleet_model_swap_seconds_count{direction="in"} from the service's own /metrics."""
+    member = fleet.fleet.members[name]
+    with urllib.request.urlopen(f"http://127.0.0.1:{member.metrics_port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("voicefleet_model_swap_seconds_count") and 'direction="in"' in line
+    )
+
+
+def test_asr_and_moss_sts_take_turns_under_four_callers(card):
+    tables, errors, heard = [], [], []
+    with card.channel("router") as channel:
+        speech = bytes(RATE) + speak(channel, SENTENCE + ".") + bytes(2 * RATE)  # 0.5 s before, 1 s after
+        swaps_before = {name: swaps_in(card, name) for name in ("asr", "moss_sts")}
+
+        def caller(i: int) -> None:
+            for k in range(ROUNDS):
+                try:
+                    if (i + k) % 2:
+                        assert len(speak(channel, "Thanks for waiting.")) > RATE  # over half a second of audio
+                    else:
+                        heard.append(recognize(channel, speech))
+                    with card.channel("router") as ch:
+                        tables.append(
+                            gpu_pb2_grpc.GpuLeasesStub(ch).ListLeases(gpu_pb2.ListLeasesRequest(), timeout=10)
+                        )
+                except Exception as e:  # noqa: BLE001 - every failure is reported below
+                    errors.append(f"caller {i} round {k}: {e!r}")
+
+        threads = [threading.Thread(target=caller, args=(i,)) for i in range(CALLERS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    assert len(heard) == CALLERS * ROUNDS // 2
+    assert all(ev.wer([SENTENCE], [h]) <= 0.2 for h in heard), heard
+    # The card was never over-granted, and both services held it at some point.
+    assert all(t.granted_bytes <= t.capacity_bytes == 10 * GB for t in tables)
+    holders = {lease.holder for t in tables for lease in t.leases}
+    assert holders == {"asr", "moss_sts"}, holders
+    # They really took turns: each was loaded back at least once more during the calls.
+    for name in ("asr", "moss_sts"):
+        assert swaps_in(card, name) > swaps_before[name], name
+        s = model_status(card, name)
+        assert s.declared_bytes == {"asr": 6, "moss_sts": 8}[name] * GB
+        assert s.residency in (gpu_pb2.RESIDENCY_RESIDENT, gpu_pb2.RESIDENCY_COLD)
