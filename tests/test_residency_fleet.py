@@ -1,9 +1,11 @@
 """asr and moss_sts hold GPU leases like the TTS services, and take turns on a card they do not fit together
 (real processes on loopback; the CPU engines account their declared sizes on the router's virtual card).
 
-asr 6 GiB + moss_sts 8 GiB on a 10 GiB card: 4 callers at once alternate between recognizing speech (asr) and
-speaking with moss_sts's voice (pinned, so it cannot fail over to another backend). Every call succeeds; the models
-swap (counted and timed in each service's metrics); both show in the router's lease table and in ModelControl.
+asr 6 GiB + moss_sts 8 GiB on a 10 GiB card (cosyvoice_tts, 0.5 GiB, fits beside either): 4 callers at once
+alternate between recognizing speech (asr) and speaking with moss_sts's voice (pinned, so it cannot fail over to
+another backend). Every call succeeds; the models swap (counted and timed in each service's metrics); both show in
+the router's lease table and in ModelControl. A conversation that finds MOSS cold is answered by the router's warm
+cascade while MOSS is loaded, and the next conversation is MOSS's.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import urllib.request
 import pytest
 
 from services.asr import evaluation as ev
-from tests.conftest import start_fleet
+from tests.conftest import start_fleet, wait_until
+from tests.test_conversation_fleet import Talk, close
 from voice.v1 import (
     audio_pb2,
     gpu_pb2,
@@ -38,7 +41,7 @@ CALLERS, ROUNDS = 4, 4
 def card(tmp_path_factory):
     fleet = start_fleet(
         tmp_path_factory.mktemp("card-asr-moss"),
-        services=("asr", "brain", "moss_sts", "router"),
+        services=("cosyvoice_tts", "asr", "brain", "moss_sts", "router"),
         router={
             "leases": {"capacity_gb": 10, "min_residency_seconds": 1, "ttl_seconds": 3, "renew_deadline_seconds": 2}
         },
@@ -47,7 +50,8 @@ def card(tmp_path_factory):
             "max_waiting_requests": 16,
             "services": {
                 "asr": {"declared_gb": 6, "priority": "INTERACTIVE", "swap_in_ms": 500},
-                "moss_sts": {"declared_gb": 8, "priority": "INTERACTIVE", "swap_in_ms": 1000},
+                "moss_sts": {"declared_gb": 8, "priority": "INTERACTIVE", "swap_in_ms": 3000},
+                "cosyvoice_tts": {"declared_gb": 0.5, "priority": "INTERACTIVE", "swap_in_ms": 500},
             },
         },
     )
@@ -55,14 +59,14 @@ def card(tmp_path_factory):
     fleet.fleet.stop()
 
 
-def speak(channel, text: str) -> bytes:
+def speak(channel, text: str, engine: str = "moss_sts") -> bytes:
     stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
     config = synthesizer_pb2.SynthesisConfig(
-        routing=routing_pb2.Routing(engine="moss_sts"),
+        routing=routing_pb2.Routing(engine=engine),
         output_format=audio_pb2.AudioFormat(encoding=1, sample_rate_hz=RATE, channels=1),
     )
     replies = list(stub.Synthesize(synthesizer_pb2.SynthesizeRequest(text=text, config=config), timeout=120))
-    assert {r.served_by.split("/")[0] for r in replies} == {"moss_sts"}
+    assert {r.served_by.split("/")[0] for r in replies} == {engine}
     return b"".join(r.audio.data for r in replies)
 
 
@@ -128,3 +132,34 @@ def test_asr_and_moss_sts_take_turns_under_four_callers(card):
         s = model_status(card, name)
         assert s.declared_bytes == {"asr": 6, "moss_sts": 8}[name] * GB
         assert s.residency in (gpu_pb2.RESIDENCY_RESIDENT, gpu_pb2.RESIDENCY_COLD)
+
+
+def one_turn(channel, speech: bytes) -> str:
+    """A conversation of one turn; returns who served it."""
+    talk = Talk(channel)
+    try:
+        talk.send(speech)
+        assert talk.wait(lambda: talk.complete(0) is not None or talk.of("turn_error", 0), timeout=120), talk.events[
+            -5:
+        ]
+        done = talk.complete(0)
+        assert done is not None, talk.of("turn_error", 0)
+        assert done.reply_text.strip() and len(talk.reply_audio(0)) > RATE // 2, "a spoken reply"
+        return done.served_by
+    finally:
+        close(talk)
+
+
+def test_a_conversation_that_finds_moss_cold_is_served_by_the_warm_cascade_while_moss_loads(card):
+    with card.channel("router") as channel:
+        question = speak(channel, "What is two plus two?", engine="cosyvoice_tts")
+        recognize(channel, bytes(RATE) + question + bytes(2 * RATE))  # asr onto the card: moss_sts off it
+        assert wait_until(lambda: model_status(card, "moss_sts").residency == gpu_pb2.RESIDENCY_COLD, timeout=60)
+        cold_before = card.metric("router", "voicefleet_router_failovers_total", reason="cold")
+
+        # MOSS's swap-in (3 s declared) misses the 1 s default budget: the router's cascade answers at once.
+        assert one_turn(channel, question) == "router/cascade"
+        assert card.metric("router", "voicefleet_router_failovers_total", reason="cold") == cold_before + 1
+        # ... and MOSS was prefetched: once the cascade's recognition stream let asr go, moss_sts is loaded.
+        assert wait_until(lambda: model_status(card, "moss_sts").residency == gpu_pb2.RESIDENCY_RESIDENT, timeout=90)
+        assert one_turn(channel, question) == "moss_sts/cascade"

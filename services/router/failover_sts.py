@@ -83,6 +83,7 @@ class FailoverStsEngine(StsEngine):
         self.primary = primary
         self.fallback = fallback
         self.failovers = failovers
+        self.residency = None  # the router's ResidencyView (set by its build): a cold moss_sts yields to the cascade
         self.max_user_turn_s = max_user_turn_s
         self.default_system_prompt = default_system_prompt
         self.max_system_prompt_chars = max_system_prompt_chars
@@ -202,11 +203,24 @@ class FailoverStsSession(StsSession):
         return getattr(self.engine.fallback, "served_by", "cascade")
 
     def _primary_routable(self) -> bool:
+        """moss_sts can take the session now: routable, and its model warm (a cold time-shared model would make the
+        caller wait for its swap-in; the cascade serves meanwhile and the switch back comes once it is loaded)."""
         backend = self.engine.primary.backend
-        return backend is not None and backend.routable()
+        return backend is not None and backend.routable() and not self._too_cold()
+
+    def _too_cold(self) -> bool:
+        view = self.engine.residency
+        return view is not None and view.too_cold(self._primary_name(), self.options.routing.latency_budget_ms)
 
     async def start(self) -> None:
         backend = self.engine.primary.backend
+        if backend is not None and backend.routable() and self._too_cold():
+            # Same rule as TTS routes: a cold MOSS whose swap-in misses the latency budget yields to the warm
+            # cascade and is loaded in the background; the session moves to it at a quiet moment once it is warm.
+            self.engine.residency.prefetch(self._primary_name())
+            self.engine.failovers.record(self._primary_name(), self._fallback_name(), "cold", self.options.request_id)
+            self._activate(await self._open(False), primary=False)
+            return
         if self._primary_routable():
             try:
                 self._activate(await self._open(True), primary=True)

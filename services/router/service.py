@@ -121,7 +121,8 @@ def build(config: Config) -> ServiceParts:
         )
     )
 
-    tts_resolver.residency = ResidencyView(
+    # One view of where the time-shared models are, for TTS routes and conversation sessions alike.
+    tts_resolver.residency = sts_engine.residency = ResidencyView(
         leases.manager, config.residency, backends, rc.routes.default_latency_budget_ms
     )
 
