@@ -8,6 +8,8 @@
 #   4. every CPU image (scripts/build-images.sh, classic builder, --no-index);
 #   5. tests/test_compose_stack.py: up, healthy, speak/transcribe/converse, moss_sts crash + failover + restart, down.
 # Usage: scripts/compose-test.sh PYTHON
+# Exit 3: this machine cannot run containers (not root and no Docker daemon answers, or dockerd does not start):
+# .ci/run then says so loudly instead of failing. Any other failure is a failure.
 set -euo pipefail
 python=${1:?usage: compose-test.sh PYTHON}
 cd "$(dirname "$0")/.."
@@ -22,14 +24,14 @@ command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 |
 command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
 command -v prometheus >/dev/null || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
-  [ "$(id -u)" = 0 ] || { echo "compose-test: install ${missing[*]} (Debian packages) first" >&2; exit 2; }
+  [ "$(id -u)" = 0 ] || { echo "compose-test: install ${missing[*]} (Debian packages) first" >&2; exit 3; }
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 if ! docker info >/dev/null 2>&1; then
-  [ "$(id -u)" = 0 ] || { echo "compose-test: no Docker daemon answers; start one (dockerd)" >&2; exit 2; }
+  [ "$(id -u)" = 0 ] || { echo "compose-test: no Docker daemon answers; start one (dockerd)" >&2; exit 3; }
   nohup dockerd >build/dockerd.log 2>&1 &
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
-  docker info >/dev/null 2>&1 || { echo "compose-test: dockerd did not start; see build/dockerd.log" >&2; exit 2; }
+  docker info >/dev/null 2>&1 || { echo "compose-test: dockerd did not start; see build/dockerd.log" >&2; exit 3; }
 fi
 step "container tools ready (Docker $(docker version -f '{{.Server.Version}}'))" $t
 
