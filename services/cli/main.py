@@ -273,8 +273,38 @@ def cmd_status(args) -> int:
             print(f"  {when}  {f.from_backend} -> {f.to_backend}  ({f.reason}){request}")
     with security.client_channel(address) as channel:
         _print_leases(channel, config)
+    _print_models(config)
     _print_members(config)
     return 0 if ok else 1
+
+
+def _print_models(config) -> None:
+    """Where each model is, as its service measures it (ModelControl.GetModelStatus on each model service)."""
+    metadata = [(security.FLEET_TOKEN_HEADER, config.security.fleet_token)] if config.security.fleet_token else []
+    gib, rows = 1 << 30, []
+    for name, address in config.router.backends.items():
+        with security.client_channel(address, token="") as channel:
+            try:
+                s = (
+                    gpu_pb2_grpc.ModelControlStub(channel)
+                    .GetModelStatus(gpu_pb2.GetModelStatusRequest(), metadata=metadata, timeout=3)
+                    .status
+                )
+            except grpc.RpcError as e:
+                rows.append(f"  {name:<14} ({e.code().name})")
+                continue
+        residency = gpu_pb2.Residency.Name(s.residency).removeprefix("RESIDENCY_")
+        swap_in = f"{s.swap_in_ms} ms" if s.swap_ins else "-"
+        swap_out = f"{s.swap_out_ms} ms" if s.swap_out_ms else "-"
+        rows.append(
+            f"  {name:<14} {s.engine[:12]:<12} {s.device:<7} {residency:<10} {s.resident_bytes / gib:>9.2f}"
+            f" {s.declared_bytes / gib:>9.2f} {swap_in:>9} {swap_out:>9} {s.swap_ins:>6} {s.active_streams:>7}"
+        )
+    print(
+        f"\nmodels:\n  {'service':<14} {'engine':<12} {'device':<7} {'residency':<10} {'held GiB':>9}"
+        f" {'lease GiB':>9} {'swap-in':>9} {'swap-out':>9} {'loads':>6} {'streams':>7}"
+    )
+    print("\n".join(rows))
 
 
 def _print_members(config) -> None:

@@ -375,8 +375,10 @@ class _HeldUntilClosed:
         await self._stack.aclose()
 
 
-class _ResidentAsrStream(AsrStream):
-    def __init__(self, inner: AsrStream, held: _HeldUntilClosed):
+class _HeldStream:
+    """What an ASR stream and a conversation session share: audio in, events out, and the hold released on close."""
+
+    def __init__(self, inner, held: _HeldUntilClosed):
         self.inner, self._held = inner, held
 
     async def feed(self, pcm: bytes) -> None:
@@ -395,80 +397,23 @@ class _ResidentAsrStream(AsrStream):
             await self._held.release()
 
 
-class ResidentAsrEngine(AsrEngine):
-    """An ASR engine whose model may be offloaded: every stream holds it resident until the stream is closed."""
-
-    def __init__(self, inner: AsrEngine, residency: ModelResidency):
-        self.inner = inner
-        self.residency = residency
-        self.name = inner.name
-        self.service = inner.service
-
-    @property
-    def native_sample_rate(self) -> int:
-        return self.inner.native_sample_rate
-
-    async def start(self) -> None:
-        await self.residency.load()
-
-    async def close(self) -> None:
-        await self.residency.close()
-        await self.inner.close()
-
-    def check_options(self, options) -> None:
-        self.inner.check_options(options)
-
-    async def open_stream(self, options) -> AsrStream:
-        held = _HeldUntilClosed(self.residency)
-        await held.hold()
-        try:
-            return _ResidentAsrStream(await self.inner.open_stream(options), held)
-        except BaseException:
-            await held.release()
-            raise
-
-    def resident_bytes(self) -> int:
-        return self.inner.resident_bytes()
-
-    @property
-    def device(self) -> str:
-        return self.inner.device
-
-    @property
-    def served_by(self) -> str:
-        return self.inner.served_by
+class _ResidentAsrStream(_HeldStream, AsrStream):
+    pass
 
 
-class _ResidentStsSession(StsSession):
-    def __init__(self, inner: StsSession, held: _HeldUntilClosed):
-        self.inner, self._held = inner, held
-
-    async def feed(self, pcm: bytes) -> None:
-        await self.inner.feed(pcm)
-
+class _ResidentStsSession(_HeldStream, StsSession):
     async def control(self, action: str) -> None:
         await self.inner.control(action)
 
     async def interrupt(self) -> None:
         await self.inner.interrupt()
 
-    async def finish(self) -> None:
-        await self.inner.finish()
 
-    def events(self):
-        return self.inner.events()
+class _ResidentEngine:
+    """What the ASR and conversation wrappers share: the inner engine's face, loading through the residency, and
+    opening a stream or session that holds the model until it is closed."""
 
-    async def close(self) -> None:
-        try:
-            await self.inner.close()
-        finally:
-            await self._held.release()
-
-
-class ResidentStsEngine(StsEngine):
-    """A conversation engine whose model may be offloaded: every session holds it resident until it is closed."""
-
-    def __init__(self, inner: StsEngine, residency: ModelResidency):
+    def __init__(self, inner, residency: ModelResidency):
         self.inner = inner
         self.residency = residency
         self.name = inner.name
@@ -485,20 +430,8 @@ class ResidentStsEngine(StsEngine):
         await self.residency.close()
         await self.inner.close()
 
-    async def voices(self):
-        return await self.inner.voices()
-
     def check_options(self, options) -> None:
         self.inner.check_options(options)
-
-    async def open_session(self, options) -> StsSession:
-        held = _HeldUntilClosed(self.residency)
-        await held.hold()
-        try:
-            return _ResidentStsSession(await self.inner.open_session(options), held)
-        except BaseException:
-            await held.release()
-            raise
 
     def resident_bytes(self) -> int:
         return self.inner.resident_bytes()
@@ -510,6 +443,32 @@ class ResidentStsEngine(StsEngine):
     @property
     def served_by(self) -> str:
         return self.inner.served_by
+
+    async def _open_held(self, open_inner, wrap):
+        held = _HeldUntilClosed(self.residency)
+        await held.hold()
+        try:
+            return wrap(await open_inner(), held)
+        except BaseException:
+            await held.release()
+            raise
+
+
+class ResidentAsrEngine(_ResidentEngine, AsrEngine):
+    """An ASR engine whose model may be offloaded: every stream holds it resident until the stream is closed."""
+
+    async def open_stream(self, options) -> AsrStream:
+        return await self._open_held(lambda: self.inner.open_stream(options), _ResidentAsrStream)
+
+
+class ResidentStsEngine(_ResidentEngine, StsEngine):
+    """A conversation engine whose model may be offloaded: every session holds it resident until it is closed."""
+
+    async def voices(self):
+        return await self.inner.voices()
+
+    async def open_session(self, options) -> StsSession:
+        return await self._open_held(lambda: self.inner.open_session(options), _ResidentStsSession)
 
 
 def when_resident(residency: ModelResidency, probe: Callable[[], Awaitable[str | None]]):

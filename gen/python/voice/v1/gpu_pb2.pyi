@@ -176,7 +176,7 @@ class ListLeasesResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., capacity_bytes: _Optional[int] = ..., granted_bytes: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[LeaseInfo, _Mapping]]] = ..., waiting: _Optional[_Iterable[_Union[LeaseAcquire, _Mapping]]] = ...) -> None: ...
 
 class ModelStatus(_message.Message):
-    __slots__ = ("service", "engine", "model", "device", "residency", "resident_bytes", "declared_bytes", "lease_epoch", "active_streams")
+    __slots__ = ("service", "engine", "model", "device", "residency", "resident_bytes", "declared_bytes", "lease_epoch", "active_streams", "swap_in_ms", "swap_out_ms", "swap_ins")
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +186,9 @@ class ModelStatus(_message.Message):
     DECLARED_BYTES_FIELD_NUMBER: _ClassVar[int]
     LEASE_EPOCH_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    SWAP_IN_MS_FIELD_NUMBER: _ClassVar[int]
+    SWAP_OUT_MS_FIELD_NUMBER: _ClassVar[int]
+    SWAP_INS_FIELD_NUMBER: _ClassVar[int]
     service: str
     engine: str
     model: str
@@ -195,7 +198,10 @@ class ModelStatus(_message.Message):
     declared_bytes: int
     lease_epoch: int
     active_streams: int
-    def __init__(self, service: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., device: _Optional[str] = ..., residency: _Optional[_Union[Residency, str]] = ..., resident_bytes: _Optional[int] = ..., declared_bytes: _Optional[int] = ..., lease_epoch: _Optional[int] = ..., active_streams: _Optional[int] = ...) -> None: ...
+    swap_in_ms: int
+    swap_out_ms: int
+    swap_ins: int
+    def __init__(self, service: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., device: _Optional[str] = ..., residency: _Optional[_Union[Residency, str]] = ..., resident_bytes: _Optional[int] = ..., declared_bytes: _Optional[int] = ..., lease_epoch: _Optional[int] = ..., active_streams: _Optional[int] = ..., swap_in_ms: _Optional[int] = ..., swap_out_ms: _Optional[int] = ..., swap_ins: _Optional[int] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
     __slots__ = ("request_id", "priority")
