@@ -103,6 +103,14 @@ def test_status_cli_shows_the_lease_table(shared_card):
         if line.strip().startswith("qwen_tts ") and "GiB" not in line and "espeak" in line
     )
     assert "6.0" in holder_line
+    # Each model as its service measures it: qwen_tts on its device, cosyvoice_tts offloaded.
+    models = {
+        line.split()[0]: line.split()[1:]
+        for line in result.stdout.splitlines()
+        if line.startswith("  ") and ":" in line.split()[0]
+    }
+    assert models["qwen_tts:"][2] == "RESIDENT" and models["qwen_tts:"][4] == "6.00", result.stdout
+    assert models["cosyvoice_tts:"][2] == "COLD" and models["cosyvoice_tts:"][4] == "8.00", result.stdout
 
 
 def test_cold_preferred_model_yields_to_a_warm_fallback_and_is_prefetched(shared_card):

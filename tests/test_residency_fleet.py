@@ -125,7 +125,7 @@ def test_asr_and_moss_sts_take_turns_under_four_callers(card):
     # The card was never over-granted, and both services held it at some point.
     assert all(t.granted_bytes <= t.capacity_bytes == 10 * GB for t in tables)
     holders = {lease.holder for t in tables for lease in t.leases}
-    assert holders == {"asr", "moss_sts"}, holders
+    assert {"asr", "moss_sts"} <= holders, holders  # (cosyvoice_tts holds its small lease throughout)
     # They really took turns: each was loaded back at least once more during the calls.
     for name in ("asr", "moss_sts"):
         assert swaps_in(card, name) > swaps_before[name], name

@@ -291,17 +291,17 @@ def _print_models(config) -> None:
                     .status
                 )
             except grpc.RpcError as e:
-                rows.append(f"  {name:<14} ({e.code().name})")
+                rows.append(f"  {name + ':':<15} ({e.code().name})")
                 continue
         residency = gpu_pb2.Residency.Name(s.residency).removeprefix("RESIDENCY_")
         swap_in = f"{s.swap_in_ms} ms" if s.swap_ins else "-"
         swap_out = f"{s.swap_out_ms} ms" if s.swap_out_ms else "-"
         rows.append(
-            f"  {name:<14} {s.engine[:12]:<12} {s.device:<7} {residency:<10} {s.resident_bytes / gib:>9.2f}"
+            f"  {name + ':':<15}{s.engine[:12]:<12} {s.device:<7} {residency:<10} {s.resident_bytes / gib:>9.2f}"
             f" {s.declared_bytes / gib:>9.2f} {swap_in:>9} {swap_out:>9} {s.swap_ins:>6} {s.active_streams:>7}"
         )
     print(
-        f"\nmodels:\n  {'service':<14} {'engine':<12} {'device':<7} {'residency':<10} {'held GiB':>9}"
+        f"\nmodels (ModelControl of each service):\n  {'service':<15}{'engine':<12} {'device':<7} {'residency':<10} {'held GiB':>9}"
         f" {'lease GiB':>9} {'swap-in':>9} {'swap-out':>9} {'loads':>6} {'streams':>7}"
     )
     print("\n".join(rows))
