@@ -11,7 +11,10 @@ the arrivals; a client thread pool bounds what is in flight):
   (a barge-in) — speech end -> first reply audio (the server's TurnTimings).
 
 Report per workload: requests, latency p50/p95/p99, RTF, errors by gRPC status code (barge-ins are deliberate and
-counted apart); per fleet process: RSS and open file descriptors after warm-up and at the end. A progress line every
+counted apart); per fleet process: RSS and open file descriptors after warm-up, at the baseline (``baseline_after_s``
+into the run: the working set grows until every workload has run at its peak concurrency, then must stay flat; the
+2026-11-24 mixed run grew asr from 529 to ~1150 MB in its first 6 minutes and stayed there) and at the end; growth
+is counted from the baseline. A progress line every
 ``progress_s``. Profiles: ``smoke`` (~20 s, in ``make test`` via tests/test_soak_smoke.py), ``mixed`` (30 minutes),
 ``converse`` (1,000 Converse turns). ``python -m bench.soak --profile mixed --minutes 5`` overrides the time.
 """
@@ -69,6 +72,9 @@ class Profile:
     max_in_flight: int = 8  # per workload
     progress_s: float = 10.0
     warmup_s: float = 5.0
+    # RSS and open files are compared from this far into the run: the working set grows until every workload has
+    # run at its peak concurrency (decoder pools, allocator arenas), then must stay flat. 0: right after warm-up.
+    baseline_after_s: float = 0.0
 
 
 PROFILES = {
@@ -78,8 +84,12 @@ PROFILES = {
         turns_per_session=2,
         warmup_s=1,
     ),
-    "mixed": Profile(seconds=1800, rates={"synthesize": 2.0, "stream": 0.5, "asr": 0.5, "converse": 0.05}),
-    "converse": Profile(converse_turns=1000, converse_sessions=2, turns_per_session=10),
+    "mixed": Profile(
+        seconds=1800,
+        rates={"synthesize": 2.0, "stream": 0.5, "asr": 0.5, "converse": 0.05},
+        baseline_after_s=300,
+    ),
+    "converse": Profile(converse_turns=1000, converse_sessions=2, turns_per_session=10, baseline_after_s=300),
 }
 
 
@@ -359,8 +369,12 @@ def run_profile(profile: Profile, fleet: LocalFleet, name: str = "custom") -> di
     for t in threads:
         t.start()
     next_progress = t0 + profile.progress_s
+    steady = before if not profile.baseline_after_s else None
     while True:
         elapsed = time.monotonic() - t0
+        if steady is None and elapsed >= profile.baseline_after_s:
+            steady = process_stats(fleet)
+            print(f"soak {name}: baseline after {elapsed:.0f} s under load; processes {steady}", flush=True)
         if profile.seconds and elapsed >= profile.seconds:
             break
         if profile.converse_turns and all(f.done() for f in futures):
@@ -380,10 +394,11 @@ def run_profile(profile: Profile, fleet: LocalFleet, name: str = "custom") -> di
         conv_pool.shutdown(wait=True)
     channel.close()
     after = process_stats(fleet)
-    return report(name, profile, stats, before, after, time.monotonic() - t0, turns_done[0])
+    return report(name, profile, stats, before, steady or before, after, time.monotonic() - t0, turns_done[0])
 
 
-def report(name, profile, stats, before, after, seconds, turns) -> dict:
+def report(name, profile, stats, warm, before, after, seconds, turns) -> dict:
+    """``warm``: after the warm-up; ``before``: the baseline (``baseline_after_s`` into the run); ``after``: the end."""
     workloads = {}
     for w in sorted(stats.codes):
         lat, rtf = stats.latency[w], stats.rtf[w]
@@ -400,6 +415,7 @@ def report(name, profile, stats, before, after, seconds, turns) -> dict:
     for p, b in before.items():
         a = after.get(p)
         processes[p] = {
+            "rss_mb_warm": warm.get(p, {}).get("rss_mb"),
             "rss_mb_start": b["rss_mb"],
             "rss_mb_end": a["rss_mb"] if a else None,
             "rss_growth_pct": round(100 * (a["rss_mb"] / b["rss_mb"] - 1), 1) if a else None,
@@ -411,6 +427,7 @@ def report(name, profile, stats, before, after, seconds, turns) -> dict:
         "machine": machine(),
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
         "seconds": round(seconds, 1),
+        "baseline_after_s": profile.baseline_after_s,
         "rates_per_s": profile.rates,
         "converse_turns": turns,
         "errors": stats.errors(),
@@ -438,11 +455,17 @@ def markdown(rep: dict) -> str:
             f"| {w} | {r['requests']} | {ms(lat['p50'])} | {ms(lat['p95'])} | {ms(lat['p99'])} | {rtf} | {rtf_max}"
             f" | {r['codes']} | {r['deliberate'] or ''} |"
         )
-    lines += ["", "| process | RSS start | RSS end | growth | fds start | fds end |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"RSS and fds from the baseline ({rep['baseline_after_s']:.0f} s into the run, under load) to the end:",
+        "",
+        "| process | RSS after warm-up | RSS baseline | RSS end | growth from baseline | fds baseline | fds end |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for p, s in rep["processes"].items():
         lines.append(
-            f"| {p} | {s['rss_mb_start']} MB | {s['rss_mb_end']} MB | {s['rss_growth_pct']} % | {s['fds_start']}"
-            f" | {s['fds_end']} |"
+            f"| {p} | {s['rss_mb_warm']} MB | {s['rss_mb_start']} MB | {s['rss_mb_end']} MB | {s['rss_growth_pct']} %"
+            f" | {s['fds_start']} | {s['fds_end']} |"
         )
     lines.append(f"\nerrors (not deliberate): {rep['errors']}; converse turns: {rep['converse_turns']}")
     return "\n".join(lines)
