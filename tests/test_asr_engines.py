@@ -12,6 +12,7 @@ from services.asr import evaluation as ev
 from services.asr.config import AsrGpuConfig, AsrServiceConfig
 from services.asr.vad import WINDOW, Endpointer, SileroVad
 from services.common.engines import RESULT, SPEECH_END, SPEECH_START, Endpointing, RecognitionOptions
+from services.common.errors import FailedPrecondition
 
 MS = 16  # samples per ms at 16 kHz
 
@@ -126,9 +127,42 @@ async def test_gpu_engine_code_on_cpu_with_tiny_en(asr_speakers):
         await engine.close()
 
 
+async def test_gpu_engine_offload_frees_the_model_and_reload_hears_the_same(asr_speakers):
+    """A revoke's offload really takes the weights off the model's device (CTranslate2's unload_model: the model
+    reports not loaded and refuses new streams) and reload brings back the same model: the same transcript."""
+    from services.asr.gpu_engine import GpuAsrEngine
+    from services.asr.models import tiny_en_dir
+
+    config = AsrServiceConfig(
+        port=1,
+        engine="gpu",
+        gpu=AsrGpuConfig(model_dir=str(tiny_en_dir()), device="cpu", compute_type="int8", num_workers=1, beam_size=1),
+    )
+    engine = GpuAsrEngine("asr_gpu_on_cpu", config)
+    await engine.start()
+    stream = asr_speakers.padded("joe", [ev.SENTENCES[4]], 16000)
+    options = RecognitionOptions(language="en", interim_results=False)
+
+    async def final_transcript() -> str:
+        events = await collect(await engine.open_stream(options), stream.pcm)
+        return [e.result for e in events if e.kind == RESULT][-1].transcript
+
+    try:
+        before = await final_transcript()
+        assert ev.wer([ev.SENTENCES[4]], [before]) <= 0.2, before
+        await engine.offload()
+        assert not engine.final.model.model.model_is_loaded
+        with pytest.raises(FailedPrecondition, match="loading"):
+            await engine.open_stream(options)
+        await engine.reload()
+        assert engine.final.model.model.model_is_loaded
+        assert await final_transcript() == before
+    finally:
+        await engine.close()
+
+
 async def test_gpu_engine_refuses_a_missing_model_dir(tmp_path):
     from services.asr.gpu_engine import GpuAsrEngine
-    from services.common.errors import FailedPrecondition
 
     engine = GpuAsrEngine("asr", AsrServiceConfig(port=1, engine="gpu", gpu=AsrGpuConfig(model_dir=str(tmp_path))))
     with pytest.raises(FailedPrecondition, match="asr.gpu.model_dir"):

@@ -73,6 +73,18 @@ async def test_models_that_do_not_fit_take_turns(lease_router):
     await cosy.close()
 
 
+async def test_a_closed_lease_is_released_at_once_not_left_to_expire(lease_router):
+    """close() makes sure the release reaches the router before the stream goes: the bytes come back at once, not a
+    TTL later as after a crash (an offloaded model's card space was held on for the TTL)."""
+    _, channel, stub = lease_router
+    for _ in range(5):
+        lease = GpuLease(channel, "cosyvoice_tts", "cv3", 8 * GB, BATCH)
+        await lease.acquire(wait_s=5)
+        assert [x.holder for x in (await table(stub)).leases] == ["cosyvoice_tts"]
+        await lease.close()
+        assert (await table(stub)).granted_bytes == 0
+
+
 async def test_busy_holder_keeps_its_lease_and_the_waiter_is_told(lease_router):
     _, channel, stub = lease_router
     busy = GpuLease(channel, "qwen_tts", "q", 20 * GB, INTERACTIVE, busy=lambda: True)

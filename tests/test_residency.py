@@ -72,6 +72,42 @@ def test_both_models_are_served_by_taking_turns(shared_card):
     other = status(shared_card, "cosyvoice_tts")
     assert other.residency == gpu_pb2.RESIDENCY_COLD and other.lease_epoch == 0
     assert other.declared_bytes == 8 * GB
+    # Each took the card twice and gave it up at least once: the swaps are measured, not the configured guesses.
+    assert other.swap_ins >= 2 and other.swap_in_ms > 0 and other.swap_out_ms > 0, other
+    assert status(shared_card, "qwen_tts").swap_ins >= 2
+
+
+def test_swap_times_are_measured_moving_averages_and_the_lease_asks_with_them():
+    import asyncio
+
+    from services.common.model_control import ModelResidency, ResidencyHooks
+
+    load_s = [0.05, 0.25, 0.25]
+
+    async def load():
+        await asyncio.sleep(load_s.pop(0))
+
+    async def offload():
+        await asyncio.sleep(0.02)
+
+    hooks = ResidencyHooks(load, load, offload, lambda: 0, "test", "test-model", lambda: "cpu")
+    residency = ModelResidency("svc", hooks, lease_enabled=False, swap_in_ms=9000, swap_out_ms=7000)
+
+    async def cycle():
+        await residency.load()
+        assert residency.lease_swap_in_ms() != 9000  # measured replaces the configured guess after one load
+        first = residency.status().swap_in_ms
+        await residency.offload("test")
+        await residency.load()
+        await residency.offload("test")
+        await residency.load()
+        return first, residency.status()
+
+    first, final = asyncio.run(cycle())
+    assert 40 <= first < 200, first
+    # Two slower reloads pull the average towards 250 ms without jumping to it.
+    assert first < final.swap_in_ms < 250 and final.swap_ins == 3
+    assert 15 <= final.swap_out_ms < 200 and residency.lease_swap_out_ms() == final.swap_out_ms
 
 
 def test_model_control_load_streams_progress_and_offload_frees_the_card(shared_card):
@@ -146,3 +182,34 @@ def test_cold_preferred_model_yields_to_a_warm_fallback_and_is_prefetched(shared
     assert status(shared_card, "cosyvoice_tts").residency == gpu_pb2.RESIDENCY_RESIDENT
     served_by, _ = unpinned(200)
     assert served_by.startswith("cosyvoice_tts")
+
+
+def test_a_gpu_engine_that_cannot_free_its_memory_must_be_pinned():
+    """No silent no-op: a GPU engine without offload/reload is refused as a time-sharing holder, by name, with the
+    fix; pinned, it is accepted and refuses to be offloaded."""
+    import asyncio
+
+    from services.common.config import Config, _build
+    from services.common.config_base import ConfigError
+    from services.common.errors import FailedPrecondition
+    from services.common.model_control import engine_hooks, residency_for
+
+    class StaysOnTheCard:  # an engine class as a third party might write one: it can load, not unload
+        name, device = "stays-on-card", "cuda"
+
+        async def start(self):
+            return None
+
+        def resident_bytes(self):
+            return 0
+
+    with pytest.raises(ConfigError, match=r"residency.services.qwen_tts.*stays-on-card.*pinned: true"):
+        engine_hooks(StaysOnTheCard(), "m", "qwen_tts", gpu_engine=True)
+    engine_hooks(StaysOnTheCard(), "m", "qwen_tts", gpu_engine=False)  # CPU engines only account: accepted
+
+    config = _build(Config, {"residency": {"services": {"qwen_tts": {"declared_gb": 3, "pinned": True}}}}, "")
+    residency = residency_for(config, "qwen_tts", StaysOnTheCard(), "m", gpu_engine=True)
+    assert residency.pinned and residency.lease_enabled
+
+    with pytest.raises(FailedPrecondition, match="pinned"):
+        asyncio.run(residency.offload("ModelControl.Offload"))

@@ -187,7 +187,7 @@ class GpuAsrEngine(AsrEngine):
         return self.config.gpu.device
 
     def resident_bytes(self) -> int:
-        if self.final.model is None or self.device != "cuda":
+        if self.final.model is None or self.device != "cuda" or not self.final.model.model.model_is_loaded:
             return 0
         return (Path(self.config.gpu.model_dir) / "model.bin").stat().st_size  # float16 weights, as stored
 
@@ -205,16 +205,24 @@ class GpuAsrEngine(AsrEngine):
         self.stream_pool.shutdown(wait=False, cancel_futures=True)
         self.final_pool.shutdown(wait=False, cancel_futures=True)
 
-    # Residency (for a GPU lease holder; services/common/model_control.py): weights on and off the card.
-    async def load(self) -> None:
+    # Residency (a GPU lease holder; services/common/model_control.py): CTranslate2 moves the weights itself.
+    # On CUDA, unload_model(to_cpu=True) keeps them in host memory and frees the device's (its CUDA allocator cache
+    # with them); load_model() copies them back: no second read from disk. On a CPU device host memory IS the
+    # device's, so to_cpu would keep everything (CTranslate2 does nothing): the model is unloaded whole and
+    # load_model() reads it again.
+    async def offload(self) -> None:
+        """Weights off the device (new streams fail until ``reload``; the residency layer waits for live ones)."""
+        self._ready = False
+        if self.final.model is not None:
+            model, to_cpu = self.final.model.model, self.device == "cuda"
+            await asyncio.get_running_loop().run_in_executor(self.final_pool, lambda: model.unload_model(to_cpu=to_cpu))
+
+    async def reload(self) -> None:
         if self.final.model is None:
             await asyncio.get_running_loop().run_in_executor(self.final_pool, self.final.load)
+        elif not self.final.model.model.model_is_loaded:
+            await asyncio.get_running_loop().run_in_executor(self.final_pool, self.final.model.model.load_model)
         self._ready = True
-
-    async def offload(self) -> None:
-        """Drop the model (CTranslate2 frees its CUDA memory with it). New streams fail until ``load``."""
-        self._ready = False
-        self.final.model = None
 
     def check_options(self, options: RecognitionOptions) -> None:
         language = whisper_language(options.language)

@@ -52,6 +52,9 @@ class HolderConfig:
     # Measured cost of moving the model on and off the card (the router weighs it when routing and revoking).
     swap_in_ms: int = 0
     swap_out_ms: int = 0
+    # Keep the model on the card for good: its lease is never revoked (its renewals always say busy). For an engine
+    # that cannot free its device memory; the card space stays taken, so size the other holders around it.
+    pinned: bool = False
 
     def validate(self, path: str) -> None:
         _check(path, "declared_gb", self.declared_gb > 0, f"must be > 0, got {self.declared_gb}")

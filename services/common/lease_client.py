@@ -174,9 +174,14 @@ class GpuLease:
         )
         self.released.set()
 
-    async def close(self) -> None:
+    async def close(self, wait_s: float = 2.0) -> None:
+        """Release and end the stream. Waits (bounded) for the router to end it: the release must reach the router,
+        or the bytes stay granted until the lease's TTL runs out, as after a crash."""
         await self.release()
-        self._outbox.put_nowait(None)
+        self._outbox.put_nowait(None)  # half-close: the router handles what was sent, then ends the stream
+        if self._call is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._ended.wait(), wait_s)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

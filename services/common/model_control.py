@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import grpc
 
 from services.common import metrics, security
+from services.common.config_base import ConfigError
 from services.common.engines import AsrEngine, AsrStream, StsEngine, StsSession, TtsEngine
-from services.common.errors import ResourceExhausted, Unavailable
+from services.common.errors import FailedPrecondition, ResourceExhausted, Unavailable
 from services.common.health import synthesis_probe
 from services.common.lease_client import GpuLease
 from services.common.rpc import new_request_id, rpc
@@ -31,6 +32,12 @@ from voice.v1 import gpu_pb2, gpu_pb2_grpc
 
 log = logging.getLogger("voicefleet.residency")
 GIB = 1 << 30
+SWAP_AVERAGE_WEIGHT = 0.3  # weight of the newest swap in the moving averages: a few swaps move it, one outlier does not
+
+
+def _moving_average(average_ms: float, sample_ms: float, samples: int) -> float:
+    return sample_ms if samples <= 1 else (1 - SWAP_AVERAGE_WEIGHT) * average_ms + SWAP_AVERAGE_WEIGHT * sample_ms
+
 
 COLD, LOADING, RESIDENT, OFFLOADING = (
     gpu_pb2.RESIDENCY_COLD,
@@ -51,6 +58,9 @@ class ResidencyHooks:
     engine: str
     model: str
     device: Callable[[], str]
+    # False for CPU engines on the virtual card: nothing moves, so their measured "swaps" are lease waits only and
+    # the configured swap times (a GPU's cost, simulated) stay what their lease asks with.
+    moves_weights: bool = True
 
 
 class ModelResidency:
@@ -67,8 +77,10 @@ class ModelResidency:
         swap_out_ms: int = 0,
         acquire_timeout_s: float = 120.0,
         max_waiting_requests: int = 8,
+        pinned: bool = False,
     ):
         self.service = service
+        self.pinned = pinned
         self.hooks = hooks
         self.lease_enabled = lease_enabled
         self.router_address = router_address
@@ -86,6 +98,11 @@ class ModelResidency:
         self._idle = asyncio.Event()
         self._idle.set()
         self._started = False
+        # Measured swaps (ModelStatus fields 10-12): the configured swap_in_ms/swap_out_ms are first guesses only.
+        self.swap_ins = 0
+        self.swap_outs = 0
+        self.measured_swap_in_ms = 0.0
+        self.measured_swap_out_ms = 0.0
 
     # --- loading and offloading ---------------------------------------------------------------------------------
     async def load(self, progress: Callable[[str, float], None] = lambda stage, fraction: None) -> None:
@@ -112,8 +129,11 @@ class ModelResidency:
                     self.lease = None
                 raise
             self.state = RESIDENT
-            metrics.SWAP_SECONDS.labels(self.service, "in").observe(time.monotonic() - t0)
-            log.info("%s resident in %.2fs (lease epoch %s)", self.service, time.monotonic() - t0, self.epoch)
+            elapsed = time.monotonic() - t0
+            self.swap_ins += 1
+            self.measured_swap_in_ms = _moving_average(self.measured_swap_in_ms, elapsed * 1000, self.swap_ins)
+            metrics.SWAP_SECONDS.labels(self.service, "in").observe(elapsed)
+            log.info("%s resident in %.2fs (lease epoch %s)", self.service, elapsed, self.epoch)
             progress("ready", 1.0)
 
     async def _acquire(self, progress: Callable[[str], None]) -> None:
@@ -125,11 +145,11 @@ class ModelResidency:
             self.hooks.model,
             self.declared_bytes,
             self.priority,
-            self.swap_in_ms,
-            self.swap_out_ms,
+            self.lease_swap_in_ms(),
+            self.lease_swap_out_ms(),
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
-            busy=lambda: self.active > 0,
+            busy=lambda: self.pinned or self.active > 0,  # busy holders are never revoked
         )
         try:
             await self.lease.acquire(progress=progress, wait_s=self.acquire_timeout_s)
@@ -139,24 +159,44 @@ class ModelResidency:
             ) from None
 
     async def offload(self, reason: str) -> None:
+        if self.pinned:
+            raise FailedPrecondition(
+                f"{self.service} is pinned (residency.services.{self.service}.pinned): its model stays on the card"
+            )
         async with self._lock:
             if self.state != RESIDENT:
                 return
             self.state = OFFLOADING
-            await self._idle.wait()  # in-flight requests finish first (new ones wait for the reload)
             t0 = time.monotonic()
+            await self._idle.wait()  # in-flight requests finish first (new ones wait for the reload)
             await self.hooks.offload()
             if self.lease is not None:
                 await self.lease.close()
                 self.lease = None
             self.state = COLD
-            metrics.SWAP_SECONDS.labels(self.service, "out").observe(time.monotonic() - t0)
-            log.info("%s offloaded (%s)", self.service, reason)
+            elapsed = time.monotonic() - t0
+            self.swap_outs += 1
+            self.measured_swap_out_ms = _moving_average(self.measured_swap_out_ms, elapsed * 1000, self.swap_outs)
+            metrics.SWAP_SECONDS.labels(self.service, "out").observe(elapsed)
+            log.info("%s offloaded in %.2fs (%s)", self.service, elapsed, reason)
 
     async def _on_revoke(self, reason: str) -> None:
+        if self.pinned:  # never revoked while its renewals say busy; should a revoke come anyway, the weights stay
+            log.warning("%s is pinned: ignoring a revoke (%s)", self.service, reason)
+            return
         await self.offload(f"revoked: {reason}")
 
     async def _on_lost(self, reason: str) -> None:
+        if self.pinned:
+            # The weights cannot leave the card: ask for the lease again at once so the table accounts for them.
+            log.warning("%s lost its lease (%s); pinned, so it asks for it again", self.service, reason)
+            async with self._lock:
+                if self.lease is not None:
+                    await self.lease.close()
+                    self.lease = None
+                self.state = COLD
+            self._reacquire = asyncio.get_running_loop().create_task(self.load())
+            return
         await self.offload(f"lease lost: {reason}")
 
     async def close(self) -> None:
@@ -173,7 +213,7 @@ class ModelResidency:
             if self.waiting >= self.max_waiting:
                 raise ResourceExhausted(
                     f"{self.service} is loading its model onto the GPU and {self.waiting} requests already wait;"
-                    f" retry in about {max(1, self.swap_in_ms // 1000)} s or use another engine"
+                    f" retry in about {max(1, self.lease_swap_in_ms() // 1000)} s or use another engine"
                 )
             self.waiting += 1
             try:
@@ -190,6 +230,16 @@ class ModelResidency:
                 self._idle.set()
 
     # --- status -------------------------------------------------------------------------------------------------
+    def lease_swap_in_ms(self) -> int:
+        """The swap-in cost a lease asks with: measured once the model has loaded (engines that move weights), else
+        the configured guess."""
+        measured = self.hooks.moves_weights and self.swap_ins
+        return round(self.measured_swap_in_ms) if measured else self.swap_in_ms
+
+    def lease_swap_out_ms(self) -> int:
+        measured = self.hooks.moves_weights and self.swap_outs
+        return round(self.measured_swap_out_ms) if measured else self.swap_out_ms
+
     @property
     def epoch(self) -> int:
         return (self.lease.epoch or 0) if self.lease else 0
@@ -205,6 +255,9 @@ class ModelResidency:
             declared_bytes=self.declared_bytes,
             lease_epoch=self.epoch,
             active_streams=self.active,
+            swap_in_ms=round(self.measured_swap_in_ms),
+            swap_out_ms=round(self.measured_swap_out_ms),
+            swap_ins=self.swap_ins,
         )
 
 
@@ -267,20 +320,31 @@ class ResidentTtsEngine(TtsEngine):
         return self.inner.served_by
 
 
-def tts_hooks(engine: TtsEngine, model: str) -> ResidencyHooks:
-    """Residency hooks of a TTS engine: GPU engines implement offload()/reload(); CPU engines only account."""
+def engine_hooks(engine, model: str, service: str, gpu_engine: bool, pinned: bool = False) -> ResidencyHooks:
+    """Residency hooks of an engine. A GPU engine that takes turns on the card must free its device memory on a
+    revoke: it defines ``offload()`` and ``reload()`` (docs/leases.md, how each engine offloads), or it is configured
+    ``pinned`` (never revoked). CPU engines only account their declared size on the virtual card: nothing to move."""
 
     async def nothing() -> None:
         return None
 
+    offload, reload = getattr(engine, "offload", None), getattr(engine, "reload", None)
+    if gpu_engine and not pinned and not (callable(offload) and callable(reload)):
+        raise ConfigError(
+            f"residency.services.{service}: engine {engine.name} cannot free its GPU memory (it has no offload and"
+            f" reload), so it cannot take turns on the card; set residency.services.{service}.pinned: true to keep"
+            " it resident (its lease is never revoked) and size the other holders around it"
+        )
+    moves = gpu_engine and not pinned
     return ResidencyHooks(
         start=engine.start,
-        reload=getattr(engine, "reload", nothing),
-        offload=getattr(engine, "offload", nothing),
+        reload=reload if moves else nothing,
+        offload=offload if moves else nothing,
         resident_bytes=engine.resident_bytes,
         engine=engine.name,
         model=model,
         device=lambda: engine.device,
+        moves_weights=moves,
     )
 
 
@@ -328,16 +392,26 @@ def lease_bytes(config, service: str) -> int:
     return int(spec.declared_gb * GIB) if spec else 0
 
 
-def residency_for(config, service: str, hooks: ResidencyHooks, gpu_engine: bool) -> ModelResidency:
-    """The residency of ``service`` from the fleet config: leases always for GPU engines, on CPU when enabled."""
+def holder_config(config, service: str):
+    """``service``'s residency.services entry, or the defaults of one."""
     rc = config.residency
     spec = rc.services.get(service)
     if spec is None:
         spec = type(next(iter(rc.services.values())))() if rc.services else None
+    return spec
+
+
+def residency_for(config, service: str, engine, model: str, gpu_engine: bool) -> ModelResidency:
+    """The residency of ``service``'s ``engine`` from the fleet config: leases always for GPU engines, on CPU when
+    enabled."""
+    rc = config.residency
+    spec = holder_config(config, service)
+    pinned = bool(spec and spec.pinned)
     return ModelResidency(
         service,
-        hooks,
+        engine_hooks(engine, model, service, gpu_engine, pinned),
         lease_enabled=gpu_engine or rc.enabled,
+        pinned=pinned,
         router_address=config.router.address,
         declared_bytes=int((spec.declared_gb if spec else 0) * GIB),
         priority=gpu_pb2.LeasePriority.Value(f"LEASE_PRIORITY_{spec.priority}")
@@ -354,7 +428,7 @@ def resident_tts(
     config, service: str, engine: TtsEngine, model: str, gpu_engine: bool
 ) -> tuple[ResidentTtsEngine, object]:
     """``engine`` wrapped to hold its model resident per request, and the service's ModelControl servicer."""
-    residency = residency_for(config, service, tts_hooks(engine, model), gpu_engine)
+    residency = residency_for(config, service, engine, model, gpu_engine)
     return ResidentTtsEngine(engine, residency), model_control(residency)
 
 
@@ -494,12 +568,12 @@ def model_control(residency: ModelResidency):
 
 def resident_asr(config, service: str, engine: AsrEngine, model: str, gpu_engine: bool):
     """``engine`` wrapped so each stream holds its model resident, and the service's ModelControl servicer."""
-    residency = residency_for(config, service, tts_hooks(engine, model), gpu_engine)
+    residency = residency_for(config, service, engine, model, gpu_engine)
     return ResidentAsrEngine(engine, residency), model_control(residency)
 
 
 def resident_sts(config, service: str, sts: StsEngine, tts: TtsEngine, model: str, gpu_engine: bool):
     """moss_sts: one model behind two services (Conversation sessions and its Synthesizer), so one residency: both
     wrapped engines hold it, and the one ModelControl servicer moves it."""
-    residency = residency_for(config, service, tts_hooks(sts, model), gpu_engine)
+    residency = residency_for(config, service, sts, model, gpu_engine)
     return ResidentStsEngine(sts, residency), ResidentTtsEngine(tts, residency), model_control(residency)

@@ -116,6 +116,8 @@ class LeaseManager:
     last_epoch: int = 0
     # Every holder name that ever asked: their models time-share the card (residency-aware routing reads it).
     holders_seen: set[str] = field(default_factory=set)
+    # Each holder's swap-in cost as its latest acquire gave it (measured by the holder once it has loaded).
+    swap_in_ms_seen: dict[str, int] = field(default_factory=dict)
 
     # --- queries ----------------------------------------------------------------------------------------------
     @property
@@ -149,6 +151,7 @@ class LeaseManager:
             raise ResourceExhausted(f"acquire: {len(self.waiters)} requests already wait for GPU memory; retry later")
         self.waiters.append(Waiter(stream, request, self.clock(), next(self._seq)))
         self.holders_seen.add(request.holder)
+        self.swap_in_ms_seen[request.holder] = request.swap_in_ms
         events = self.tick()
         if not any(isinstance(e, Granted) and e.stream == stream for e in events):
             position = [w.stream for w in self._ordered_waiters()].index(stream)

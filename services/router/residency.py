@@ -44,7 +44,8 @@ class ResidencyView:
         live = [lease for lease in self.manager.leases.values() if lease.request.holder == name]
         waiting = [w for w in self.manager.waiters if w.request.holder == name]
         spec = self.config.services.get(name)
-        swap_in = max([lease.request.swap_in_ms for lease in live] + [spec.swap_in_ms if spec else 0])
+        # The holder's own figure from its latest acquire (measured once it has loaded), else the configured guess.
+        swap_in = self.manager.swap_in_ms_seen.get(name) or (spec.swap_in_ms if spec else 0)
         time_shared = bool(live or waiting or name in self.manager.holders_seen or self.config.enabled)
         resident = any(not lease.revoking for lease in live)
         return ModelPlace(time_shared, resident, swap_in)
