@@ -172,7 +172,6 @@ def tiny_cosyvoice3_offload() -> str:
     real CosyVoice3Model: a whole utterance through the library's ``tts()`` (LM thread, flow, HiFT) from a speaker's
     features, offload, every pre-offload storage released (modules and the speaker's tensors) and resident_bytes 0,
     reload, the same utterance again with the same seed: the same samples."""
-    import gc
     import types
 
     import numpy as np
@@ -206,12 +205,12 @@ def tiny_cosyvoice3_offload() -> str:
     resident = engine.resident_bytes()
     refs = storage_refs(engine._host.modules, [speaker])
     asyncio.run(engine.offload())
-    gc.collect()
+    alive = still_referenced(refs)
     offloaded = engine.resident_bytes()
     asyncio.run(engine.reload())
     after = speak()
     names = ", ".join(type(m).__name__ for m in engine._host.modules)
-    verdict = offload_verdict(before, after, refs, engine._host, f"CosyVoice3Model ({names}) + spk2info")
+    verdict = offload_verdict(before, after, refs, alive, engine._host, f"CosyVoice3Model ({names}) + spk2info")
     if offloaded != 0:
         verdict = "MISMATCH resident_bytes not 0 while offloaded; " + verdict
     return (
@@ -278,14 +277,18 @@ def preservation_works() -> bool:
     return alive and ref() is None
 
 
-def offload_verdict(before, after, refs, host, what: str) -> str:
-    """Same output after offload + reload, no reference left to the storages held before the offload."""
+def still_referenced(refs) -> int:
+    """How many of the pre-offload storages someone still holds (checked while the model is offloaded)."""
     import gc
 
+    gc.collect()
+    return sum(r() is not None for r in refs)
+
+
+def offload_verdict(before, after, refs, alive: int, host, what: str) -> str:
+    """Same output after offload + reload; while offloaded, no reference left to the storages held before."""
     import numpy as np
 
-    gc.collect()
-    alive = sum(r() is not None for r in refs)
     moved_out, moved_in = host.last["out"], host.last["in"]
     checks = {
         "storage weakrefs work on this torch": preservation_works(),
@@ -296,7 +299,8 @@ def offload_verdict(before, after, refs, host, what: str) -> str:
     verdict = "ok" if all(checks.values()) else "MISMATCH " + ", ".join(k for k, v in checks.items() if not v)
     return (
         f"{verdict}: offload/reload of {what}: {moved_out.bytes / 2**20:.2f} MiB out in {moved_out.seconds * 1e3:.1f}"
-        f" ms, back in {moved_in.seconds * 1e3:.1f} ms; {len(refs)} storages released ({alive} still referenced);"
+        f" ms, back in {moved_in.seconds * 1e3:.1f} ms; while offloaded {len(refs) - alive} of {len(refs)} storages"
+        f" released ({alive} still referenced);"
         f" output identical: {checks['output after reload == before offload']}"
     )
 
@@ -304,7 +308,6 @@ def offload_verdict(before, after, refs, host, what: str) -> str:
 def tiny_moss_offload() -> str:
     """MossSpeechEngine.offload()/reload() (the engine's own async hooks) around the tiny real decoder: decode,
     offload, every pre-offload storage released and resident_bytes 0, reload, decode again: the same samples."""
-    import gc
 
     import numpy as np
     import torch
@@ -337,11 +340,13 @@ def tiny_moss_offload() -> str:
     resident = moss.resident_bytes()
     refs = storage_refs(moss.host.modules, moss.host.maps)
     asyncio.run(engine.offload())
-    gc.collect()
+    alive = still_referenced(refs)
     offloaded = moss.resident_bytes()
     asyncio.run(engine.reload())
     after = decode()
-    verdict = offload_verdict(before, after, refs, moss.host, "the MOSS decoder (flow + HiFT) and its conditioning")
+    verdict = offload_verdict(
+        before, after, refs, alive, moss.host, "the MOSS decoder (flow + HiFT) and its conditioning"
+    )
     if offloaded != 0:
         verdict = "MISMATCH resident_bytes not 0 while offloaded; " + verdict
     return f"{verdict}; resident_bytes {resident} -> {offloaded} while offloaded -> {moss.resident_bytes()}"
@@ -485,7 +490,120 @@ def probe_qwen() -> dict:
 
     cfg = config(qwen_tts={"gpu.backend": "qwen_tts", "gpu.model_dir": tempfile.mkdtemp(), "gpu.device": "cpu"})
     engine = QwenTtsEngine("qwen_tts", cfg.qwen_tts.chunking, cfg.qwen_tts.gpu)
-    return {"imported": imported, "load": until_weights(engine._load)}
+    return {"imported": imported, "load": until_weights(engine._load), "tiny": guarded(tiny_qwen_offload)}
+
+
+def tiny_qwen_tts():
+    """qwen-tts's real Qwen3TTSModel around TINY random modules of its own classes and configs: a CustomVoice
+    Qwen3TTSForConditionalGeneration (1-layer talker and code predictor, 16 code groups, one speaker) whose speech
+    tokenizer is a Qwen3TTSTokenizer over a 1-layer Qwen3TTSTokenizerV2Model (12 Hz, 16 quantizers). Codec special
+    ids are placed below the talker vocabulary, as in the released config. Text tokenization is the one stand-in: a
+    processor that returns fixed chat-template ids (the Qwen2 tokenizer's vocabulary files are not here)."""
+    import torch
+    from qwen_tts import Qwen3TTSModel
+    from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSConfig
+    from qwen_tts.core.models.modeling_qwen3_tts import Qwen3TTSForConditionalGeneration
+    from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Config
+    from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Model
+    from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer
+
+    torch.manual_seed(0)
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    talker = dict(
+        small,
+        vocab_size=3072,
+        num_key_value_heads=1,
+        num_code_groups=16,
+        text_hidden_size=32,
+        text_vocab_size=151936,
+        spk_id={"vivian": 3000},
+        spk_is_dialect={"vivian": False},
+        codec_language_id={"english": 2050},
+        codec_pad_id=2148,
+        codec_bos_id=2149,
+        codec_eos_token_id=2150,
+        codec_think_id=2154,
+        codec_nothink_id=2155,
+        codec_think_bos_id=2156,
+        codec_think_eos_id=2157,
+        rope_scaling={"rope_type": "default", "mrope_section": [4, 2, 2], "interleaved": True},
+        code_predictor_config=dict(small, vocab_size=2048, num_key_value_heads=1, num_code_groups=16),
+    )
+    config = Qwen3TTSConfig(
+        talker_config=talker,
+        tts_model_type="custom_voice",
+        tts_model_size="0b6",
+        tokenizer_type="qwen3_tts_tokenizer_12hz",
+    )
+    model = Qwen3TTSForConditionalGeneration(config).eval()
+    codec_config = Qwen3TTSTokenizerV2Config(
+        encoder_config=dict(
+            small,
+            num_key_value_heads=2,
+            num_filters=4,
+            codebook_dim=16,
+            codebook_size=2048,
+            num_quantizers=16,
+            head_dim=16,
+            upsample_groups=32,
+        ),
+        decoder_config=dict(
+            small,
+            num_key_value_heads=2,
+            codebook_size=2048,
+            latent_dim=32,
+            num_quantizers=16,
+            decoder_dim=32,
+            codebook_dim=32,
+        ),
+    )
+    speech_tokenizer = Qwen3TTSTokenizer()
+    speech_tokenizer.model = Qwen3TTSTokenizerV2Model(codec_config).eval()
+    speech_tokenizer.config, speech_tokenizer.device = codec_config, torch.device("cpu")
+    model.load_speech_tokenizer(speech_tokenizer)
+
+    class ChatIds:  # stand-in for the Qwen2 tokenizer: <|im_start|>assistant\n Hi. <|im_end|>\n<|im_start|>assistant\n
+        def __call__(self, text, return_tensors="pt", padding=True):
+            return {"input_ids": torch.tensor([[151644, 77091, 198, 9707, 13, 151645, 198, 151644, 77091, 198]])}
+
+    return Qwen3TTSModel(model, ChatIds(), {"max_new_tokens": 12})
+
+
+def tiny_qwen_offload() -> str:
+    """QwenTtsEngine.offload()/reload() (the engine's own hooks, on its model thread) around the tiny real
+    Qwen3TTSModel: the engine's ``_generate`` (generate_custom_voice: talker, code predictor, codec decode), offload,
+    every pre-offload storage released and resident_bytes 0, reload, the same request again: the same samples."""
+
+    import numpy as np
+
+    from services.common.torch_offload import HostOffload
+    from services.qwen_tts.qwen_engine import QwenTtsEngine
+
+    cfg = config(qwen_tts={"gpu.backend": "qwen_tts", "gpu.device": "cpu"})
+    engine = QwenTtsEngine("qwen_tts", cfg.qwen_tts.chunking, cfg.qwen_tts.gpu)
+    engine._model = tiny_qwen_tts()
+    engine._offload = HostOffload(engine.model_modules(engine._model))  # as start() does after loading
+
+    def speak() -> np.ndarray:
+        pcm, _ = engine._generate("Hi.", "vivian", "English", 11)
+        return np.frombuffer(pcm, dtype=np.int16)
+
+    before = speak()
+    resident = engine.resident_bytes()
+    refs = storage_refs(engine._offload.modules)
+    asyncio.run(engine.offload())
+    alive = still_referenced(refs)
+    offloaded = engine.resident_bytes()
+    asyncio.run(engine.reload())
+    after = speak()
+    names = ", ".join(type(m).__name__ for m in engine._offload.modules)
+    verdict = offload_verdict(before, after, refs, alive, engine._offload, f"Qwen3TTSModel ({names})")
+    if offloaded != 0:
+        verdict = "MISMATCH resident_bytes not 0 while offloaded; " + verdict
+    return (
+        f"{verdict}; {len(before)} samples; resident_bytes {resident} -> {offloaded} while offloaded ->"
+        f" {engine.resident_bytes()}; not covered: text tokenization (a fixed-ids stand-in)"
+    )
 
 
 def probe_vllm_omni() -> dict:
