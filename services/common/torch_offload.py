@@ -116,8 +116,10 @@ class HostOffload:
     """Moves one engine's modules and loose tensors to host memory and back; remembers where each came from.
 
     ``maps``: mappings whose tensor values move too, replaced in place (a voice's conditioning, a speaker table),
-    or a function returning them (read at each offload and measurement: a speaker table grows). Not thread-safe: the engine calls it from its one model thread
-    (or under its model lock), after in-flight work has finished (the residency waits for that before it offloads).
+    or a function returning them (read at each offload and measurement: a speaker table grows).
+
+    Not thread-safe: the engine calls it from its one model thread (or under its model lock), after in-flight work
+    has finished (the residency waits for that before it offloads).
     """
 
     modules: list = field(default_factory=list)
