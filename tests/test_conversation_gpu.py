@@ -38,7 +38,8 @@ def moss():
         pytest.skip(reason)
     from services.moss_sts.moss_engine import MossSpeech
 
-    model = MossSpeech(load_config().moss_sts.gpu)
+    # The lease's bytes cap the CUDA allocator (docs/leases.md: moss_sts holds 20 GB); 0 is refused at load.
+    model = MossSpeech(load_config().moss_sts.gpu, 20 << 30)
     model.load()
     yield model
 
@@ -126,3 +127,23 @@ async def test_speech_to_speech_and_interrupt(moss, tmp_path):
     assert tap.steps < 300, f"generation ran {tap.steps} of its 600 steps after the interrupt"
     assert moss.generate_pool.submit(lambda: "idle").result(timeout=5) == "idle", "no generation left running"
     audio.write_wav(tmp_path / "s2s.wav", b"".join(p.pcm for p in pieces), 24000)
+
+
+async def test_offload_frees_the_card_and_reload_speaks_again(moss):
+    """issue 16: a revoke's offload moves every torch module (LM, codec, decoder flow + HiFT) and the voice
+    conditioning to host memory and gives the allocator's blocks back; reload brings them back and MOSS speaks."""
+    import asyncio
+
+    import torch
+
+    loop = asyncio.get_running_loop()
+    reserved = torch.cuda.memory_reserved()
+    moved = await loop.run_in_executor(moss.generate_pool, moss.offload)
+    print(f"offload: {moved.line()}; reserved {reserved / 2**30:.2f} -> {torch.cuda.memory_reserved() / 2**30:.2f} GiB")
+    assert moss.resident_bytes() == 0 and moved.bytes > 10 << 30
+    assert torch.cuda.memory_reserved() < 0.05 * reserved
+    back = await loop.run_in_executor(moss.generate_pool, moss.reload)
+    print(f"reload: {back.line()}")
+    pieces = await collect(moss, [{"role": "user", "content": "Say hello in one short sentence."}])
+    pcm = np.frombuffer(b"".join(p.pcm for p in pieces), dtype=np.int16).astype(np.float32) / 32768
+    assert len(pcm) > 24000 * 0.5 and np.sqrt(np.mean(pcm**2)) > 0.01

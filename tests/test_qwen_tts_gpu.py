@@ -104,6 +104,76 @@ async def test_qwen_tts_package_engine_speaks_the_presets():
         await engine.close()
 
 
+async def test_qwen_tts_package_engine_offload_frees_the_card_and_reload_speaks_again():
+    """issue 16: a revoke's offload moves the weights to host memory and gives the allocator's blocks back
+    (memory_reserved falls to a sliver of what it was); reload brings them back and the engine speaks as before."""
+    _skip_unless(module="qwen_tts")
+    import torch
+
+    from services.qwen_tts.qwen_engine import QwenTtsEngine
+
+    config = QwenGpuConfig(backend="qwen_tts", model_dir=str(MODEL_DIR))
+    engine = QwenTtsEngine("qwen_tts_gpu_test", ChunkingConfig(), config, memory_budget_bytes=6 << 30)
+    await engine.start()
+    try:
+        first = b"".join(p.pcm for p in await _speak(engine, SENTENCE, voice="Ryan", language="en", seed=5))
+        reserved = torch.cuda.memory_reserved()
+        await engine.offload()
+        moved = engine._offload.last["out"]
+        print(
+            f"offload: {moved.line()}; reserved {reserved / 2**20:.0f} -> {torch.cuda.memory_reserved() / 2**20:.0f} MiB"
+        )
+        assert engine.resident_bytes() == 0 and moved.bytes > 500_000_000
+        assert torch.cuda.memory_reserved() < 0.05 * reserved
+        await engine.reload()
+        print(f"reload: {engine._offload.last['in'].line()}")
+        again = b"".join(p.pcm for p in await _speak(engine, SENTENCE, voice="Ryan", language="en", seed=5))
+        _check_speech(again, 24000)
+        print(f"same seed, same audio after the round trip: {again == first}")
+    finally:
+        await engine.close()
+
+
+def _gpu_used_bytes() -> int:
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    return int(out.stdout.strip().splitlines()[0]) << 20
+
+
+async def test_vllm_omni_sidecar_sleeps_on_offload_and_wakes_on_reload():
+    """issue 16: offload puts the sidecar's stages to sleep (level 1: weights to CPU RAM, KV cache dropped), so
+    the card's used memory falls by GiBs; reload wakes and resumes it and it speaks again."""
+    _skip_unless(sidecar=True, module="httpx")
+    from services.qwen_tts.vllm_omni_engine import VllmOmniTtsEngine
+
+    config = QwenGpuConfig(
+        backend="vllm_omni",
+        model_dir=str(MODEL_DIR),
+        base_url=f"http://127.0.0.1:{_free_port()}",
+        launch_sidecar=True,
+        sidecar_python=SIDECAR_PYTHON,
+    )
+    engine = VllmOmniTtsEngine("qwen_tts_gpu_test", ChunkingConfig(), config, memory_budget_bytes=6 << 30)
+    await engine.start()
+    try:
+        assert engine._sleep_stages, "the engine's deploy copy turns sleep mode on"
+        used = _gpu_used_bytes()
+        await engine.offload()
+        assert engine._off == "asleep", "slept, not stopped (the slow path)"
+        asleep = _gpu_used_bytes()
+        print(f"card used {used / 2**30:.2f} GiB -> {asleep / 2**30:.2f} GiB asleep")
+        assert asleep < used - (1 << 30)
+        await engine.reload()
+        pieces = await _speak(engine, SENTENCE, voice="Ryan", language="en")
+        _check_speech(b"".join(p.pcm for p in pieces), 24000)
+    finally:
+        await engine.close()
+
+
 async def test_vllm_omni_sidecar_streams_and_cancels():
     _skip_unless(sidecar=True, module="httpx")
     from services.qwen_tts.vllm_omni_engine import VllmOmniTtsEngine

@@ -58,6 +58,8 @@ class VllmOmniDouble:
         # speech stream format); "no_streaming": a vLLM-Omni from before streaming speech (400 on stream_format sse,
         # whole PCM otherwise).
         self.dialect = "event_lines"
+        self.controls: list[tuple[str, object]] = []  # sleep / wakeup / resume calls, in order
+        self.asleep = self.paused = False
         double = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -84,8 +86,12 @@ class VllmOmniDouble:
                     self._json(404, {"error": {"message": "not found"}})
 
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"null")
+                if self.path in ("/v1/omni/sleep", "/v1/omni/wakeup", "/resume"):
+                    return self._control(body)
                 double.requests.append(body)
+                if double.asleep or double.paused:  # vLLM-Omni would hold it at admission; the test fails loudly
+                    return self._json(503, {"error": {"message": "asleep", "code": 503}})
                 if body.get("stream") and body.get("response_format") not in ("pcm", "wav"):
                     return self._json(400, {"error": {"message": "stream=true requires pcm or wav", "code": 400}})
                 if double.fail_with == "http500":
@@ -133,6 +139,17 @@ class VllmOmniDouble:
                 except (BrokenPipeError, ConnectionResetError):
                     double.disconnects += 1
                     self.close_connection = True
+
+            def _control(self, body) -> None:
+                """vllm-omni 0.30's /v1/omni/sleep and /v1/omni/wakeup ({stage_ids, level}) and vLLM's /resume."""
+                double.controls.append((self.path, body))
+                if self.path == "/v1/omni/sleep":
+                    double.asleep = double.paused = True
+                elif self.path == "/v1/omni/wakeup":
+                    double.asleep = False  # admission stays closed until /resume, as in AsyncOmni.wake_up
+                else:
+                    double.paused = False
+                self._json(200, {"status": "SUCCESS"})
 
             def _event(self, name: str, payload: dict) -> None:
                 line = "" if double.dialect == "data_only" else f"event: {name}\n"
@@ -398,3 +415,48 @@ def test_deploy_config_stages_are_sized_to_the_lease(tmp_path, monkeypatch):
     sized = yaml.safe_load(engine._sized_deploy_config(deploy).read_text())
     shares = [stage["gpu_memory_utilization"] for stage in sized["stages"]]
     assert shares == [pytest.approx(0.1875), pytest.approx(0.0625)]  # 6/24 of the card, split 3:1
+
+
+async def test_offload_puts_the_sidecar_to_sleep_and_reload_wakes_and_resumes_it(double):
+    """A sidecar run in sleep mode (the engine's deploy copy sets enable_sleep_mode): offload = vllm-omni's level-1
+    sleep of every stage, reload = wake-up, then vLLM's /resume (admission stays closed after an AR stage wakes)."""
+    engine = await started(double.url)
+    engine._sidecar, engine._sleep_stages = object(), [0, 1]  # as after _launch_sidecar with our deploy copy
+    engine.memory_budget_bytes = 6 << 30
+    try:
+        before = b"".join(p.pcm for p in await speak(engine, "Hello there.", voice="Vivian", seed=3))
+        assert engine.resident_bytes() == 6 << 30
+        await engine.offload()
+        assert double.asleep and engine.resident_bytes() == 0
+        await engine.reload()
+        assert [c[0] for c in double.controls] == ["/v1/omni/sleep", "/v1/omni/wakeup", "/resume"]
+        assert double.controls[0][1] == {"stage_ids": [0, 1], "level": 1}
+        assert double.controls[1][1] == {"stage_ids": [0, 1]}
+        after = b"".join(p.pcm for p in await speak(engine, "Hello there.", voice="Vivian", seed=3))
+        assert after == before and engine.resident_bytes() == 6 << 30
+    finally:
+        engine._sidecar = None
+        await engine.close()
+
+
+async def test_a_sidecar_run_by_someone_else_is_not_put_to_sleep(double):
+    engine = await started(double.url)
+    try:
+        await engine.offload()
+        await engine.reload()
+        assert double.controls == []  # nothing sent: it may not run in sleep mode; the log says it stays resident
+        assert await speak(engine, "Still here.", voice="Vivian")
+    finally:
+        await engine.close()
+
+
+def test_deploy_copy_turns_sleep_mode_on_in_every_stage(tmp_path, monkeypatch):
+    import yaml
+
+    deploy = tmp_path / "qwen3_tts.yaml"
+    deploy.write_text(yaml.safe_dump({"stages": [{"stage_id": 0}, {"stage_id": 1}]}))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    engine = VllmOmniTtsEngine("qwen_tts_test", ChunkingConfig(), gpu_config("http://127.0.0.1:1"))
+    copy = yaml.safe_load(engine._sized_deploy_config(deploy).read_text())
+    assert [s["enable_sleep_mode"] for s in copy["stages"]] == [True, True]
+    assert engine._sleep_stages == [0, 1]

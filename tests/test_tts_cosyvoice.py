@@ -400,3 +400,29 @@ async def test_gpu_cosyvoice3_streamed_audio_matches_the_whole_utterance(tmp_pat
     borders = np.cumsum([len(p.pcm) // 2 for p in pieces])[:-1]
     steps = np.abs(np.diff(streamed))
     assert steps[borders - 1].max() <= np.percentile(steps, 99), "a click at a chunk border"
+
+
+@pytest.mark.gpu
+async def test_gpu_cosyvoice3_offload_frees_the_card_and_reload_speaks_again(tmp_path):
+    """issue 16: offload moves llm, flow, hift and the speakers' features to host memory and gives the allocator's
+    blocks back (what stays: the speech tokenizer's onnxruntime session, outside torch); reload, and it speaks."""
+    reason = _cuda_reason() or _weights_reason()
+    if reason:
+        pytest.skip(reason)
+    import torch
+
+    config = CosyVoiceGpuConfig(model_dir=MODEL_DIR, state_dir=str(tmp_path / "state"), text_normalizer_dir="")
+    engine = CosyVoice3Engine("cosyvoice_tts", config, ChunkingConfig(), memory_budget_bytes=8 << 30)
+    await engine.start()
+    voice = config.preset_voice_id
+    text = "This sentence is spoken before and after the model leaves the card."
+    first = await collect(engine, text, voice=voice, seed=11)
+    reserved = torch.cuda.memory_reserved()
+    await engine.offload()
+    moved = engine._host.last["out"]
+    print(f"offload: {moved.line()}; reserved {reserved / 2**20:.0f} -> {torch.cuda.memory_reserved() / 2**20:.0f} MiB")
+    assert engine.resident_bytes() == 0 and moved.bytes > 500_000_000
+    assert torch.cuda.memory_reserved() < 0.05 * reserved
+    await engine.reload()
+    again = await collect(engine, text, voice=voice, seed=11)
+    assert abs(sum(len(p.pcm) for p in again) - sum(len(p.pcm) for p in first)) <= 960 * 2

@@ -36,6 +36,19 @@ Library limits (read from cosyvoice/cli/model.py at the pinned commit; docs/tts.
     (network) at every start and, if that fails, silently runs without normalisation. The engine installs
     normalisers built from FSTs in a mounted directory (``gpu.text_normalizer_dir``) instead.
   * ``load_trt`` needs TensorRT, which the image does not carry: refused at start unless ``tensorrt`` imports.
+
+Residency (docs/leases.md): ``offload()`` moves the torch modules of ``CosyVoice3Model`` (``llm``, ``flow``,
+``hift``) and the speakers' feature tensors (``frontend.spk2info``) to pinned host memory and empties the CUDA
+cache; ``reload()`` moves them back (services/common/torch_offload.py). Both hold ``_library_lock``, so no segment
+runs while the weights move. What stays on the card, honestly:
+  * with ``load_vllm``: the LM's vLLM engine. CosyVoice builds it itself inside ``CosyVoice2Model.load_vllm``
+    (``LLMEngine.from_engine_args(EngineArgs(..., gpu_memory_utilization=0.2))``, hard-coded, at the pinned commit)
+    without ``enable_sleep_mode``, and vLLM's ``sleep()`` frees only memory allocated in sleep mode's pool, so
+    there is nothing to put to sleep: its 0.2 of the card stays, and ``resident_bytes()`` keeps counting it.
+  * with ``load_trt``: the TensorRT engine of the flow decoder's estimator (a ``TrtContextWrapper``, not a torch
+    module).
+  * the frontend's speech tokenizer, an onnxruntime session on the CUDA execution provider (onnxruntime has no
+    way to move a session off the card short of dropping it), and the CUDA context.
 """
 
 from __future__ import annotations
@@ -171,6 +184,8 @@ class CosyVoice3Engine(TtsEngine):
         self.scheduler = SegmentScheduler(service, self.name, DEFAULT_IN_FLIGHT, margin_s=scheduling.margin_ms / 1000)
         self._auto_model = auto_model
         self._model = None
+        self._host = None  # HostOffload over the model's torch modules, made at start
+        self._vllm_bytes = 0  # the card share CosyVoice's vLLM engine keeps (load_vllm), resident always
         self._voices: dict[str, dict] = {}
         self._register_lock = asyncio.Lock()
         self._steps = metrics.ENGINE_STEPS.labels(service, self.name)
@@ -227,6 +242,7 @@ class CosyVoice3Engine(TtsEngine):
                         f" >= {(vllm_bytes + (2 << 30)) / 2**30:.1f} (docs/leases.md)"
                     )
                 budget -= vllm_bytes
+                self._vllm_bytes = vllm_bytes
             cap_torch_process(torch, "cosyvoice_tts", self.gpu.device, budget)
         self._prepare_overlay(weights)
         auto_model = self._auto_model or self._import_library()
@@ -243,6 +259,7 @@ class CosyVoice3Engine(TtsEngine):
                 " is it Fun-CosyVoice3?"
             )
         self._check_library_surface()
+        self._track_weights()
         self._install_text_normalizers()
         self._load_registry()
         self._ensure_preset()
@@ -290,6 +307,45 @@ class CosyVoice3Engine(TtsEngine):
                 f"cosyvoice_tts.gpu.repo_dir: this CosyVoice revision lacks {', '.join(missing)} on its model; the"
                 " engine is written against FunAudioLLM/CosyVoice @ ace7c47 (services/cosyvoice_tts/requirements-gpu.txt)"
             )
+
+    # --- residency ------------------------------------------------------------------------------------------------
+    def _track_weights(self) -> None:
+        try:
+            import torch  # noqa: F401
+        except ImportError:  # a library without torch (the unit tests' fake): no weights to move
+            return
+        from services.common.torch_offload import HostOffload, collect_modules
+
+        self._host = HostOffload(collect_modules(self._model.model), self._speaker_maps)
+
+    def _speaker_maps(self) -> list:
+        """The speakers' features (small; the frontend hands them to ``tts()``, which moves them to its device)."""
+        spk2info = getattr(self._model.frontend, "spk2info", {})
+        return [v for v in spk2info.values() if isinstance(v, dict)]
+
+    def resident_bytes(self) -> int:
+        """Measured: the torch modules' bytes on the card (CUDA allocator reserved; tensors' bytes on CPU), 0 of them
+        while offloaded, plus the vLLM engine's share with load_vllm, which stays (module doc)."""
+        if self._host is None:
+            return 0
+        return self._host.resident_bytes() + self._vllm_bytes
+
+    def _move(self, direction: str):
+        with self._library_lock:  # no segment in the library while its weights move
+            return self._host.offload() if direction == "out" else self._host.reload()
+
+    async def offload(self) -> None:
+        """The residency's revoke: the torch weights to pinned host memory (what stays: module doc)."""
+        if self._host is None:
+            return
+        moved = await asyncio.to_thread(self._move, "out")
+        log.info("CosyVoice3 offloaded: %s", moved.line())
+
+    async def reload(self) -> None:
+        if self._host is None:
+            raise FailedPrecondition("cosyvoice3: reload before the model was ever loaded (start() loads it)")
+        moved = await asyncio.to_thread(self._move, "in")
+        log.info("CosyVoice3 reloaded: %s", moved.line())
 
     def _install_text_normalizers(self) -> None:
         """wetext normalisers from mounted FSTs (the library's own would download them at every start)."""

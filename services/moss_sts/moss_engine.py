@@ -19,6 +19,13 @@ attributes that contract needs, or a ``generate`` that never calls the streamer 
 FAILED_PRECONDITION (never a silent reply). The process's CUDA allocator is capped at the lease's bytes. Heavy
 libraries are imported only in ``load``.
 
+Residency (docs/leases.md): ``offload()`` moves every torch module the engine holds -- the LM, the processor's and
+codec's modules, the codec decoder's ``flow`` / ``hift`` (CosyVoice2Model is not a module itself, so they are
+named one by one) -- and the voice conditioning tensors to pinned host memory and empties the CUDA cache;
+``reload()`` moves them back (services/common/torch_offload.py). It runs on the generation thread after the
+decode thread has drained. What stays: the CUDA context, anything the remote-code codec holds outside torch
+modules, and the turn-taking ASR (CPU).
+
 Speech -> speech (Conversation): the user's turn goes in as audio (the dialogue keeps each turn's audio, bounded),
 earlier turns as the audio that was actually sent (an interrupted reply is cut where its audio stopped).
 Text -> speech (Synthesizer): the text as a user turn under a system prompt asking to read it as written
@@ -97,6 +104,7 @@ class MossSpeech:
         self.decode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="moss-decode")
         self.modality_pad = MODALITY_PAD
         self.stop_ids: list[int] = []
+        self.host = None  # HostOffload over everything above that holds weights, made at load
 
     # --- loading (heavy imports here only) ------------------------------------------------------------------
     def load(self) -> None:
@@ -146,6 +154,7 @@ class MossSpeech:
             )
         self.plan, self.offset_protocol = decoder_plan(self.codec.audio_decoder, self.plan)
         self.conditioning = self._voice_conditioning()
+        self.track_weights()
         log.info("MOSS-Speech loaded in %.1fs (%s, %s)", time.monotonic() - t0, c.dtype, attn)
 
     def _prompt_path(self) -> str:
@@ -170,10 +179,26 @@ class MossSpeech:
         embedding = self.codec._extract_spk_embedding(torchaudio.functional.resample(wav24, OUTPUT_RATE, 16_000))
         return {"prompt_token": tokens[:, :n].int(), "prompt_feat": feat[:, : 4 * n], "embedding": embedding}
 
+    def track_weights(self) -> None:
+        """What offload moves: the LM, the processor's and codec's torch modules, the decoder's flow / HiFT (and its
+        LM, where it has one), and the voice conditioning tensors."""
+        from services.common.torch_offload import HostOffload, collect_modules
+
+        decoder = getattr(self.codec, "audio_decoder", None)
+        modules = collect_modules(self.model, self.processor, self.codec, decoder)
+        self.host = HostOffload(modules, [self.conditioning])
+
     def resident_bytes(self) -> int:
-        if self.torch is None or not self.torch.cuda.is_available():
-            return 0
-        return int(self.torch.cuda.memory_allocated())
+        """Measured: 0 while offloaded; the CUDA allocator's reserved bytes on a card, the tensors' bytes on CPU."""
+        return self.host.resident_bytes() if self.host is not None else 0
+
+    def offload(self):
+        """Blocking (generation thread): weights to pinned host memory, CUDA cache emptied."""
+        return self.host.offload()
+
+    def reload(self):
+        """Blocking (generation thread): weights back where they were."""
+        return self.host.reload()
 
     # --- generation -----------------------------------------------------------------------------------------
     def token2wav(self, key: str, frames: list[int], token_offset: int, finalize: bool) -> np.ndarray:
@@ -416,6 +441,21 @@ class MossSpeechEngine(StsEngine):
         ) as pieces:
             async for _ in pieces:
                 pass
+
+    async def offload(self) -> None:
+        """The residency's revoke: weights off the card (the residency has waited for in-flight sessions)."""
+        if self.model.host is None:
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.model.decode_pool, lambda: None)  # a reply's last decoder release is done
+        moved = await loop.run_in_executor(self.model.generate_pool, self.model.offload)
+        log.info("MOSS-Speech offloaded: %s", moved.line())
+
+    async def reload(self) -> None:
+        if self.model.host is None:
+            raise FailedPrecondition("moss_sts: reload before MOSS-Speech was ever loaded (start() loads it)")
+        moved = await asyncio.get_running_loop().run_in_executor(self.model.generate_pool, self.model.reload)
+        log.info("MOSS-Speech reloaded: %s", moved.line())
 
     async def close(self) -> None:
         await self.asr.close()

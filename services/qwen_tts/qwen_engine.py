@@ -7,6 +7,12 @@ package has no streaming output - so this engine streams at sentence granularity
 (a long first sentence at its first clause, for earlier first audio) and each segment is one engine step. A
 cancelled stream finishes the step in flight (the GPU call cannot be interrupted) and starts no other.
 
+Residency (docs/leases.md): ``offload()`` moves the talker model and the speech tokenizer's codec model (a plain
+attribute of the model, not a registered submodule, so it is named on its own) to pinned host memory and empties
+the CUDA cache; ``reload()`` moves them back (services/common/torch_offload.py). Both run on the engine's one
+model thread, after any generate call in flight. What stays on the card: the CUDA context (outside every
+allocator) and nothing of the model.
+
 Voices and languages come from the checkpoint itself (``get_supported_speakers`` / ``get_supported_languages``),
 so a 1.7B or a fine-tuned checkpoint lists what it really has.
 """
@@ -57,6 +63,7 @@ class QwenTtsEngine(TtsEngine):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen-tts")
         self.scheduler = SegmentScheduler(service, self.name, workers=1, margin_s=margin_ms / 1000)
         self._model = None
+        self._offload = None  # HostOffload over the model's modules, made at load
         self._rate = 24000
         self._voices: list[VoiceInfo] = []
         self._steps = metrics.ENGINE_STEPS.labels(service, self.name)
@@ -72,14 +79,41 @@ class QwenTtsEngine(TtsEngine):
         return self.config.device
 
     def resident_bytes(self) -> int:
-        if self._model is None:
+        """Measured: 0 while offloaded; the CUDA allocator's reserved bytes on a card, the tensors' bytes on CPU."""
+        if self._offload is None:
             return 0
-        return sum(p.numel() * p.element_size() for p in self._model.model.parameters())
+        return self._offload.resident_bytes()
+
+    @staticmethod
+    def model_modules(model) -> list:
+        """What holds the weights: the talker model and the speech tokenizer's codec (qwen_tts.inference:
+        ``Qwen3TTSModel.model``; ``model.speech_tokenizer`` is a ``Qwen3TTSTokenizer`` whose ``.model`` is the codec)."""
+        modules = [model.model]
+        codec = getattr(getattr(model.model, "speech_tokenizer", None), "model", None)
+        if codec is not None:
+            modules.append(codec)
+        return modules
+
+    async def offload(self) -> None:
+        """Weights to pinned host memory, the CUDA cache emptied (the residency calls this on revoke)."""
+        if self._offload is None:
+            return
+        moved = await asyncio.get_running_loop().run_in_executor(self._executor, self._offload.offload)
+        log.info("qwen-tts offloaded: %s", moved.line())
+
+    async def reload(self) -> None:
+        if self._offload is None:
+            raise FailedPrecondition("qwen-tts: reload before the model was ever loaded (start() loads it)")
+        moved = await asyncio.get_running_loop().run_in_executor(self._executor, self._offload.reload)
+        log.info("qwen-tts reloaded: %s", moved.line())
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
         self._model = await loop.run_in_executor(self._executor, self._load)
+        from services.common.torch_offload import HostOffload
+
+        self._offload = HostOffload(self.model_modules(self._model))
         speakers = [str(s) for s in (self._model.get_supported_speakers() or [])]
         if not speakers:
             raise FailedPrecondition(
@@ -140,7 +174,7 @@ class QwenTtsEngine(TtsEngine):
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
-        self._model = None
+        self._model = self._offload = None
 
     async def voices(self) -> list[VoiceInfo]:
         if not self._voices:

@@ -22,6 +22,17 @@ first audio comes later (docs/tts.md).
 Memory: vLLM-Omni's deploy config gives each stage a ``gpu_memory_utilization`` (a share of the whole card). The
 engine writes a copy of it whose stage shares add up to the lease's bytes (docs/leases.md, memory plan).
 
+Residency (docs/leases.md): when this engine launches the sidecar with vLLM-Omni's own deploy config, its copy
+sets ``enable_sleep_mode: true`` on every stage and the sidecar runs with ``VLLM_SERVER_DEV_MODE=1``. Then
+``offload()`` is vLLM-Omni 0.30's sleep: ``POST /v1/omni/sleep {"stage_ids": [...], "level": 1}`` (each stage's
+weights to CPU RAM through vLLM's CuMem allocator, its KV cache dropped; level 2 has no wake-up in 0.30), and
+``reload()`` is ``POST /v1/omni/wakeup`` followed by vLLM's ``POST /resume`` (after waking an autoregressive stage
+vLLM-Omni keeps admission closed until ``resume_generation``; ``/resume`` is one of vLLM's development endpoints,
+served on loopback only). Read from vllm_omni/entrypoints/openai/api_server.py and async_omni.py of vllm-omni
+0.30.0. The slow path, where sleep is not possible (the operator passed a deploy config of their own, or the sleep
+call fails): offload stops the sidecar and reload starts it again (minutes: weights, CUDA graphs). A sidecar this
+engine does not run (``launch_sidecar: false``) is not put to sleep: nothing is freed, and the log says so.
+
 Chunking: ``initial_codec_chunk_frames`` (default 2 frames = 160 ms of audio at 12.5 Hz) makes the first chunk
 small; later chunks are the sidecar deploy config's ``codec_chunk_frames`` (25 in vllm-omni's qwen3_tts.yaml).
 Text longer than ``max_request_chars`` is sent as several requests, cut at sentence ends, streamed in order.
@@ -168,6 +179,10 @@ class VllmOmniTtsEngine(TtsEngine):
         self.base_url = gpu.base_url.rstrip("/")
         self._client = None
         self._sidecar: subprocess.Popen | None = None
+        self._sidecar_cmd: tuple[list[str], dict] | None = None
+        # Stages of our deploy config with sleep mode on (None: no sleep; offload stops the sidecar if it is ours).
+        self._sleep_stages: list[int] | None = None
+        self._off: str = ""  # "" resident, "asleep" (vLLM sleep mode), "stopped" (sidecar stopped), "kept" (not ours)
         self._voices: list[VoiceInfo] = []
         self._steps = metrics.ENGINE_STEPS.labels(service, self.name)
         self._audio_seconds = metrics.TTS_AUDIO_SECONDS.labels(service, self.name)
@@ -180,6 +195,14 @@ class VllmOmniTtsEngine(TtsEngine):
     @property
     def device(self) -> str:
         return "cuda (vLLM-Omni sidecar)"
+
+    def resident_bytes(self) -> int:
+        """Not measured (the sidecar's memory is in its own processes): the lease's bytes its stages are sized to
+        while it holds them, 0 once asleep or stopped. vLLM's allocations outside sleep mode's pool (CUDA graphs)
+        and the CUDA contexts stay on the card while asleep and are not counted."""
+        if self._client is None or self._off in ("asleep", "stopped"):
+            return 0
+        return self.memory_budget_bytes
 
     # --- life ---------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -227,6 +250,13 @@ class VllmOmniTtsEngine(TtsEngine):
             *self.config.sidecar_args,
         ]
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+        if self._sleep_stages:
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # POST /resume after a wake-up (module doc); loopback only
+        self._sidecar_cmd = (cmd, env)
+        self._spawn()
+
+    def _spawn(self) -> None:
+        cmd, env = self._sidecar_cmd
         log.info("starting vLLM-Omni sidecar: %s", " ".join(cmd))
         self._sidecar = subprocess.Popen(cmd, env=env)
 
@@ -256,27 +286,94 @@ class VllmOmniTtsEngine(TtsEngine):
         return ["--deploy-config", str(self._sized_deploy_config(deploy))]
 
     def _sized_deploy_config(self, deploy: Path) -> Path:
-        """A copy of vLLM-Omni's deploy config whose stages' gpu_memory_utilization add up to the lease."""
+        """A copy of vLLM-Omni's deploy config: sleep mode on in every stage (offload, module doc), and the stages'
+        gpu_memory_utilization scaled to add up to the lease."""
         import yaml
 
         from services.common.gpu_host import device_total_bytes, memory_fraction
 
-        if self.memory_budget_bytes <= 0:
-            return deploy
-        total = device_total_bytes(0)
-        if total <= 0:
-            raise FailedPrecondition("qwen_tts: cannot read the card's memory (libcuda) to size vLLM-Omni's stages")
         tree = yaml.safe_load(deploy.read_text())
+        stages = [s for s in (tree.get("stages") or []) if isinstance(s, dict)] if isinstance(tree, dict) else []
+        for stage in stages:
+            stage["enable_sleep_mode"] = True
+        self._sleep_stages = [int(s.get("stage_id", i)) for i, s in enumerate(stages)] or None
         shares = list(_utilizations(tree))
-        if not shares:
-            return deploy
-        scale = memory_fraction(self.memory_budget_bytes, total) / sum(v for v, _, _ in shares)
-        for value, parent, key in shares:
-            parent[key] = round(value * scale, 4)
+        if self.memory_budget_bytes > 0 and shares:
+            total = device_total_bytes(0)
+            if total <= 0:
+                raise FailedPrecondition("qwen_tts: cannot read the card's memory (libcuda) to size vLLM-Omni's stages")
+            scale = memory_fraction(self.memory_budget_bytes, total) / sum(v for v, _, _ in shares)
+            for value, parent, key in shares:
+                parent[key] = round(value * scale, 4)
+            log.info("vLLM-Omni stages sized to the lease: %s", [p[k] for _, p, k in shares])
         sized = Path(os.environ.get("TMPDIR", "/tmp")) / f"voicefleet-{self.service}-{deploy.name}"
         sized.write_text(yaml.safe_dump(tree, sort_keys=False))
-        log.info("vLLM-Omni stages sized to the lease: %s", [p[k] for _, p, k in shares])
         return sized
+
+    # --- residency ----------------------------------------------------------------------------------------------
+    async def offload(self) -> None:
+        """The residency's revoke: vLLM-Omni's sleep (level 1) when the sidecar runs in sleep mode, else the slow
+        path: stop the sidecar this engine runs. The residency has waited for in-flight requests."""
+        t0 = time.monotonic()
+        if self._off:
+            return
+        if self._sleep_stages and self._sidecar is not None:
+            body = {"stage_ids": self._sleep_stages, "level": 1}
+            if await self._control("/v1/omni/sleep", body):
+                self._off = "asleep"
+                log.info("vLLM-Omni sidecar asleep (stages %s) in %.2fs", self._sleep_stages, time.monotonic() - t0)
+                return
+        if self._sidecar is not None:
+            await self._stop_sidecar()
+            self._off = "stopped"
+            log.info("vLLM-Omni sidecar stopped (slow path) in %.2fs", time.monotonic() - t0)
+            return
+        self._off = "kept"
+        log.warning(
+            "vLLM-Omni sidecar at %s is not run by this service (qwen_tts.gpu.launch_sidecar: false): it cannot be"
+            " put to sleep from here, so its GPU memory stays allocated",
+            self.base_url,
+        )
+
+    async def reload(self) -> None:
+        t0 = time.monotonic()
+        off, self._off = self._off, ""
+        if off == "asleep":
+            if not await self._control("/v1/omni/wakeup", {"stage_ids": self._sleep_stages}):
+                raise Unavailable(f"vLLM-Omni sidecar at {self.base_url} did not wake up (POST /v1/omni/wakeup)")
+            if not await self._control("/resume", None):
+                raise Unavailable(
+                    f"vLLM-Omni sidecar at {self.base_url} woke up but did not resume generation (POST /resume;"
+                    " the sidecar needs VLLM_SERVER_DEV_MODE=1)"
+                )
+        elif off == "stopped":
+            self._spawn()
+            await self._wait_healthy()
+        log.info("vLLM-Omni sidecar back (%s) in %.2fs", off or "was resident", time.monotonic() - t0)
+
+    async def _control(self, path: str, body: dict | None) -> bool:
+        """POST a control endpoint of the sidecar; False (logged) when it is missing or fails."""
+        import httpx
+
+        try:
+            reply = await self._client.post(path, json=body, timeout=httpx.Timeout(30.0, read=300.0))
+        except httpx.HTTPError as e:
+            log.warning("vLLM-Omni %s%s failed: %s: %s", self.base_url, path, type(e).__name__, e)
+            return False
+        if reply.status_code != 200:
+            log.warning("vLLM-Omni %s%s answered HTTP %d: %s", self.base_url, path, reply.status_code, reply.text[:200])
+            return False
+        return True
+
+    async def _stop_sidecar(self) -> None:
+        if self._sidecar is None or self._sidecar.poll() is not None:
+            return
+        self._sidecar.terminate()
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._sidecar.wait, 30)
+        except subprocess.TimeoutExpired:
+            self._sidecar.kill()
+            await asyncio.get_running_loop().run_in_executor(None, self._sidecar.wait)
 
     async def _wait_healthy(self) -> None:
         import httpx
@@ -320,12 +417,7 @@ class VllmOmniTtsEngine(TtsEngine):
     async def close(self) -> None:
         if self._client is not None:
             await self._client.aclose()
-        if self._sidecar is not None and self._sidecar.poll() is None:
-            self._sidecar.terminate()
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, self._sidecar.wait, 30)
-            except subprocess.TimeoutExpired:
-                self._sidecar.kill()
+        await self._stop_sidecar()
 
     async def voices(self) -> list[VoiceInfo]:
         if not self._voices:

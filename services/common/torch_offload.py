@@ -1,0 +1,218 @@
+"""Weights off the card and back: what a torch GPU engine's ``offload()`` / ``reload()`` do (docs/leases.md).
+
+One helper for every torch engine (qwen-tts, MOSS-Speech, CosyVoice3): it moves a list of ``torch.nn.Module`` and
+mappings of loose tensors to host memory and back with torch's own API, and says how many bytes moved and how long
+it took.
+
+* offload, CUDA: ``module.to("cpu")``, every host copy pinned (``t.data = t.data.pin_memory()``, so the way back is
+  a DMA copy), loose tensors likewise, then ``torch.cuda.empty_cache()``: the caching allocator gives the freed
+  blocks back to the driver, which is what a neighbour granted the card next needs.
+* reload, CUDA: ``module.to(device, non_blocking=True)`` (from pinned memory: asynchronous copies) and
+  ``torch.cuda.synchronize()`` before the engine serves again.
+* CPU (tests, probes): ``.to("cpu")`` would be a no-op, so offload replaces every tensor's storage with a fresh host
+  copy and reload with a fresh "device" copy. The storages the engine held before are then referenced by nobody
+  (a test proves it with weakrefs to them), exactly as the card's would be after a real move.
+
+Each module goes back to the device it was on at offload (its first tensor's), each loose tensor likewise; a
+module spread over several devices (``device_map`` across cards) is refused rather than collapsed onto one.
+torch is imported inside the functions: the CPU fleet's venv has none.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, MutableMapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Moved:
+    """One move: ``bytes`` of parameters, buffers and loose tensors, in ``seconds`` (the call's wall time)."""
+
+    direction: str  # "out" (to host) or "in" (back to the device)
+    bytes: int
+    seconds: float
+    device: str  # where the weights were (out) or went (in)
+    left_on_card: int | None = None  # out, CUDA: torch.cuda.memory_reserved() after the move (None elsewhere)
+
+    def line(self) -> str:
+        where = "to host" if self.direction == "out" else f"back to {self.device}"
+        text = f"{self.bytes / 2**20:.1f} MiB {where} in {self.seconds:.3f}s"
+        if self.left_on_card is not None:
+            text += f"; {self.left_on_card / 2**20:.1f} MiB still reserved on {self.device}"
+        return text
+
+
+def module_tensors(module) -> list:
+    """Parameters and buffers of ``module`` (each tensor once)."""
+    seen, out = set(), []
+    for t in list(module.parameters()) + list(module.buffers()):
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
+def tensors_bytes(modules: Iterable, maps: Iterable[MutableMapping] = ()) -> int:
+    """Sum of ``nbytes`` of the modules' parameters and buffers and of the tensors in ``maps``."""
+    total = sum(t.nbytes for m in modules for t in module_tensors(m))
+    return total + sum(t.nbytes for _, _, t in _loose(maps))
+
+
+def device_bytes(modules: Iterable, maps: Iterable[MutableMapping] = (), device: str = "cpu") -> int:
+    """What sits on ``device`` now: the CUDA allocator's reserved bytes on a CUDA device (the process's whole
+    footprint there: weights, caches, workspace), else the nbytes of the tensors that are on ``device``."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.memory_reserved(dev)) if torch.cuda.is_available() else 0
+    total = sum(t.nbytes for m in modules for t in module_tensors(m) if t.device == dev)
+    return total + sum(t.nbytes for _, _, t in _loose(maps) if t.device == dev)
+
+
+def collect_modules(*objects) -> list:
+    """The torch modules that hold an engine's weights, from the objects its library hands back: an object that is a
+    ``torch.nn.Module`` counts whole; of any other object, its attributes that are modules (one level, as a
+    library's wrapper holds its models: a processor's codec, CosyVoice's ``llm``/``flow``/``hift``). A module that
+    is inside another listed one is dropped (moved with its parent, counted once)."""
+    import torch
+
+    found: list = []
+    for obj in objects:
+        if obj is None:
+            continue
+        if isinstance(obj, torch.nn.Module):
+            found.append(obj)
+        else:
+            found += [v for v in vars(obj).values() if isinstance(v, torch.nn.Module)]
+    unique = list({id(m): m for m in found}.values())
+    inner = {id(sub) for m in unique for sub in m.modules() if sub is not m}
+    return [m for m in unique if id(m) not in inner]
+
+
+def _loose(maps: Iterable[MutableMapping]) -> list:
+    """(map, key, tensor) for every tensor value of the maps."""
+    import torch
+
+    return [(m, k, v) for m in maps for k, v in list(m.items()) if isinstance(v, torch.Tensor)]
+
+
+def _home(module) -> str | None:
+    devices = {str(t.device) for t in module_tensors(module)}
+    if len(devices) > 1:
+        raise ValueError(
+            f"{type(module).__name__} is spread over {sorted(devices)}; offload moves a module that lives on one device"
+        )
+    return next(iter(devices), None)
+
+
+def _is_cuda(device: str) -> bool:
+    return device.startswith("cuda")
+
+
+@dataclass
+class HostOffload:
+    """Moves one engine's modules and loose tensors to host memory and back; remembers where each came from.
+
+    ``maps``: mappings whose tensor values move too, replaced in place (a voice's conditioning, a speaker table),
+    or a function returning them (read at each offload and measurement: a speaker table grows).
+
+    Not thread-safe: the engine calls it from its one model thread (or under its model lock), after in-flight work
+    has finished (the residency waits for that before it offloads).
+    """
+
+    modules: list = field(default_factory=list)
+    maps: list | Callable[[], list] = field(default_factory=list)
+    offloaded: bool = False
+    last: dict = field(default_factory=dict)  # "out" / "in" -> the last Moved that way (logs, probes)
+    _homes: list = field(default_factory=list)
+    _tensor_homes: list = field(default_factory=list)  # (map, key, device)
+
+    def current_maps(self) -> list:
+        return self.maps() if callable(self.maps) else self.maps
+
+    def devices(self) -> set[str]:
+        if self.offloaded:
+            return {d for d in self._homes if d} | {d for _, _, d in self._tensor_homes}
+        return {d for d in map(_home, self.modules) if d} | {str(t.device) for _, _, t in _loose(self.current_maps())}
+
+    def offload(self) -> Moved:
+        import torch
+
+        if self.offloaded:
+            return Moved("out", 0, 0.0, "")
+        t0 = time.monotonic()
+        devices = self.devices()
+        on_cuda = any(map(_is_cuda, devices))
+        if on_cuda:
+            torch.cuda.synchronize()  # nothing of the engine's still running on the weights being moved
+        self._homes = [_home(m) for m in self.modules]
+        moved = 0
+        for module, home in zip(self.modules, self._homes, strict=True):
+            if home is None:
+                continue
+            module.to("cpu")
+            for t in module_tensors(module):
+                t.data = _host_copy(t.data, _is_cuda(home))
+                moved += t.nbytes
+        moved += self._maps_to_host()  # in a function of its own: no local keeps an original alive past it
+        left = None
+        if on_cuda:
+            torch.cuda.empty_cache()  # freed blocks back to the driver: the next lease holder can have them
+            left = sum(device_bytes((), (), d) for d in devices if _is_cuda(d))
+        self.offloaded = True
+        self.last["out"] = Moved("out", moved, time.monotonic() - t0, ",".join(sorted(devices)), left)
+        return self.last["out"]
+
+    def _maps_to_host(self) -> int:
+        moved, self._tensor_homes = 0, []
+        for owner, key, value in _loose(self.current_maps()):
+            home = str(value.device)
+            owner[key] = _host_copy(value.to("cpu"), _is_cuda(home))
+            self._tensor_homes.append((owner, key, home))
+            moved += value.nbytes
+        return moved
+
+    def reload(self) -> Moved:
+        import torch
+
+        if not self.offloaded:
+            return Moved("in", 0, 0.0, "")
+        t0 = time.monotonic()
+        devices = self.devices()
+        moved = 0
+        for module, home in zip(self.modules, self._homes, strict=True):
+            if home is None:
+                continue
+            if _is_cuda(home):
+                module.to(home, non_blocking=True)  # from pinned memory: asynchronous copies
+            else:
+                for t in module_tensors(module):
+                    t.data = t.data.clone()  # a fresh "device" copy; the host copy is dropped, as on a card
+            moved += sum(t.nbytes for t in module_tensors(module))
+        for owner, key, home in self._tensor_homes:
+            value = owner[key]
+            owner[key] = value.to(home, non_blocking=True) if _is_cuda(home) else value.clone()
+            moved += value.nbytes
+        self._tensor_homes = []
+        if any(map(_is_cuda, devices)):
+            torch.cuda.synchronize()  # every copy done before the engine serves again
+        self.offloaded = False
+        self.last["in"] = Moved("in", moved, time.monotonic() - t0, ",".join(sorted(devices)))
+        return self.last["in"]
+
+    def resident_bytes(self) -> int:
+        """0 while offloaded; else what the engine holds on its device(s), measured (see ``device_bytes``)."""
+        if self.offloaded:
+            return 0
+        maps = self.current_maps()
+        return sum(device_bytes(self.modules, maps, d) for d in self.devices())
+
+
+def _host_copy(t, pin: bool):
+    """A host copy of ``t`` in new storage: pinned when it came from a card (the way back is then a DMA copy),
+    a plain clone when it was already on the host (so the engine's old storage is dropped either way)."""
+    if pin:
+        return t if t.is_pinned() else t.pin_memory()
+    return t.clone()
