@@ -426,3 +426,19 @@ async def test_gpu_cosyvoice3_offload_frees_the_card_and_reload_speaks_again(tmp
     await engine.reload()
     again = await collect(engine, text, voice=voice, seed=11)
     assert abs(sum(len(p.pcm) for p in again) - sum(len(p.pcm) for p in first)) <= 960 * 2
+
+
+def test_load_vllm_cannot_take_turns_on_the_card_unless_pinned(tmp_path):
+    """vLLM's share stays on the card through an offload: as a time-sharing holder its released lease would let the
+    router grant bytes that are still taken, so the service refuses to start that way and names the fix."""
+    from services.common.config_base import ConfigError
+    from services.common.model_control import engine_hooks
+
+    def engine(load_vllm):
+        config = make_config(tmp_path, load_vllm=load_vllm)
+        return CosyVoice3Engine("cosyvoice_tts", config, ChunkingConfig(), auto_model=FakeAutoModel, seed_all=seed_all)
+
+    with pytest.raises(ConfigError, match=r"load_vllm.*residency.services.cosyvoice_tts.pinned: true"):
+        engine_hooks(engine(True), "m", "cosyvoice_tts", gpu_engine=True)
+    engine_hooks(engine(True), "m", "cosyvoice_tts", gpu_engine=True, pinned=True)
+    assert engine_hooks(engine(False), "m", "cosyvoice_tts", gpu_engine=True).moves_weights

@@ -329,11 +329,14 @@ def engine_hooks(engine, model: str, service: str, gpu_engine: bool, pinned: boo
         return None
 
     offload, reload = getattr(engine, "offload", None), getattr(engine, "reload", None)
-    if gpu_engine and not pinned and not (callable(offload) and callable(reload)):
+    limit = getattr(engine, "offload_limit", None)  # an engine that offloads but cannot free all it holds says why
+    if not (callable(offload) and callable(reload)):
+        limit = "it has no offload and reload"
+    if gpu_engine and not pinned and limit:
         raise ConfigError(
-            f"residency.services.{service}: engine {engine.name} cannot free its GPU memory (it has no offload and"
-            f" reload), so it cannot take turns on the card; set residency.services.{service}.pinned: true to keep"
-            " it resident (its lease is never revoked) and size the other holders around it"
+            f"residency.services.{service}: engine {engine.name} cannot free its GPU memory ({limit}), so it cannot"
+            f" take turns on the card; set residency.services.{service}.pinned: true to keep it resident (its lease"
+            " is never revoked) and size the other holders around it"
         )
     moves = gpu_engine and not pinned
     return ResidencyHooks(

@@ -323,6 +323,14 @@ class CosyVoice3Engine(TtsEngine):
         spk2info = getattr(self._model.frontend, "spk2info", {})
         return [v for v in spk2info.values() if isinstance(v, dict)]
 
+    @property
+    def offload_limit(self) -> str | None:
+        """Why an offload cannot free this engine's card share, or None. With load_vllm, vLLM's 0.2 of the card stays:
+        releasing the lease would let the router grant bytes that are still taken, so the engine must be pinned."""
+        if self.gpu.load_vllm:
+            return "with load_vllm, CosyVoice's vLLM engine keeps 0.2 of the card and cannot be put to sleep"
+        return None
+
     def resident_bytes(self) -> int:
         """Measured: the torch modules' bytes on the card (CUDA allocator reserved; tensors' bytes on CPU), 0 of them
         while offloaded, plus the vLLM engine's share with load_vllm, which stays (module doc)."""
