@@ -36,6 +36,11 @@ QUOTED_TABLES: list[tuple[str, str, str]] = [
         "corpus_wer_table",
         "ASR word error rate (asr CPU engine: Silero VAD + whisper tiny.en), 24 sentences",
     ),
+    (
+        "swap",
+        "swap_table",
+        "Model swaps through each engine's own offload / reload, on CPU (no GPU lent), against bytes / memcpy bandwidth",
+    ),
 ]
 
 

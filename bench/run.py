@@ -21,6 +21,7 @@ BENCHMARKS = [
     "asr",
     "asr_noise",
     "leases",
+    "swap",
     "conversation",
     "router",
     "supervisor",

@@ -213,3 +213,24 @@ def test_a_gpu_engine_that_cannot_free_its_memory_must_be_pinned():
 
     with pytest.raises(FailedPrecondition, match="pinned"):
         asyncio.run(residency.offload("ModelControl.Offload"))
+
+
+def test_the_lease_follows_the_bytes_the_engine_was_measured_to_hold():
+    """After a load, an engine that holds more than it declared asks for what it holds at its next swap-in; one that
+    holds less keeps asking for its declared size (its allocator may grow to it). CPU engines only account."""
+    import asyncio
+
+    from services.common.model_control import ModelResidency, ResidencyHooks
+
+    async def nothing():
+        return None
+
+    def residency(held: int, moves: bool) -> ModelResidency:
+        hooks = ResidencyHooks(nothing, nothing, nothing, lambda: held, "t", "m", lambda: "cuda", moves_weights=moves)
+        return ModelResidency("svc", hooks, lease_enabled=False, declared_bytes=4 * GB)
+
+    for held, moves, asks in ((6 * GB, True, 6 * GB), (3 * GB, True, 4 * GB), (6 * GB, False, 4 * GB)):
+        r = residency(held, moves)
+        assert r.lease_bytes() == 4 * GB
+        asyncio.run(r.load())
+        assert r.lease_bytes() == asks, (held, moves)

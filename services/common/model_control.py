@@ -103,6 +103,7 @@ class ModelResidency:
         self.swap_outs = 0
         self.measured_swap_in_ms = 0.0
         self.measured_swap_out_ms = 0.0
+        self.measured_bytes = 0  # what the engine held on its device after its last load (engines that move weights)
 
     # --- loading and offloading ---------------------------------------------------------------------------------
     async def load(self, progress: Callable[[str, float], None] = lambda stage, fraction: None) -> None:
@@ -129,12 +130,32 @@ class ModelResidency:
                     self.lease = None
                 raise
             self.state = RESIDENT
+            self._measure_bytes()
             elapsed = time.monotonic() - t0
             self.swap_ins += 1
             self.measured_swap_in_ms = _moving_average(self.measured_swap_in_ms, elapsed * 1000, self.swap_ins)
             metrics.SWAP_SECONDS.labels(self.service, "in").observe(elapsed)
             log.info("%s resident in %.2fs (lease epoch %s)", self.service, elapsed, self.epoch)
             progress("ready", 1.0)
+
+    def _measure_bytes(self) -> None:
+        if not self.hooks.moves_weights:
+            return
+        self.measured_bytes = self.hooks.resident_bytes()
+        if self.measured_bytes > self.declared_bytes:
+            log.warning(
+                "%s holds %.2f GiB on its device, more than its lease's %.2f GiB (residency.services.%s.declared_gb):"
+                " its next lease asks for what it holds",
+                self.service,
+                self.measured_bytes / GIB,
+                self.declared_bytes / GIB,
+                self.service,
+            )
+
+    def lease_bytes(self) -> int:
+        """The bytes a lease asks for: the declared size (what the engine caps its allocator to), or what the engine
+        was measured to hold after a load if that is more (growing waits for room like any other request)."""
+        return max(self.declared_bytes, self.measured_bytes)
 
     async def _acquire(self, progress: Callable[[str], None]) -> None:
         if self._channel is None:
@@ -143,7 +164,7 @@ class ModelResidency:
             self._channel,
             self.service,
             self.hooks.model,
-            self.declared_bytes,
+            self.lease_bytes(),
             self.priority,
             self.lease_swap_in_ms(),
             self.lease_swap_out_ms(),
