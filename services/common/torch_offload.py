@@ -34,13 +34,37 @@ class Moved:
     seconds: float
     device: str  # where the weights were (out) or went (in)
     left_on_card: int | None = None  # out, CUDA: torch.cuda.memory_reserved() after the move (None elsewhere)
+    copy_bound_s: float | None = None  # in, CUDA: bytes / measured pinned host-to-device bandwidth (the floor)
 
     def line(self) -> str:
         where = "to host" if self.direction == "out" else f"back to {self.device}"
         text = f"{self.bytes / 2**20:.1f} MiB {where} in {self.seconds:.3f}s"
         if self.left_on_card is not None:
             text += f"; {self.left_on_card / 2**20:.1f} MiB still reserved on {self.device}"
+        if self.copy_bound_s:
+            text += f"; bytes / H2D = {self.copy_bound_s:.3f}s, {self.seconds / self.copy_bound_s:.2f}x the copy bound"
         return text
+
+
+_H2D_BYTES_PER_S: dict[str, float] = {}
+
+
+def host_to_device_bytes_per_s(device: str) -> float:
+    """Pinned host -> ``device`` bandwidth, measured once per process on a 64 MiB copy (the floor of a reload)."""
+    import torch
+
+    if device not in _H2D_BYTES_PER_S:
+        host = torch.empty(64 << 20, dtype=torch.uint8).pin_memory()  # small: the card is near its lease here
+        target = torch.empty_like(host, device=device)
+        target.copy_(host, non_blocking=True)  # warm-up
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(4):
+            target.copy_(host, non_blocking=True)
+        torch.cuda.synchronize(device)
+        _H2D_BYTES_PER_S[device] = 4 * host.nbytes / (time.perf_counter() - t0)
+        del host, target
+    return _H2D_BYTES_PER_S[device]
 
 
 def module_tensors(module) -> list:
@@ -199,7 +223,10 @@ class HostOffload:
         if any(map(_is_cuda, devices)):
             torch.cuda.synchronize()  # every copy done before the engine serves again
         self.offloaded = False
-        self.last["in"] = Moved("in", moved, time.monotonic() - t0, ",".join(sorted(devices)))
+        seconds = time.monotonic() - t0
+        cuda = sorted(d for d in devices if _is_cuda(d))
+        bound = moved / host_to_device_bytes_per_s(cuda[0]) if cuda else None  # measured after: not in ``seconds``
+        self.last["in"] = Moved("in", moved, seconds, ",".join(sorted(devices)), copy_bound_s=bound)
         return self.last["in"]
 
     def resident_bytes(self) -> int:
