@@ -128,3 +128,20 @@ def test_past_capacity_new_streams_are_refused_at_once_and_admitted_ones_complet
         # Capacity is back: the next request is served.
         replies = list(router.Synthesize(pb.SynthesizeRequest(text="Hello there."), timeout=60))
         assert replies and replies[0].served_by.startswith("cosyvoice_tts/")
+
+
+def test_a_stream_predicted_to_start_past_the_budget_is_refused_by_the_real_service(tmp_path):
+    """The predicted-wait check is wired in the service as deployed (its engine behind the residency wrapper): with a
+    first-audio budget below even one segment's time, a request is refused at once, naming the setting."""
+    running = start_fleet(tmp_path, services=("cosyvoice_tts",), cosyvoice_tts={"scheduling": {"max_first_wait_ms": 1}})
+    try:
+        with running.channel("cosyvoice_tts") as channel:
+            stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
+            with pytest.raises(grpc.RpcError) as refused:
+                list(stub.Synthesize(pb.SynthesizeRequest(text=FIRST), timeout=30))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "scheduling.max_first_wait_ms" in refused.value.details(), refused.value.details()
+        trailers = dict(refused.value.trailing_metadata() or ())
+        assert int(trailers["grpc-retry-pushback-ms"]) >= 100
+    finally:
+        running.fleet.stop()

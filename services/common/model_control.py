@@ -296,6 +296,11 @@ class ResidentTtsEngine(TtsEngine):
     def native_sample_rate(self) -> int:
         return self.inner.native_sample_rate
 
+    @property
+    def scheduler(self):
+        """The inner engine's SegmentScheduler: admission predicts a newcomer's first-audio wait from it."""
+        return self.inner.scheduler
+
     async def start(self) -> None:
         await self.residency.load()
 
