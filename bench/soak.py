@@ -17,6 +17,7 @@ into the run: the working set grows until every workload has run at its peak con
 is counted from the baseline. A progress line every
 ``progress_s``. Profiles: ``smoke`` (~20 s, in ``make test`` via tests/test_soak_smoke.py), ``mixed`` (30 minutes),
 ``converse`` (1,000 Converse turns). ``python -m bench.soak --profile mixed --minutes 5`` overrides the time.
+The report goes to bench/results/soak/<profile>.json and .md.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ from voice.v1 import (
 )
 
 RATE = 16_000
+# Beside make bench's results, not among them: a soak is its own run (bench/results/latest holds one make bench).
+SOAK_RESULTS = RESULTS.parent / "soak"
 FLEET = ("cosyvoice_tts", "qwen_tts", "asr", "brain", "moss_sts", "router")
 SENTENCES = [
     "Hello, thanks for calling, your order shipped this morning.",
@@ -495,10 +498,10 @@ def main(argv: list[str]) -> int:
             rep = run_profile(profile, fleet, args.profile)
         finally:
             fleet.stop()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"soak-{args.profile}.json").write_text(json.dumps(rep, indent=2))
+    SOAK_RESULTS.mkdir(parents=True, exist_ok=True)
+    (SOAK_RESULTS / f"{args.profile}.json").write_text(json.dumps(rep, indent=2))
     table = markdown(rep)
-    (RESULTS / f"soak-{args.profile}.md").write_text(table + "\n")
+    (SOAK_RESULTS / f"{args.profile}.md").write_text(table + "\n")
     print(table)
     return 0 if rep["errors"] == 0 else 1
 

@@ -2,8 +2,10 @@
 
 Fleet: cosyvoice_tts (piper, first-chunk-first scheduler, default config) + router on loopback. Per level N, N client
 threads each send Synthesize requests back to back (closed loop, all starting together) until REQUESTS requests are
-done (at least 2 per client). Per request: TTFA (request sent -> first chunk) and RTF (wall / audio). Per level: all
-chunks received / the level's wall time. Refusals (RESOURCE_EXHAUSTED) are counted, not retried. The client shares the
+done (at least 2 per client). Per request: TTFA (request sent -> first chunk), RTF (wall / audio) and the playback
+gap: a player that starts at the first chunk and plays each chunk as it arrives stalls whenever the next chunk comes
+after the audio already received has run out; the gap is the sum of those stalls (what the listener hears as
+silence inside the reply). Per level: all chunks received / the level's wall time. Refusals (RESOURCE_EXHAUSTED) are counted, not retried. The client shares the
 machine's cores with the fleet; quote ``uptime`` with the numbers (it is in the JSON).
 
 ``python -m bench.tts_load`` runs it alone.
@@ -33,15 +35,22 @@ REQUESTS = 16
 BEFORE = {1: (158, 182, 0.045, 116), 4: (686, 733, 0.19, 111), 8: (1247, 1505, 0.34, 111), 16: (1938, 2707, 0.48, 113)}
 
 
-def _one(stub, text: str) -> tuple[float, float, int]:
+def _one(stub, text: str) -> tuple[float, float, int, float]:
+    """TTFA, RTF, chunks and playback gap (seconds of stall after the first chunk) of one request."""
     t0 = time.perf_counter()
     first, samples, rate, chunks = None, 0, 1, 0
+    played_until, gap = 0.0, 0.0  # when the audio received so far runs out, on the perf_counter clock
     for reply in stub.Synthesize(pb.SynthesizeRequest(text=text), timeout=120):
-        first = first or time.perf_counter() - t0
-        samples += len(reply.audio.data) // 2
+        now = time.perf_counter()
+        first = first or now - t0
         rate = reply.audio.format.sample_rate_hz
+        n = len(reply.audio.data) // 2
+        if chunks and now > played_until:
+            gap += now - played_until
+        played_until = max(played_until, now) + n / rate
+        samples += n
         chunks += 1
-    return first, (time.perf_counter() - t0) / (samples / rate), chunks
+    return first, (time.perf_counter() - t0) / (samples / rate), chunks, gap
 
 
 def level(address: str, n: int, requests: int = REQUESTS, text: str = TEXT) -> dict:
@@ -51,6 +60,7 @@ def level(address: str, n: int, requests: int = REQUESTS, text: str = TEXT) -> d
     issued = [0]
     ttfa: list[float] = []
     rtf: list[float] = []
+    gaps: list[float] = []
     chunks = [0]
     errors: dict[str, int] = {}
     barrier = threading.Barrier(n)
@@ -65,7 +75,7 @@ def level(address: str, n: int, requests: int = REQUESTS, text: str = TEXT) -> d
                         return
                     issued[0] += 1
                 try:
-                    first, r, c = _one(stub, text)
+                    first, r, c, g = _one(stub, text)
                 except grpc.RpcError as e:
                     with lock:
                         errors[e.code().name] = errors.get(e.code().name, 0) + 1
@@ -73,6 +83,7 @@ def level(address: str, n: int, requests: int = REQUESTS, text: str = TEXT) -> d
                 with lock:
                     ttfa.append(first)
                     rtf.append(r)
+                    gaps.append(g)
                     chunks[0] += c
 
     threads = [threading.Thread(target=client) for _ in range(n)]
@@ -82,7 +93,7 @@ def level(address: str, n: int, requests: int = REQUESTS, text: str = TEXT) -> d
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    return {"ttfa": ttfa, "rtf": rtf, "chunks_per_s": chunks[0] / wall, "errors": errors}
+    return {"ttfa": ttfa, "rtf": rtf, "gaps": gaps, "chunks_per_s": chunks[0] / wall, "errors": errors}
 
 
 def p95(xs: list[float]) -> float:
@@ -93,8 +104,8 @@ def p95(xs: list[float]) -> float:
 def side_by_side(results: dict[int, dict]) -> str:
     lines = [
         "| concurrent | TTFA p50 before → now | TTFA p95 before → now | RTF p50 before → now | RTF max now |"
-        " chunks/s before → now | refused |",
-        "|---|---|---|---|---|---|---|",
+        " chunks/s before → now | refused | requests with a playback gap | gap p95 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for n, r in results.items():
         b = BEFORE.get(n, (float("nan"),) * 4)
@@ -102,7 +113,8 @@ def side_by_side(results: dict[int, dict]) -> str:
             f"| {n} | {b[0]:.0f} → {statistics.median(r['ttfa']) * 1000:.0f} ms"
             f" | {b[1]:.0f} → {p95(r['ttfa']) * 1000:.0f} ms"
             f" | {b[2]:.3f} → {statistics.median(r['rtf']):.3f} | {max(r['rtf']):.3f}"
-            f" | {b[3]:.0f} → {r['chunks_per_s']:.0f} | {sum(r['errors'].values())} |"
+            f" | {b[3]:.0f} → {r['chunks_per_s']:.0f} | {sum(r['errors'].values())}"
+            f" | {sum(g > 0.001 for g in r['gaps'])} of {len(r['gaps'])} | {p95(r['gaps']) * 1000:.0f} ms |"
         )
     return "\n".join(lines)
 
@@ -120,7 +132,8 @@ def run():
                 r = results[n]
                 print(
                     f"  {n} concurrent: TTFA p50 {statistics.median(r['ttfa']) * 1000:.0f} ms,"
-                    f" p95 {p95(r['ttfa']) * 1000:.0f} ms, RTF max {max(r['rtf']):.3f}, errors {r['errors']}",
+                    f" p95 {p95(r['ttfa']) * 1000:.0f} ms, RTF max {max(r['rtf']):.3f},"
+                    f" gaps {sum(g > 0.001 for g in r['gaps'])}/{len(r['gaps'])}, errors {r['errors']}",
                     flush=True,
                 )
         finally:
@@ -129,6 +142,7 @@ def run():
     for n, r in results.items():
         rows.append(Row(f"piper TTFA via router, {n} concurrent", "s", r["ttfa"]))
         rows.append(Row(f"piper RTF via router, {n} concurrent (per request)", "x", r["rtf"]))
+        rows.append(Row(f"piper playback gap via router, {n} concurrent (per request)", "s", r["gaps"]))
     p95_1, p95_8 = p95(results[1]["ttfa"]), p95(results[8]["ttfa"])
     extra = {
         "text": TEXT,
