@@ -5,8 +5,9 @@ threads each send Synthesize requests back to back (closed loop, all starting to
 done (at least 2 per client). Per request: TTFA (request sent -> first chunk), RTF (wall / audio) and the playback
 gap: a player that starts at the first chunk and plays each chunk as it arrives stalls whenever the next chunk comes
 after the audio already received has run out; the gap is the sum of those stalls (what the listener hears as
-silence inside the reply). Per level: all chunks received / the level's wall time. Refusals (RESOURCE_EXHAUSTED) are counted, not retried. The client shares the
-machine's cores with the fleet; quote ``uptime`` with the numbers (it is in the JSON).
+silence inside the reply). Per level: all chunks received / the level's wall time. Refusals (RESOURCE_EXHAUSTED) are
+counted, not retried. The client shares the machine's cores with the fleet; quote ``uptime`` with the numbers (it is
+in the JSON).
 
 ``python -m bench.tts_load`` runs it alone.
 """
@@ -96,6 +97,11 @@ def level(address: str, n: int, requests: int = REQUESTS, text: str = TEXT) -> d
     return {"ttfa": ttfa, "rtf": rtf, "gaps": gaps, "chunks_per_s": chunks[0] / wall, "errors": errors}
 
 
+def stalled(gaps: list[float]) -> int:
+    """Requests whose playback stalled (a gap over 1 ms: below that it is timer noise, not silence one hears)."""
+    return sum(g > 0.001 for g in gaps)
+
+
 def p95(xs: list[float]) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, max(0, round(0.95 * len(xs)) - 1))] if xs else float("nan")
@@ -114,7 +120,7 @@ def side_by_side(results: dict[int, dict]) -> str:
             f" | {b[1]:.0f} → {p95(r['ttfa']) * 1000:.0f} ms"
             f" | {b[2]:.3f} → {statistics.median(r['rtf']):.3f} | {max(r['rtf']):.3f}"
             f" | {b[3]:.0f} → {r['chunks_per_s']:.0f} | {sum(r['errors'].values())}"
-            f" | {sum(g > 0.001 for g in r['gaps'])} of {len(r['gaps'])} | {p95(r['gaps']) * 1000:.0f} ms |"
+            f" | {stalled(r['gaps'])} of {len(r['gaps'])} | {p95(r['gaps']) * 1000:.0f} ms |"
         )
     return "\n".join(lines)
 
@@ -133,7 +139,7 @@ def run():
                 print(
                     f"  {n} concurrent: TTFA p50 {statistics.median(r['ttfa']) * 1000:.0f} ms,"
                     f" p95 {p95(r['ttfa']) * 1000:.0f} ms, RTF max {max(r['rtf']):.3f},"
-                    f" gaps {sum(g > 0.001 for g in r['gaps'])}/{len(r['gaps'])}, errors {r['errors']}",
+                    f" gaps {stalled(r['gaps'])}/{len(r['gaps'])}, errors {r['errors']}",
                     flush=True,
                 )
         finally:
