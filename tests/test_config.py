@@ -29,6 +29,12 @@ def test_env_overrides_file(tmp_path):
     assert c.cosyvoice_tts.chunking.max_chunk_ms == 100
 
 
+def test_backend_replicas_on_several_nodes_are_one_grpc_target(tmp_path):
+    text = "router: {backends: {asr: 'dns:///asr-headless:50054', qwen_tts: 'ipv4:10.0.0.1:50053,10.0.0.2:50053'}}"
+    c = load_config(write(tmp_path, text))
+    assert c.router.backends["asr"] == "dns:///asr-headless:50054"
+
+
 def test_explicit_backends_via_env(tmp_path):
     c = load_config(write(tmp_path, "{}"), env={"VOICEFLEET_ROUTER__BACKENDS__COSYVOICE_TTS": "10.1.2.3:7000"})
     assert c.router.backends == {"cosyvoice_tts": "10.1.2.3:7000"}
@@ -44,6 +50,10 @@ def test_explicit_backends_via_env(tmp_path):
         ("router: {port: 1.5}", {}, "router.port: must be a whole number"),
         ("cosyvoice_tts: {chunking: {max_chunk_ms: 5}}", {}, "cosyvoice_tts.chunking.max_chunk_ms: must be 10..2000"),
         ("router: {backends: {cosyvoice_tts: nowhere}}", {}, "router.backends.cosyvoice_tts: must be host:port"),
+        ("router: {backends: {asr: 'dns:///asr-headless'}}", {}, "router.backends.asr: must be host:port, dns:///"),
+        ("router: {backends: {asr: 'ipv4:10.0.0.1:5,10.0.0.2'}}", {}, "router.backends.asr: must be host:port"),
+        ("router: {leases: {authorities: [lease-authority]}}", {}, "router.leases.authorities: must be host:port"),
+        ("residency: {lease_authority: here}", {}, "residency.lease_authority: must be host:port"),
         ("fleet: {services: [router, tortoise]}", {}, "fleet.services: unknown service 'tortoise'"),
         ("{}", {"VOICEFLEET_ROUTER__GRACE_SECONDS": "-1"}, "router.grace_seconds: must be >= 0"),
         ("router: [1, 2]", {}, "router: must be a mapping"),

@@ -190,10 +190,12 @@ def test_residency_aware_routing_reads_the_holders_latest_swap_in():
     """A holder's lease asks with its measured swap-in once it has loaded: the router's cold/warm decision follows
     that figure, not the configured first guess."""
     from services.common.config import HolderConfig, ResidencyConfig
-    from services.router.residency import ResidencyView
+    from services.router.residency import LocalLeaseTables, ResidencyView
 
     m, _clock = make()
-    view = ResidencyView(m, ResidencyConfig(services={"moss": HolderConfig(swap_in_ms=8000)}), {}, 1000)
+    view = ResidencyView(
+        LocalLeaseTables(m), ResidencyConfig(services={"moss": HolderConfig(swap_in_ms=8000)}), {}, 1000
+    )
     for swap_in_ms, cold in ((8000, True), (400, False)):
         stream = f"s{swap_in_ms}"
         epoch = next(

@@ -271,8 +271,13 @@ def cmd_status(args) -> int:
             when = time.strftime("%H:%M:%S", time.localtime(f.at_unix_ms / 1000))
             request = f"  request {f.request_id}" if f.request_id else ""
             print(f"  {when}  {f.from_backend} -> {f.to_backend}  ({f.reason}){request}")
-    with security.client_channel(address) as channel:
-        _print_leases(channel, config)
+    if config.router.leases.authorities:  # several GPU nodes: each card's table, from its lease authority
+        for card in _cards(config.router.leases.authorities):
+            with security.client_channel(card, token="") as channel:
+                _print_leases(channel, config, f"GPU card {card}")
+    else:
+        with security.client_channel(address) as channel:
+            _print_leases(channel, config)
     _print_models(config)
     _print_members(config)
     return 0 if ok else 1
@@ -324,7 +329,23 @@ def _print_members(config) -> None:
         print(f"{m['name']:<14} {m['state']:<9} {uptime:>8} {m['restarts']:>8}  {last}")
 
 
-def _print_leases(channel, config) -> None:
+def _cards(authorities: list[str]) -> list[str]:
+    """Every lease authority's address: a host that resolves to several (a headless Service) names each of them."""
+    import socket
+
+    cards: list[str] = []
+    for authority in authorities:
+        host, _, port = authority.rpartition(":")
+        try:
+            infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        except OSError as e:
+            print(f"\nGPU card {authority}: does not resolve ({e})")
+            continue
+        cards += [f"[{i[4][0]}]:{port}" if ":" in i[4][0] else f"{i[4][0]}:{port}" for i in infos]
+    return list(dict.fromkeys(cards))
+
+
+def _print_leases(channel, config, title: str = "GPU card") -> None:
     """The GPU lease table (GpuLeases is fleet-only: the CLI sends the fleet token from the config when set)."""
     metadata = [(security.FLEET_TOKEN_HEADER, config.security.fleet_token)] if config.security.fleet_token else []
     try:
@@ -332,10 +353,10 @@ def _print_leases(channel, config) -> None:
             gpu_pb2.ListLeasesRequest(), metadata=metadata, timeout=5
         )
     except grpc.RpcError as e:
-        print(f"\nGPU leases: not shown ({e.code().name}: {e.details()})")
+        print(f"\n{title}: lease table not shown ({e.code().name}: {e.details()})")
         return
     gib = 1 << 30
-    print(f"\nGPU card: {table.capacity_bytes / gib:.1f} GiB, {table.granted_bytes / gib:.1f} GiB granted")
+    print(f"\n{title}: {table.capacity_bytes / gib:.1f} GiB, {table.granted_bytes / gib:.1f} GiB granted")
     if table.leases:
         print(f"  {'holder':<14} {'model':<34} {'GiB':>5} {'epoch':>6} {'expires':>8}  state")
     for lease in table.leases:

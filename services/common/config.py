@@ -31,7 +31,7 @@ from services.conversation.config import BrainConfig
 from services.cosyvoice_tts.config import CosyVoiceTtsConfig
 from services.moss_sts.config import MossStsConfig
 from services.qwen_tts.config import QwenTtsConfig
-from services.router.config import RouterConfig
+from services.router.config import LeaseAuthorityConfig, RouterConfig
 
 ENV_PREFIX = "VOICEFLEET_"
 # VOICEFLEET_* variables that are not config fields: the config file's path, and the pid of the `voicefleet up` that
@@ -85,6 +85,9 @@ class ResidencyConfig:
     # GPU engines always hold a lease before their weights go on the card. true: CPU engines hold one too, for
     # their declared size on the router's virtual card (time-sharing without a GPU).
     enabled: bool = False
+    # Where model services ask for GPU leases: host:port of their card's lease authority (several GPU nodes,
+    # docs/scale.md); empty: the router's GpuLeases (one card, the default).
+    lease_authority: str = ""
     # Longest wait for a lease before a load fails with UNAVAILABLE.
     acquire_timeout_seconds: float = 120.0
     # Requests that may wait for a model to be loaded back; more get RESOURCE_EXHAUSTED with a retry hint.
@@ -92,6 +95,13 @@ class ResidencyConfig:
     services: dict[str, HolderConfig] = field(default_factory=_default_holders)
 
     def validate(self, path: str) -> None:
+        host, sep, port = self.lease_authority.rpartition(":")
+        _check(
+            path,
+            "lease_authority",
+            not self.lease_authority or bool(sep and host and port.isdigit()),
+            f"must be host:port (or empty: the router), got {self.lease_authority!r}",
+        )
         _check(path, "acquire_timeout_seconds", self.acquire_timeout_seconds > 0, "must be > 0")
         _check(path, "max_waiting_requests", self.max_waiting_requests >= 0, "must be >= 0")
         for name, holder in self.services.items():
@@ -173,7 +183,7 @@ class FleetConfig:
     supervisor_port: int = 9300
 
     def validate(self, path: str) -> None:
-        known = (*MODEL_SERVICES, "brain", "router")
+        known = (*MODEL_SERVICES, "brain", "router", "lease_authority")
         for name in self.services:
             _check(path, "services", name in known, f"unknown service {name!r}; known: {', '.join(known)}")
         _check(path, "start_timeout_seconds", self.start_timeout_seconds > 0, "must be > 0")
@@ -190,6 +200,9 @@ class Config:
     asr: AsrServiceConfig = field(default_factory=lambda: AsrServiceConfig(port=50054, metrics_port=9304))
     moss_sts: MossStsConfig = field(default_factory=lambda: MossStsConfig(port=50055, metrics_port=9305))
     brain: BrainConfig = field(default_factory=BrainConfig)
+    lease_authority: LeaseAuthorityConfig = field(
+        default_factory=lambda: LeaseAuthorityConfig(port=50056, metrics_port=9306)
+    )
     residency: ResidencyConfig = field(default_factory=ResidencyConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
 

@@ -40,6 +40,10 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 PROBE_REQUEST_ID = "health-probe"
 PROBE_TEXT = "Hi."
 PROBE_SILENCE_MS = 200
+# Liveness, separate from readiness: SERVING from the moment the port is bound until shutdown, whatever warm-up or
+# the deep probe say (a model still loading, or a wedged engine the readiness already routes around, is no reason to
+# restart the process; an event loop that cannot answer this is). Kubernetes' livenessProbe asks this name.
+LIVENESS = "voicefleet.liveness"
 # The router's public services: its health reports each one's readiness (services/router/backends.py).
 PUBLIC_SERVICES = ("voice.v1.Synthesizer", "voice.v1.Recognizer", "voice.v1.Conversation")
 

@@ -70,7 +70,7 @@ class ModelResidency:
         hooks: ResidencyHooks,
         *,
         lease_enabled: bool,
-        router_address: str = "",
+        lease_address: str = "",
         declared_bytes: int = 0,
         priority: int = gpu_pb2.LEASE_PRIORITY_INTERACTIVE,
         swap_in_ms: int = 0,
@@ -83,7 +83,7 @@ class ModelResidency:
         self.pinned = pinned
         self.hooks = hooks
         self.lease_enabled = lease_enabled
-        self.router_address = router_address
+        self.lease_address = lease_address  # the router's GpuLeases, or this card's lease authority
         self.declared_bytes = declared_bytes
         self.priority = priority
         self.swap_in_ms, self.swap_out_ms = swap_in_ms, swap_out_ms
@@ -159,7 +159,7 @@ class ModelResidency:
 
     async def _acquire(self, progress: Callable[[str], None]) -> None:
         if self._channel is None:
-            self._channel = security.fleet_channel(self.router_address)
+            self._channel = security.fleet_channel(self.lease_address)
         self.lease = GpuLease(
             self._channel,
             self.service,
@@ -176,7 +176,8 @@ class ModelResidency:
             await self.lease.acquire(progress=progress, wait_s=self.acquire_timeout_s)
         except grpc.aio.AioRpcError as e:
             raise Unavailable(
-                f"{self.service}: cannot reach the router's GpuLeases at {self.router_address}: {e.details()}"
+                f"{self.service}: cannot reach GpuLeases at {self.lease_address} (residency.lease_authority, or the"
+                f" router when empty): {e.details()}"
             ) from None
 
     async def offload(self, reason: str) -> None:
@@ -441,7 +442,7 @@ def residency_for(config, service: str, engine, model: str, gpu_engine: bool) ->
         engine_hooks(engine, model, service, gpu_engine, pinned),
         lease_enabled=gpu_engine or rc.enabled,
         pinned=pinned,
-        router_address=config.router.address,
+        lease_address=config.residency.lease_authority or config.router.address,
         declared_bytes=int((spec.declared_gb if spec else 0) * GIB),
         priority=gpu_pb2.LeasePriority.Value(f"LEASE_PRIORITY_{spec.priority}")
         if spec

@@ -2,7 +2,8 @@
 
 Life of a service process:
   1. config loaded and validated (a bad field stops the process here, exit code 2, message naming it);
-  2. port bound, health NOT_SERVING, reflection and metrics up;
+  2. port bound, health NOT_SERVING (but ``voicefleet.liveness`` SERVING: the process is alive), reflection and
+     metrics up;
   3. ``start()`` loads and warms the engines; then health SERVING for the service and each gRPC service name, and
      from then on it stays true (services/common/health.py): a model service's deep probe turns it NOT_SERVING while
      its engine is wedged; the router's per-service names follow its backends;
@@ -28,7 +29,7 @@ from grpc_reflection.v1alpha import reflection
 from services.common import security
 from services.common.config import Config, ConfigError, load_config
 from services.common.config_base import ServerConfig
-from services.common.health import DeepProbe, Health, HealthServicer, Readiness, hang_while_file_exists
+from services.common.health import LIVENESS, DeepProbe, Health, HealthServicer, Readiness, hang_while_file_exists
 from services.common.metrics import start_metrics_server
 from services.common.rpc import ParseRequests
 
@@ -95,6 +96,7 @@ async def serve(name: str, server_config: ServerConfig, parts: ServiceParts) -> 
         s.add_to_server(s.implementation, server)
     status = Health(name, health_servicer, names)
     await status.publish()  # NOT_SERVING until warmed up
+    await health_servicer.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
     if server_config.chaos_hang_file:
         hang_while_file_exists(server_config.chaos_hang_file, parts.engines, name)
         log.warning("%s: chaos drills on: engine calls wait while %s exists", name, server_config.chaos_hang_file)

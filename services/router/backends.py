@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -75,6 +76,19 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_permit_without_calls", 1),
 ]
 
+# A backend with replicas on several nodes is one gRPC target naming them all (dns:///name:port, e.g. a Kubernetes
+# headless Service, or ipv4:a:port,b:port): calls go round-robin to the replicas whose own grpc.health says SERVING
+# (gRPC's client-side health checking), so a replica that stops serving or dies is out of the rotation at once, in
+# every router, while the others keep serving (docs/scale.md#routers).
+REPLICAS_SERVICE_CONFIG = json.dumps(
+    {"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}}
+)
+
+
+def names_replicas(address: str) -> bool:
+    return address.startswith(("dns:", "ipv4:", "ipv6:"))
+
+
 SERVING = fleet_pb2.BACKEND_HEALTH_SERVING
 NOT_SERVING = fleet_pb2.BACKEND_HEALTH_NOT_SERVING
 UNREACHABLE = fleet_pb2.BACKEND_HEALTH_UNREACHABLE
@@ -117,7 +131,9 @@ class Backend:
         self.address = address
         self.config = health or RouterHealthConfig()
         self.clock = clock
-        self.channel = security.fleet_channel(address, options=CHANNEL_OPTIONS) if connect else None
+        self.replicas = names_replicas(address)
+        options = CHANNEL_OPTIONS + ([("grpc.service_config", REPLICAS_SERVICE_CONFIG)] if self.replicas else [])
+        self.channel = security.fleet_channel(address, options=options) if connect else None
         self.watch = UNKNOWN  # what grpc.health.v1 Watch says
         self.changed_at = clock()
         self.consecutive_failures = 0
@@ -281,17 +297,36 @@ class Backend:
         while True:
             try:
                 async for answer in stub.Watch(health_pb2.HealthCheckRequest(service="")):
-                    self.set_watch(SERVING if answer.status == health_pb2.HealthCheckResponse.SERVING else NOT_SERVING)
+                    serving = answer.status == health_pb2.HealthCheckResponse.SERVING
+                    if not serving and await self._another_replica_serving(stub):
+                        break  # this replica stopped; watch again through the channel, which picks a serving one
+                    self.set_watch(SERVING if serving else NOT_SERVING)
                     backoff = 0.2
-                self.set_watch(NOT_SERVING)  # the server ended the watch: it is shutting down
+                else:
+                    if not await self._another_replica_serving(stub):
+                        self.set_watch(NOT_SERVING)  # the server ended the watch: it is shutting down
             except grpc.aio.AioRpcError as e:
-                self.set_watch(UNREACHABLE if e.code() == grpc.StatusCode.UNAVAILABLE else NOT_SERVING)
+                if not await self._another_replica_serving(stub):
+                    self.set_watch(UNREACHABLE if e.code() == grpc.StatusCode.UNAVAILABLE else NOT_SERVING)
             # Watch again as soon as the channel connects (its own reconnect backoff paces the attempts), so a
             # backend that comes up is seen at once, not a sleep later; at most ``backoff`` between tries.
             await asyncio.sleep(0.05)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.channel.channel_ready(), backoff)
             backoff = min(backoff * 2, 2.0)
+
+    async def _another_replica_serving(self, stub) -> bool:
+        """For a backend with replicas: the watched replica stopped or died; is another one serving? (A Check goes
+        only to replicas gRPC's health checking still counts as serving; the dead one may take a moment to drop.)"""
+        if not self.replicas:
+            return False
+        for _ in range(3):
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                answer = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                    return True
+            await asyncio.sleep(0.1)
+        return False
 
     async def _probe_loop(self) -> None:
         c = self.config

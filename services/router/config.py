@@ -24,8 +24,18 @@ class LeaseConfig:
     revoke_deadline_seconds: float = 10.0
     # Acquires waiting for room; more are refused with RESOURCE_EXHAUSTED.
     max_waiters: int = 16
+    # Empty: this router grants the leases of the one card (above). Several GPU nodes (docs/scale.md): each card has
+    # its own lease authority (`python -m services.router.lease_authority`, granting with the policy above), model
+    # services ask theirs (residency.lease_authority), and routers only read these tables: host:port each, a
+    # host that resolves to several addresses (a Kubernetes headless Service) standing for every one of them.
+    authorities: list[str] = field(default_factory=list)
+    # How often a router reads the authorities' tables for residency-aware routing.
+    authorities_poll_seconds: float = 1.0
 
     def validate(self, path: str) -> None:
+        for address in self.authorities:
+            check(path, "authorities", _host_port(address), f"must be host:port each, got {address!r}")
+        check(path, "authorities_poll_seconds", 0 < self.authorities_poll_seconds <= 60, "must be > 0 and <= 60")
         check(path, "capacity_gb", 0 <= self.capacity_gb <= 1024, f"must be 0..1024, got {self.capacity_gb}")
         check(path, "reserve_gb", self.reserve_gb >= 0, "must be >= 0")
         check(
@@ -40,6 +50,30 @@ class LeaseConfig:
 
 
 TTS_BACKENDS = ("cosyvoice_tts", "qwen_tts", "moss_sts")
+
+
+def _host_port(address: str) -> bool:
+    host, sep, port = address.rpartition(":")
+    return bool(sep and host and port.isdigit())
+
+
+def backend_target_ok(target: str) -> bool:
+    """host:port, or a gRPC target naming several replicas: dns:///host:port (every address the name resolves to,
+    e.g. a Kubernetes headless Service) or ipv4:host:port,host:port (a fixed list)."""
+    if target.startswith("dns:///"):
+        return _host_port(target.removeprefix("dns:///"))
+    if target.startswith(("ipv4:", "ipv6:")):
+        return all(_host_port(a) for a in target.split(":", 1)[1].split(","))
+    return _host_port(target)
+
+
+@dataclass
+class LeaseAuthorityConfig(ServerConfig):
+    """One GPU card's lease authority (services/router/lease_authority.py): GpuLeases next to the card, so any number
+    of routers can route to any node. It grants with router.leases' card policy (capacity_gb, ttl, ...)."""
+
+    # Names the card in logs and in ListLeases' request ids (default: this host's name).
+    card: str = ""
 
 
 @dataclass
@@ -149,7 +183,9 @@ class RouterHealthConfig:
 class RouterConfig(ServerConfig):
     """The front door."""
 
-    # Backend name -> host:port. Filled from the enabled services' sections when left empty.
+    # Backend name -> host:port. Filled from the enabled services' sections when left empty. Replicas of one
+    # backend on several nodes: a gRPC target naming them all (dns:///name:port or ipv4:a:port,b:port); calls go
+    # round-robin to the replicas whose grpc.health says SERVING (docs/scale.md#routers).
     backends: dict[str, str] = field(default_factory=dict)
     # Backend for text-to-speech when neither engine, voice nor mode picks one.
     default_tts_backend: str = "cosyvoice_tts"
@@ -167,9 +203,11 @@ class RouterConfig(ServerConfig):
     def validate(self, path: str) -> None:
         super().validate(path)
         for name, address in self.backends.items():
-            host, sep, port = address.rpartition(":")
             check(
-                f"{path}.backends", name, bool(sep and host and port.isdigit()), f"must be host:port, got {address!r}"
+                f"{path}.backends",
+                name,
+                backend_target_ok(address),
+                f"must be host:port, dns:///host:port or ipv4:host:port,host:port; got {address!r}",
             )
         check(path, "deadline_margin_ms", 0 <= self.deadline_margin_ms <= 5000, "must be 0..5000")
         check(path, "default_deadline_seconds", self.default_deadline_seconds > 0, "must be > 0")

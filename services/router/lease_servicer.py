@@ -9,7 +9,7 @@ import uuid
 
 from services.common import metrics
 from services.common.config import ConfigError
-from services.common.errors import InvalidArgument, VoiceError
+from services.common.errors import FailedPrecondition, InvalidArgument, VoiceError
 from services.common.rpc import new_request_id, rpc
 from services.router.leases import Ended, Event, Granted, LeaseManager, LeaseRequest, Queued, Revoke
 from voice.v1 import gpu_pb2, gpu_pb2_grpc
@@ -190,13 +190,39 @@ class GpuLeasesServicer(gpu_pb2_grpc.GpuLeasesServicer):
                     expires_in_ms=max(0, int((self.manager.expires_at(lease) - now) * 1000)),
                     busy=lease.busy,
                     revoking=lease.revoking,
+                    swap_in_ms=lease.request.swap_in_ms,
                 )
                 for lease in self.manager.leases.values()
             ],
             waiting=[
                 gpu_pb2.LeaseAcquire(
-                    holder=w.request.holder, model=w.request.model, bytes=w.request.bytes, priority=w.request.priority
+                    holder=w.request.holder,
+                    model=w.request.model,
+                    bytes=w.request.bytes,
+                    priority=w.request.priority,
+                    swap_in_ms=w.request.swap_in_ms,
                 )
                 for w in self.manager._ordered_waiters()
             ],
         )
+
+
+class LeasesElsewhereServicer(gpu_pb2_grpc.GpuLeasesServicer):
+    """The router's GpuLeases when every card has its own lease authority (router.leases.authorities): it grants
+    nothing, since two routers granting the same card would over-grant it; holders are told where to ask."""
+
+    def __init__(self, authorities: list[str]):
+        self.why = (
+            "this router grants no GPU leases: each card's lease authority does ("
+            + ", ".join(authorities)
+            + "); set residency.lease_authority to the one on the holder's node, and read tables there"
+        )
+
+    @rpc(SERVICE, "Lease")
+    async def Lease(self, requests, context):
+        raise FailedPrecondition(self.why)
+        yield  # an async generator, like the real Lease
+
+    @rpc(SERVICE, "ListLeases")
+    async def ListLeases(self, request, context):
+        raise FailedPrecondition(self.why)

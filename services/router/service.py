@@ -13,13 +13,13 @@ from services.common.tts_servicer import SynthesizerServicer, instrument
 from services.router.backends import Backend, ServiceReadiness
 from services.router.failover import FailoverLog
 from services.router.failover_sts import FailoverStsEngine
-from services.router.lease_servicer import GpuLeasesServicer, card_capacity_bytes
-from services.router.leases import LeaseManager, LeasePolicy
+from services.router.lease_authority import card_leases
+from services.router.lease_servicer import LeasesElsewhereServicer
 from services.router.policy import RouterTtsResolver
 from services.router.remote import RemoteTtsEngine
 from services.router.remote_asr import RemoteAsrEngine
 from services.router.remote_sts import RemoteStsEngine
-from services.router.residency import ResidencyView
+from services.router.residency import LocalLeaseTables, RemoteLeaseTables, ResidencyView
 from voice.v1 import fleet_pb2, fleet_pb2_grpc, gpu_pb2_grpc, recognizer_pb2_grpc, synthesizer_pb2_grpc
 
 SERVICE = "router"
@@ -107,28 +107,25 @@ def build(config: Config) -> ServiceParts:
         ConversationServicer(SERVICE, sts_engine, StsLimits.from_config(config.moss_sts))
     )
 
-    lc = rc.leases
-    leases = GpuLeasesServicer(
-        LeaseManager(
-            LeasePolicy(
-                capacity_bytes=card_capacity_bytes(lc.capacity_gb, lc.reserve_gb),
-                ttl_s=lc.ttl_seconds,
-                renew_deadline_s=lc.renew_deadline_seconds,
-                min_residency_s=lc.min_residency_seconds,
-                revoke_deadline_s=lc.revoke_deadline_seconds,
-                max_waiters=lc.max_waiters,
-            )
-        )
-    )
+    # One card: this router grants its leases. Several (router.leases.authorities): each card's lease authority
+    # grants, and the router only reads their tables (docs/scale.md).
+    if rc.leases.authorities:
+        leases = LeasesElsewhereServicer(rc.leases.authorities)
+        tables = RemoteLeaseTables(rc.leases.authorities, rc.leases.authorities_poll_seconds)
+        start_leases, stop_leases = tables.start, tables.stop
+    else:
+        leases = card_leases(config)
+        tables = LocalLeaseTables(leases.manager)
+        start_leases, stop_leases = leases.start, leases.stop
 
     # One view of where the time-shared models are, for TTS routes and conversation sessions alike.
     tts_resolver.residency = sts_engine.residency = ResidencyView(
-        leases.manager, config.residency, backends, rc.routes.default_latency_budget_ms
+        tables, config.residency, backends, rc.routes.default_latency_budget_ms
     )
 
     async def start() -> None:
         await sts_engine.start()
-        await leases.start()
+        await start_leases()
         for b in backends.values():
             b.start()
         # Route with real health from the first request on (a backend that never answers stays UNKNOWN).
@@ -136,7 +133,7 @@ def build(config: Config) -> ServiceParts:
 
     async def stop() -> None:
         await sts_engine.close()
-        await leases.stop()
+        await stop_leases()
         await asyncio.gather(*(b.close() for b in backends.values()))
 
     return ServiceParts(

@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12voice/v1/gpu.proto\x12\x08voice.v1\"\x90\x01\n\x0cLeaseAcquire\x12\x0e\n\x06holder\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\x12)\n\x08priority\x18\x04 \x01(\x0e\x32\x17.voice.v1.LeasePriority\x12\x12\n\nswap_in_ms\x18\x05 \x01(\r\x12\x13\n\x0bswap_out_ms\x18\x06 \x01(\r\")\n\nLeaseRenew\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x0c\n\x04\x62usy\x18\x02 \x01(\x08\"\x1d\n\x0cLeaseRelease\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\"\xaa\x01\n\x0cLeaseRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x07\x61\x63quire\x18\x02 \x01(\x0b\x32\x16.voice.v1.LeaseAcquireH\x00\x12%\n\x05renew\x18\x03 \x01(\x0b\x32\x14.voice.v1.LeaseRenewH\x00\x12)\n\x07release\x18\x04 \x01(\x0b\x32\x16.voice.v1.LeaseReleaseH\x00\x42\t\n\x07payload\"W\n\x0cLeaseGranted\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\r\x12\x19\n\x11renew_deadline_ms\x18\x04 \x01(\r\"-\n\x0cLeaseRenewed\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x0e\n\x06ttl_ms\x18\x02 \x01(\r\"A\n\x0bLeaseRevoke\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x03 \x01(\r\"/\n\x0bLeaseQueued\x12\x10\n\x08position\x18\x01 \x01(\r\x12\x0e\n\x06reason\x18\x02 \x01(\t\"+\n\nLeaseEnded\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xfb\x01\n\rLeaseResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x07granted\x18\x02 \x01(\x0b\x32\x16.voice.v1.LeaseGrantedH\x00\x12)\n\x07renewed\x18\x03 \x01(\x0b\x32\x16.voice.v1.LeaseRenewedH\x00\x12\'\n\x06revoke\x18\x04 \x01(\x0b\x32\x15.voice.v1.LeaseRevokeH\x00\x12\'\n\x06queued\x18\x05 \x01(\x0b\x32\x15.voice.v1.LeaseQueuedH\x00\x12%\n\x05\x65nded\x18\x06 \x01(\x0b\x32\x14.voice.v1.LeaseEndedH\x00\x42\x07\n\x05\x65vent\"\'\n\x11ListLeasesRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\xaa\x01\n\tLeaseInfo\x12\x0e\n\x06holder\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\x12)\n\x08priority\x18\x05 \x01(\x0e\x32\x17.voice.v1.LeasePriority\x12\x15\n\rexpires_in_ms\x18\x06 \x01(\r\x12\x0c\n\x04\x62usy\x18\x07 \x01(\x08\x12\x10\n\x08revoking\x18\x08 \x01(\x08\"\xa5\x01\n\x12ListLeasesResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x02 \x01(\x04\x12\x15\n\rgranted_bytes\x18\x03 \x01(\x04\x12#\n\x06leases\x18\x04 \x03(\x0b\x32\x13.voice.v1.LeaseInfo\x12\'\n\x07waiting\x18\x05 \x03(\x0b\x32\x16.voice.v1.LeaseAcquire\"\x8d\x02\n\x0bModelStatus\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12&\n\tresidency\x18\x05 \x01(\x0e\x32\x13.voice.v1.Residency\x12\x16\n\x0eresident_bytes\x18\x06 \x01(\x04\x12\x16\n\x0e\x64\x65\x63lared_bytes\x18\x07 \x01(\x04\x12\x13\n\x0blease_epoch\x18\x08 \x01(\x04\x12\x16\n\x0e\x61\x63tive_streams\x18\t \x01(\r\x12\x12\n\nswap_in_ms\x18\n \x01(\r\x12\x13\n\x0bswap_out_ms\x18\x0b \x01(\r\x12\x10\n\x08swap_ins\x18\x0c \x01(\r\"L\n\x0bLoadRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x08priority\x18\x02 \x01(\x0e\x32\x17.voice.v1.LeasePriority\"j\n\x0cLoadResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05stage\x18\x02 \x01(\t\x12\x10\n\x08progress\x18\x03 \x01(\x02\x12%\n\x06status\x18\x04 \x01(\x0b\x32\x15.voice.v1.ModelStatus\"4\n\x0eOffloadRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"L\n\x0fOffloadResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12%\n\x06status\x18\x02 \x01(\x0b\x32\x15.voice.v1.ModelStatus\"+\n\x15GetModelStatusRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"S\n\x16GetModelStatusResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12%\n\x06status\x18\x02 \x01(\x0b\x32\x15.voice.v1.ModelStatus*\x86\x01\n\rLeasePriority\x12\x1e\n\x1aLEASE_PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14LEASE_PRIORITY_BATCH\x10\x01\x12\x1e\n\x1aLEASE_PRIORITY_INTERACTIVE\x10\x02\x12\x1b\n\x17LEASE_PRIORITY_REALTIME\x10\x03*\x83\x01\n\tResidency\x12\x19\n\x15RESIDENCY_UNSPECIFIED\x10\x00\x12\x12\n\x0eRESIDENCY_COLD\x10\x01\x12\x15\n\x11RESIDENCY_LOADING\x10\x02\x12\x16\n\x12RESIDENCY_RESIDENT\x10\x03\x12\x18\n\x14RESIDENCY_OFFLOADING\x10\x04\x32\x92\x01\n\tGpuLeases\x12<\n\x05Lease\x12\x16.voice.v1.LeaseRequest\x1a\x17.voice.v1.LeaseResponse(\x01\x30\x01\x12G\n\nListLeases\x12\x1b.voice.v1.ListLeasesRequest\x1a\x1c.voice.v1.ListLeasesResponse2\xdc\x01\n\x0cModelControl\x12\x37\n\x04Load\x12\x15.voice.v1.LoadRequest\x1a\x16.voice.v1.LoadResponse0\x01\x12>\n\x07Offload\x12\x18.voice.v1.OffloadRequest\x1a\x19.voice.v1.OffloadResponse\x12S\n\x0eGetModelStatus\x12\x1f.voice.v1.GetModelStatusRequest\x1a .voice.v1.GetModelStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12voice/v1/gpu.proto\x12\x08voice.v1\"\x90\x01\n\x0cLeaseAcquire\x12\x0e\n\x06holder\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\x12)\n\x08priority\x18\x04 \x01(\x0e\x32\x17.voice.v1.LeasePriority\x12\x12\n\nswap_in_ms\x18\x05 \x01(\r\x12\x13\n\x0bswap_out_ms\x18\x06 \x01(\r\")\n\nLeaseRenew\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x0c\n\x04\x62usy\x18\x02 \x01(\x08\"\x1d\n\x0cLeaseRelease\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\"\xaa\x01\n\x0cLeaseRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x07\x61\x63quire\x18\x02 \x01(\x0b\x32\x16.voice.v1.LeaseAcquireH\x00\x12%\n\x05renew\x18\x03 \x01(\x0b\x32\x14.voice.v1.LeaseRenewH\x00\x12)\n\x07release\x18\x04 \x01(\x0b\x32\x16.voice.v1.LeaseReleaseH\x00\x42\t\n\x07payload\"W\n\x0cLeaseGranted\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\r\x12\x19\n\x11renew_deadline_ms\x18\x04 \x01(\r\"-\n\x0cLeaseRenewed\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x0e\n\x06ttl_ms\x18\x02 \x01(\r\"A\n\x0bLeaseRevoke\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x03 \x01(\r\"/\n\x0bLeaseQueued\x12\x10\n\x08position\x18\x01 \x01(\r\x12\x0e\n\x06reason\x18\x02 \x01(\t\"+\n\nLeaseEnded\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xfb\x01\n\rLeaseResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x07granted\x18\x02 \x01(\x0b\x32\x16.voice.v1.LeaseGrantedH\x00\x12)\n\x07renewed\x18\x03 \x01(\x0b\x32\x16.voice.v1.LeaseRenewedH\x00\x12\'\n\x06revoke\x18\x04 \x01(\x0b\x32\x15.voice.v1.LeaseRevokeH\x00\x12\'\n\x06queued\x18\x05 \x01(\x0b\x32\x15.voice.v1.LeaseQueuedH\x00\x12%\n\x05\x65nded\x18\x06 \x01(\x0b\x32\x14.voice.v1.LeaseEndedH\x00\x42\x07\n\x05\x65vent\"\'\n\x11ListLeasesRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\xbe\x01\n\tLeaseInfo\x12\x0e\n\x06holder\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\x12)\n\x08priority\x18\x05 \x01(\x0e\x32\x17.voice.v1.LeasePriority\x12\x15\n\rexpires_in_ms\x18\x06 \x01(\r\x12\x0c\n\x04\x62usy\x18\x07 \x01(\x08\x12\x10\n\x08revoking\x18\x08 \x01(\x08\x12\x12\n\nswap_in_ms\x18\t \x01(\r\"\xa5\x01\n\x12ListLeasesResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x02 \x01(\x04\x12\x15\n\rgranted_bytes\x18\x03 \x01(\x04\x12#\n\x06leases\x18\x04 \x03(\x0b\x32\x13.voice.v1.LeaseInfo\x12\'\n\x07waiting\x18\x05 \x03(\x0b\x32\x16.voice.v1.LeaseAcquire\"\x8d\x02\n\x0bModelStatus\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12&\n\tresidency\x18\x05 \x01(\x0e\x32\x13.voice.v1.Residency\x12\x16\n\x0eresident_bytes\x18\x06 \x01(\x04\x12\x16\n\x0e\x64\x65\x63lared_bytes\x18\x07 \x01(\x04\x12\x13\n\x0blease_epoch\x18\x08 \x01(\x04\x12\x16\n\x0e\x61\x63tive_streams\x18\t \x01(\r\x12\x12\n\nswap_in_ms\x18\n \x01(\r\x12\x13\n\x0bswap_out_ms\x18\x0b \x01(\r\x12\x10\n\x08swap_ins\x18\x0c \x01(\r\"L\n\x0bLoadRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x08priority\x18\x02 \x01(\x0e\x32\x17.voice.v1.LeasePriority\"j\n\x0cLoadResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05stage\x18\x02 \x01(\t\x12\x10\n\x08progress\x18\x03 \x01(\x02\x12%\n\x06status\x18\x04 \x01(\x0b\x32\x15.voice.v1.ModelStatus\"4\n\x0eOffloadRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"L\n\x0fOffloadResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12%\n\x06status\x18\x02 \x01(\x0b\x32\x15.voice.v1.ModelStatus\"+\n\x15GetModelStatusRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"S\n\x16GetModelStatusResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12%\n\x06status\x18\x02 \x01(\x0b\x32\x15.voice.v1.ModelStatus*\x86\x01\n\rLeasePriority\x12\x1e\n\x1aLEASE_PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14LEASE_PRIORITY_BATCH\x10\x01\x12\x1e\n\x1aLEASE_PRIORITY_INTERACTIVE\x10\x02\x12\x1b\n\x17LEASE_PRIORITY_REALTIME\x10\x03*\x83\x01\n\tResidency\x12\x19\n\x15RESIDENCY_UNSPECIFIED\x10\x00\x12\x12\n\x0eRESIDENCY_COLD\x10\x01\x12\x15\n\x11RESIDENCY_LOADING\x10\x02\x12\x16\n\x12RESIDENCY_RESIDENT\x10\x03\x12\x18\n\x14RESIDENCY_OFFLOADING\x10\x04\x32\x92\x01\n\tGpuLeases\x12<\n\x05Lease\x12\x16.voice.v1.LeaseRequest\x1a\x17.voice.v1.LeaseResponse(\x01\x30\x01\x12G\n\nListLeases\x12\x1b.voice.v1.ListLeasesRequest\x1a\x1c.voice.v1.ListLeasesResponse2\xdc\x01\n\x0cModelControl\x12\x37\n\x04Load\x12\x15.voice.v1.LoadRequest\x1a\x16.voice.v1.LoadResponse0\x01\x12>\n\x07Offload\x12\x18.voice.v1.OffloadRequest\x1a\x19.voice.v1.OffloadResponse\x12S\n\x0eGetModelStatus\x12\x1f.voice.v1.GetModelStatusRequest\x1a .voice.v1.GetModelStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'voice.v1.gpu_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LEASEPRIORITY']._serialized_start=2080
-  _globals['_LEASEPRIORITY']._serialized_end=2214
-  _globals['_RESIDENCY']._serialized_start=2217
-  _globals['_RESIDENCY']._serialized_end=2348
+  _globals['_LEASEPRIORITY']._serialized_start=2100
+  _globals['_LEASEPRIORITY']._serialized_end=2234
+  _globals['_RESIDENCY']._serialized_start=2237
+  _globals['_RESIDENCY']._serialized_end=2368
   _globals['_LEASEACQUIRE']._serialized_start=33
   _globals['_LEASEACQUIRE']._serialized_end=177
   _globals['_LEASERENEW']._serialized_start=179
@@ -58,25 +58,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTLEASESREQUEST']._serialized_start=977
   _globals['_LISTLEASESREQUEST']._serialized_end=1016
   _globals['_LEASEINFO']._serialized_start=1019
-  _globals['_LEASEINFO']._serialized_end=1189
-  _globals['_LISTLEASESRESPONSE']._serialized_start=1192
-  _globals['_LISTLEASESRESPONSE']._serialized_end=1357
-  _globals['_MODELSTATUS']._serialized_start=1360
-  _globals['_MODELSTATUS']._serialized_end=1629
-  _globals['_LOADREQUEST']._serialized_start=1631
-  _globals['_LOADREQUEST']._serialized_end=1707
-  _globals['_LOADRESPONSE']._serialized_start=1709
-  _globals['_LOADRESPONSE']._serialized_end=1815
-  _globals['_OFFLOADREQUEST']._serialized_start=1817
-  _globals['_OFFLOADREQUEST']._serialized_end=1869
-  _globals['_OFFLOADRESPONSE']._serialized_start=1871
-  _globals['_OFFLOADRESPONSE']._serialized_end=1947
-  _globals['_GETMODELSTATUSREQUEST']._serialized_start=1949
-  _globals['_GETMODELSTATUSREQUEST']._serialized_end=1992
-  _globals['_GETMODELSTATUSRESPONSE']._serialized_start=1994
-  _globals['_GETMODELSTATUSRESPONSE']._serialized_end=2077
-  _globals['_GPULEASES']._serialized_start=2351
-  _globals['_GPULEASES']._serialized_end=2497
-  _globals['_MODELCONTROL']._serialized_start=2500
-  _globals['_MODELCONTROL']._serialized_end=2720
+  _globals['_LEASEINFO']._serialized_end=1209
+  _globals['_LISTLEASESRESPONSE']._serialized_start=1212
+  _globals['_LISTLEASESRESPONSE']._serialized_end=1377
+  _globals['_MODELSTATUS']._serialized_start=1380
+  _globals['_MODELSTATUS']._serialized_end=1649
+  _globals['_LOADREQUEST']._serialized_start=1651
+  _globals['_LOADREQUEST']._serialized_end=1727
+  _globals['_LOADRESPONSE']._serialized_start=1729
+  _globals['_LOADRESPONSE']._serialized_end=1835
+  _globals['_OFFLOADREQUEST']._serialized_start=1837
+  _globals['_OFFLOADREQUEST']._serialized_end=1889
+  _globals['_OFFLOADRESPONSE']._serialized_start=1891
+  _globals['_OFFLOADRESPONSE']._serialized_end=1967
+  _globals['_GETMODELSTATUSREQUEST']._serialized_start=1969
+  _globals['_GETMODELSTATUSREQUEST']._serialized_end=2012
+  _globals['_GETMODELSTATUSRESPONSE']._serialized_start=2014
+  _globals['_GETMODELSTATUSRESPONSE']._serialized_end=2097
+  _globals['_GPULEASES']._serialized_start=2371
+  _globals['_GPULEASES']._serialized_end=2517
+  _globals['_MODELCONTROL']._serialized_start=2520
+  _globals['_MODELCONTROL']._serialized_end=2740
 # @@protoc_insertion_point(module_scope)

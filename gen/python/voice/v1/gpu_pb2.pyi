@@ -142,7 +142,7 @@ class ListLeasesRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ...) -> None: ...
 
 class LeaseInfo(_message.Message):
-    __slots__ = ("holder", "model", "bytes", "epoch", "priority", "expires_in_ms", "busy", "revoking")
+    __slots__ = ("holder", "model", "bytes", "epoch", "priority", "expires_in_ms", "busy", "revoking", "swap_in_ms")
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +151,7 @@ class LeaseInfo(_message.Message):
     EXPIRES_IN_MS_FIELD_NUMBER: _ClassVar[int]
     BUSY_FIELD_NUMBER: _ClassVar[int]
     REVOKING_FIELD_NUMBER: _ClassVar[int]
+    SWAP_IN_MS_FIELD_NUMBER: _ClassVar[int]
     holder: str
     model: str
     bytes: int
@@ -159,7 +160,8 @@ class LeaseInfo(_message.Message):
     expires_in_ms: int
     busy: bool
     revoking: bool
-    def __init__(self, holder: _Optional[str] = ..., model: _Optional[str] = ..., bytes: _Optional[int] = ..., epoch: _Optional[int] = ..., priority: _Optional[_Union[LeasePriority, str]] = ..., expires_in_ms: _Optional[int] = ..., busy: _Optional[bool] = ..., revoking: _Optional[bool] = ...) -> None: ...
+    swap_in_ms: int
+    def __init__(self, holder: _Optional[str] = ..., model: _Optional[str] = ..., bytes: _Optional[int] = ..., epoch: _Optional[int] = ..., priority: _Optional[_Union[LeasePriority, str]] = ..., expires_in_ms: _Optional[int] = ..., busy: _Optional[bool] = ..., revoking: _Optional[bool] = ..., swap_in_ms: _Optional[int] = ...) -> None: ...
 
 class ListLeasesResponse(_message.Message):
     __slots__ = ("request_id", "capacity_bytes", "granted_bytes", "leases", "waiting")
