@@ -7,7 +7,8 @@ loopback at the pace of real time (20 ms messages), as a live caller would. Late
   - "SPEECH_END event -> final": the recognition time after the endpoint was declared;
   - "speech start -> first interim": first interim received minus the moment the first speech sample was sent.
 Streams sustained: k concurrent real-time streams of 4 sentences each; sustained while the P95 of speech end ->
-final stays under SUSTAINED_P95_S and no stream falls behind.
+final stays under SUSTAINED_P95_S, no stream falls behind, and (interims on) every utterance had an interim (the
+interim budget did not skip any).
 
 ``python -m bench.asr --wer`` adds the WER table of docs/asr.md (both models x both voices x 8/16/24 kHz; slow).
 """
@@ -31,7 +32,7 @@ from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
 
 CHUNK_MS = 20
 SUSTAINED_P95_S = 1.5
-LEVELS = (1, 2, 3, 4, 6, 8)
+LEVELS = (1, 2, 3, 4, 6, 8, 10, 12)
 
 
 def paced(stream: ev.PaddedStream, cfg, clock: dict):
@@ -227,7 +228,7 @@ def run(with_wer: bool = False):
             for interim in (True, False):
                 best, failed = 0, False
                 for k in LEVELS:
-                    if failed and k != LEVELS[-1]:
+                    if failed and k != 8:
                         continue  # past the first level that was not sustained, measure only 8 (issue 10 quotes it)
                     streams = [
                         speakers.padded("joe", list(ev.SENTENCES[(4 * i) % 24 : (4 * i) % 24 + 4]), 16000)
@@ -236,19 +237,30 @@ def run(with_wer: bool = False):
                     res = concurrent_streams(address, streams, interim)
                     lat = [x for r in res for x in r["end_to_final"]]
                     behind = max(r["behind"] for r in res)
-                    ok = p95(lat) <= SUSTAINED_P95_S and behind <= SUSTAINED_P95_S + 0.5
+                    # With interims on, an utterance the interim budget left without interims counts against it.
+                    utterances = sum(len(r["finals"]) for r in res)
+                    with_interims = sum(len(r["first_interim"]) for r in res)
+                    covered = not interim or with_interims >= utterances
+                    ok = p95(lat) <= SUSTAINED_P95_S and behind <= SUSTAINED_P95_S + 0.5 and covered
+                    note = f"interims on {with_interims} of {utterances} utterances" if interim else ""
                     print(
-                        f"  {k} streams interim={interim}: p95 end->final {p95(lat):.2f}s, behind {behind:.2f}s",
+                        f"  {k} streams interim={interim}: p95 end->final {p95(lat):.2f}s, behind {behind:.2f}s"
+                        + (f", {note}" if note else ""),
                         flush=True,
                     )
-                    rows.append(Row(f"speech end -> final, {k} concurrent live streams, interim={interim}", "s", lat))
+                    rows.append(
+                        Row(f"speech end -> final, {k} concurrent live streams, interim={interim}", "s", lat, note)
+                    )
                     if not ok:
                         failed = True
                     elif not failed:
                         best = k
                 sustained[f"interim={interim}"] = best
             extra["streams_sustained_in_real_time"] = sustained
-            extra["sustained_means"] = f"P95 speech end -> final <= {SUSTAINED_P95_S} s and no stream behind"
+            extra["sustained_means"] = (
+                f"P95 speech end -> final <= {SUSTAINED_P95_S} s, no stream behind, and (interims on) an interim"
+                " before every final"
+            )
         finally:
             fleet.stop()
     if with_wer:

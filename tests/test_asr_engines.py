@@ -217,3 +217,14 @@ async def test_interim_budget_leaves_finals_whole_and_comes_back(asr_speakers):
 async def _gather(stream, into: list) -> None:
     async for event in stream.events():
         into.append(event)
+
+
+def test_a_final_that_repeats_itself_is_decoded_again_with_the_full_window():
+    """The fitted encoder window (asr.final_window_min_seconds) sometimes makes whisper say a short utterance twice;
+    such a final is not kept (services/asr/cpu_engine.py, repeats_itself)."""
+    from services.asr.cpu_engine import repeats_itself
+
+    assert repeats_itself("Hello. My name is Alice. Hello. My name is Alice.")
+    assert repeats_itself("the children are playing the children are playing in the garden")
+    assert not repeats_itself("Hello, my name is Alice.")
+    assert not repeats_itself("no no no, the cat and the dog and the bird")

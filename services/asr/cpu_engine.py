@@ -54,6 +54,27 @@ def hint_prompt(hints: tuple[str, ...]) -> str | None:
     return f"Vocabulary: {', '.join(hints)}." if hints else None
 
 
+# Pass 1 only shows interims (whisper gives the final), so its search is narrowed for speed: no second (flat-lexicon)
+# pass or lattice, the 2 best Gaussians, fewer active HMMs and words per frame, tighter beams. On the evaluation
+# sentences (piper joe, 16 kHz, 2026-11-25) that cut pocketsphinx's compute from 0.27 to 0.09 of the audio for an
+# interim WER of 0.14 instead of 0.11 (docs/asr.md#capacity). pocketsphinx holds the GIL while it decodes, so
+# this is also time every other stream's VAD and the event loop do not wait for.
+INTERIM_SEARCH = dict(
+    fwdflat=False, bestpath=False, topn=2, maxhmmpf=3000, maxwpf=5, beam=1e-40, wbeam=1e-30, pbeam=1e-40
+)
+
+
+def repeats_itself(text: str, min_words: int = 3) -> bool:
+    """True when a run of at least ``min_words`` words comes twice in a row: whisper's repetition failure. (A caller
+    who really says a phrase twice only costs a decode with the full window.)"""
+    words = [w.strip(".,!?;:\"'").lower() for w in text.split()]
+    for n in range(min_words, len(words) // 2 + 1):
+        for start in range(len(words) - 2 * n + 1):
+            if words[start : start + n] == words[start + n : start + 2 * n]:
+                return True
+    return False
+
+
 class PocketsphinxPool:
     """Decoders for pass 1, made on demand and reused (creating one loads its models: ~0.3 s)."""
 
@@ -68,7 +89,7 @@ class PocketsphinxPool:
                 return self._free.pop()
         from pocketsphinx import Decoder
 
-        decoder = Decoder(samprate=RATE, loglevel="FATAL")
+        decoder = Decoder(samprate=RATE, loglevel="FATAL", **INTERIM_SEARCH)
         with self._lock:
             self.created += 1
         return decoder
@@ -76,6 +97,13 @@ class PocketsphinxPool:
     def release(self, decoder) -> None:
         with self._lock:
             self._free.append(decoder)
+
+
+# One pocketsphinx call at a time, across all streams. Its binding gives the GIL up and takes it back so often inside
+# a call that two threads decoding at once thrash on it: two 4 s decodes took 2.4 s side by side against 0.33 s for
+# one alone; in turn, under this lock, 0.69 s (2026-11-25, this 2-core EPYC). Pass 1 is cheap enough (~0.09 of a core
+# per speaking stream with INTERIM_SEARCH) for one core to carry every stream's interims.
+_POCKETSPHINX_CALLS = threading.Lock()
 
 
 class PocketsphinxPartial:
@@ -92,22 +120,26 @@ class PocketsphinxPartial:
     def start(self) -> None:
         if self._decoder is None:
             self._decoder = self._pool.acquire()
-        if self._in_utt:
-            self._decoder.end_utt()
-        self._decoder.start_utt()
+        with _POCKETSPHINX_CALLS:
+            if self._in_utt:
+                self._decoder.end_utt()
+            self._decoder.start_utt()
         self._in_utt = True
 
     def accept(self, pcm: np.ndarray) -> None:
         if len(pcm):
-            self._decoder.process_raw(pcm.tobytes(), False, False)
+            with _POCKETSPHINX_CALLS:
+                self._decoder.process_raw(pcm.tobytes(), False, False)
 
     def hypothesis(self) -> str:
-        hyp = self._decoder.hyp()
+        with _POCKETSPHINX_CALLS:
+            hyp = self._decoder.hyp()
         return hyp.hypstr if hyp else ""
 
     def end(self) -> None:
         if self._in_utt:
-            self._decoder.end_utt()
+            with _POCKETSPHINX_CALLS:
+                self._decoder.end_utt()
             self._in_utt = False
 
     def release(self) -> None:
@@ -146,6 +178,56 @@ class WhisperFinals:
         return self.base, "base"
 
     def recognize(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText:
+        if language:
+            fitted = self._fitted_window(audio, language, hints)
+            if fitted is not None:
+                return fitted
+        return self._full_window(audio, language, hints)
+
+    def _fitted_window(self, audio: np.ndarray, language: str, hints: tuple[str, ...]) -> FinalText | None:
+        """One decode with the encoder window fitted to the utterance (ctranslate2's Whisper.generate accepts any
+        window up to 30 s; faster-whisper's transcribe always pads to 30 s). None when the utterance needs the full
+        window, or when the decode looks degenerate the way faster-whisper's own fallbacks judge it (compression
+        ratio above 2.4 or a run of words said twice in a row: repeating itself; mean log-probability below -1).
+        With the shorter window whisper sometimes says a short utterance twice ("Hello. My name is Alice. Hello. My
+        name is Alice."), which the compression ratio of so short a text does not catch."""
+        import ctranslate2
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_compression_ratio
+
+        model, _ = self.model_for(language)
+        extractor = model.feature_extractor
+        features = extractor(audio)  # (n_mels, frames); called without chunk_length it changes nothing shared
+        frames = features.shape[-1]
+        per_second = extractor.sampling_rate // extractor.hop_length  # 100 frames
+        seconds = max(self.config.final_window_min_seconds, math.ceil(2 * frames / per_second))
+        if seconds >= 30:
+            return None
+        window = np.zeros((features.shape[0], seconds * per_second), dtype=np.float32)
+        window[:, :frames] = features
+        tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language)
+        prompt_text = hint_prompt(hints)
+        previous = tokenizer.encode(" " + prompt_text.strip()) if prompt_text else []
+        prompt = model.get_prompt(tokenizer, previous, without_timestamps=True)
+        result = model.model.generate(
+            ctranslate2.StorageView.from_array(window[None]),
+            [prompt],
+            beam_size=self.config.beam_size,
+            return_scores=True,
+            max_length=min(model.max_length, 16 + int(10 * len(audio) / extractor.sampling_rate)),
+        )[0]
+        tokens = [t for t in result.sequences_ids[0] if t < tokenizer.eot]
+        text = tokenizer.decode(tokens).strip()
+        # ctranslate2's score is the length-normalised log-probability (length_penalty 1), as faster-whisper reads it.
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        if text and (get_compression_ratio(text) > 2.4 or avg_logprob < -1.0 or repeats_itself(text)):
+            log.info(
+                "final looked degenerate with a %d s window (%r, logprob %.2f): full window", seconds, text, avg_logprob
+            )
+            return None
+        return FinalText(text=text, confidence=round(math.exp(avg_logprob), 3) if text else 0.0, language=language)
+
+    def _full_window(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText:
         model, _ = self.model_for(language)
         segments, info = model.transcribe(
             audio,
@@ -173,7 +255,7 @@ class CpuAsrEngine(AsrEngine):
         self.vad: SileroVad | None = None
         self.final = WhisperFinals(config)
         self.partials = PocketsphinxPool()
-        self.interim_budget = InterimBudget(service, self.name, config.max_concurrent_interims or 2 * cpu_cores())
+        self.interim_budget = InterimBudget(service, self.name, config.max_concurrent_interims or 4 * cpu_cores())
         # VAD + pass 1 of every stream (short steps), and pass 2 (whisper decodes) on their own threads.
         self.stream_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="asr-stream")
         self.final_pool = ThreadPoolExecutor(max_workers=config.final_workers, thread_name_prefix="asr-final")
@@ -188,9 +270,14 @@ class CpuAsrEngine(AsrEngine):
         t0 = time.monotonic()
         self.vad = await loop.run_in_executor(self.stream_pool, SileroVad, self.service)
         await loop.run_in_executor(self.final_pool, self.final.load)
-        # Warm up: one decoder for pass 1 in the pool, one decode per whisper model.
-        decoder = await loop.run_in_executor(self.stream_pool, self.partials.acquire)
-        self.partials.release(decoder)
+        # Warm up: a pass-1 decoder for every interim slot (making one loads its models, ~0.3 s with the GIL held:
+        # made on demand, the first burst of callers stalled every stream for seconds), one decode per whisper model.
+        decoders = [
+            await loop.run_in_executor(self.stream_pool, self.partials.acquire)
+            for _ in range(self.interim_budget.slots)
+        ]
+        for decoder in decoders:
+            self.partials.release(decoder)
         noise = (np.random.default_rng(0).normal(0, 0.01, RATE)).astype(np.float32)
         await loop.run_in_executor(self.final_pool, self.final.recognize, noise, "en", ())
         await loop.run_in_executor(self.final_pool, self.final.recognize, noise, None, ())

@@ -233,6 +233,8 @@ class TwoPassStream(AsrStream):
 
     async def _drain(self, flush: bool) -> None:
         while True:
+            if not flush and len(self._pending) < WINDOW:
+                return  # no whole VAD window yet: no step to run (a 20 ms message spares a hand-off to a thread)
             events, job = await self._run(self._step, flush)
             for event in events:
                 self._emit(event)
