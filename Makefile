@@ -11,7 +11,7 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
-.PHONY: install run test test-gpu check-gpu-stacks compose-test dashboards proto proto-check lint bench soak clean golden prometheus
+.PHONY: install run test test-gpu check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench soak clean golden prometheus
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ install: $(STAMP)  ## create .venv with the CPU fleet and test tools
 run: install  ## start the local CPU fleet (router on 127.0.0.1:50051); Ctrl-C stops it
 	$(BIN)/voicefleet up
 
-test: install prometheus  ## unit + integration tests on real servers over loopback (CPU only)
+test: install prometheus k8s-tools  ## unit + integration tests on real servers over loopback (CPU only)
 	$(BIN)/python -m pytest
 
 # Real Prometheus for the observability tests: Debian's package, installed when missing and we are root (as in CI).
@@ -53,6 +53,14 @@ test-gpu: check-gpu-stacks  ## GPU smoke: each stack's GPU tests in its own venv
 
 compose-test: install  ## build every CPU image, run deploy/compose.yaml in Docker: speak, transcribe, converse, crash+failover
 	scripts/compose-test.sh $(BIN)/python
+
+# kubectl for tests/test_k8s.py: the one on PATH (Debian's kubernetes-client installed when missing and root), and
+# Debian's kubectl 1.20 fetched into build/k8s/ (the manifests must render the same with its kustomize v2.0.3).
+k8s-tools:
+	@scripts/k8s-check.sh --tools
+
+k8s-check: install  ## render every deploy/k8s overlay (kubectl kustomize; 1.20's kustomize too), schemas + ports/images vs config
+	scripts/k8s-check.sh $(BIN)/python
 
 # matplotlib only for rendering the dashboard PNGs: its own venv, so the fleet's install stays lean.
 TOOLS := build/tools-venv

@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from services.cli.fleet import free_port
 from tests.conftest import start_fleet
 from voice.v1 import gpu_pb2, gpu_pb2_grpc, synthesizer_pb2, synthesizer_pb2_grpc
 
@@ -67,6 +68,8 @@ def secure_fleet(tmp_path_factory):
         services=("cosyvoice_tts", "router"),
         security={**pki, "mtls": True, "bearer_tokens": [TOKEN], "fleet_token": FLEET_TOKEN},
         residency={"enabled": True},
+        cosyvoice_tts={"health_port": free_port()},
+        router={"health_port": free_port()},
     )
     yield fleet, pki
     fleet.fleet.stop()
@@ -109,6 +112,21 @@ def test_plaintext_is_refused(secure_fleet):
     with grpc.insecure_channel(fleet.address("router")) as channel:
         code, _ = code_of(lambda: synthesize(channel, [("authorization", f"Bearer {TOKEN}")]))
     assert code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_health_port_tells_health_in_plaintext_and_nothing_else(secure_fleet):
+    """Kubernetes' gRPC probes cannot speak TLS: health_port answers grpc.health in plaintext, and only that."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    fleet, _ = secure_fleet
+    for name in ("cosyvoice_tts", "router"):
+        with grpc.insecure_channel(f"127.0.0.1:{getattr(fleet.config, name).health_port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            for service in ("", "voicefleet.liveness", "voice.v1.Synthesizer"):
+                answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+                assert answer.status == health_pb2.HealthCheckResponse.SERVING, (name, service)
+            code, _ = code_of(lambda channel=channel: synthesize(channel, [("authorization", f"Bearer {TOKEN}")]))
+            assert code == grpc.StatusCode.UNIMPLEMENTED, name
 
 
 def test_lease_rpcs_are_for_fleet_services_only(secure_fleet):

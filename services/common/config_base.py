@@ -28,6 +28,9 @@ class ServerConfig:
     port: int = 0
     # Prometheus /metrics on this port (0 = no metrics endpoint).
     metrics_port: int = 0
+    # A second port serving grpc.health only, always plaintext (0 = none): for Kubernetes' gRPC probes, which cannot
+    # speak TLS, when the service's own port has TLS (docs/security.md). It tells health, nothing else.
+    health_port: int = 0
     # SIGTERM: report NOT_SERVING, let in-flight streams finish for up to this long, then stop.
     grace_seconds: float = 10.0
     # Pause between NOT_SERVING and refusing new calls, so health watchers route away first.
@@ -48,6 +51,13 @@ class ServerConfig:
     def validate(self, path: str) -> None:
         check(path, "port", 1 <= self.port <= 65535, f"must be 1..65535, got {self.port}")
         check(path, "metrics_port", 0 <= self.metrics_port <= 65535, f"must be 0..65535, got {self.metrics_port}")
+        check(path, "health_port", 0 <= self.health_port <= 65535, f"must be 0..65535, got {self.health_port}")
+        check(
+            path,
+            "health_port",
+            self.health_port == 0 or self.health_port not in (self.port, self.metrics_port),
+            f"must differ from port and metrics_port, got {self.health_port}",
+        )
         check(path, "grace_seconds", self.grace_seconds >= 0, f"must be >= 0, got {self.grace_seconds}")
         check(path, "drain_notice_seconds", self.drain_notice_seconds >= 0, "must be >= 0")
         check(path, "max_message_bytes", self.max_message_bytes >= 64 * 1024, "must be >= 65536")

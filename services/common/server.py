@@ -115,6 +115,7 @@ async def serve(name: str, server_config: ServerConfig, parts: ServiceParts) -> 
             f"{name}: cannot listen on {server_config.address} ({e}); is the port in use? set {name}.port"
         ) from None
     await server.start()
+    health_only = await _serve_health_only(health_servicer, server_config, name)
     start_metrics_server(server_config.metrics_port, server_config.host)
     log.info("%s listening on %s (metrics :%s); warming up", name, server_config.address, server_config.metrics_port)
 
@@ -153,8 +154,28 @@ async def serve(name: str, server_config: ServerConfig, parts: ServiceParts) -> 
     await health_servicer.enter_graceful_shutdown()
     await asyncio.sleep(server_config.drain_notice_seconds)
     await server.stop(server_config.grace_seconds)
+    if health_only is not None:
+        await health_only.stop(0)
     await parts.stop()
     log.info("%s stopped", name)
+
+
+async def _serve_health_only(health_servicer, server_config: ServerConfig, name: str):
+    """``health_port``: the same grpc.health statuses on a plaintext port of their own (Kubernetes' gRPC probes
+    cannot speak TLS); nothing else is served there."""
+    if not server_config.health_port:
+        return None
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    address = f"{server_config.host}:{server_config.health_port}"
+    try:
+        server.add_insecure_port(address)
+    except RuntimeError as e:
+        raise SystemExit(
+            f"{name}: cannot listen on {address} ({e}); is the port in use? set {name}.health_port"
+        ) from None
+    await server.start()
+    return server
 
 
 SUPERVISOR_PID_ENV = "VOICEFLEET_SUPERVISOR_PID"
