@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import grpc
 import pytest
@@ -91,3 +92,25 @@ def test_env_override_reaches_the_process(tmp_path):
     )
     assert result.returncode == 2
     assert "cosyvoice_tts.engine: must be 'cpu' or 'gpu', got 'tpu'" in result.stderr
+
+
+def test_aged_connections_are_replaced_without_cutting_streams(tmp_path):
+    """max_connection_age_seconds: after it, the server asks the client to reconnect (so a router balancing over DNS
+    resolves again and finds replicas a scale-up added); a stream open across it is not cut."""
+    fleet = start_fleet(tmp_path, services=("cosyvoice_tts",), cosyvoice_tts={"max_connection_age_seconds": 1})
+    try:
+        with fleet.channel("cosyvoice_tts") as channel:
+            ready = []
+            channel.subscribe(lambda state: ready.append(state) if state == grpc.ChannelConnectivity.READY else None)
+            health = health_pb2_grpc.HealthStub(channel)
+            watch = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=30)
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline:  # unary calls keep working across reconnects
+                assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == 1
+                time.sleep(0.2)
+            assert len(ready) >= 3, f"connections READY {len(ready)} times in 4 s with a 1 s maximum age"
+            assert watch.running() and not watch.done(), "the stream opened before the age was cut"
+            watch.cancel()
+    finally:
+        fleet.fleet.stop()

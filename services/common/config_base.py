@@ -35,6 +35,10 @@ class ServerConfig:
     grace_seconds: float = 10.0
     # Pause between NOT_SERVING and refusing new calls, so health watchers route away first.
     drain_notice_seconds: float = 0.2
+    # Clients are asked (HTTP/2 GOAWAY) to open a new connection for new calls after this long; calls in flight go on
+    # to their end. A client balancing over DNS (routers over a Kubernetes headless Service) resolves again when it
+    # reconnects, so replicas added by a scale-up get traffic within this long. 0 = never.
+    max_connection_age_seconds: float = 300.0
     # Largest request message; bigger ones get RESOURCE_EXHAUSTED from gRPC itself.
     max_message_bytes: int = 4 * 1024 * 1024
     log_level: str = "INFO"
@@ -61,6 +65,12 @@ class ServerConfig:
         check(path, "grace_seconds", self.grace_seconds >= 0, f"must be >= 0, got {self.grace_seconds}")
         check(path, "drain_notice_seconds", self.drain_notice_seconds >= 0, "must be >= 0")
         check(path, "max_message_bytes", self.max_message_bytes >= 64 * 1024, "must be >= 65536")
+        check(
+            path,
+            "max_connection_age_seconds",
+            self.max_connection_age_seconds == 0 or self.max_connection_age_seconds >= 1,
+            f"must be 0 (never) or >= 1, got {self.max_connection_age_seconds}",
+        )
         check(
             path,
             "health_probe_interval_seconds",

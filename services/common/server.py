@@ -87,6 +87,9 @@ async def serve(name: str, server_config: ServerConfig, parts: ServiceParts) -> 
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
         ("grpc.http2.min_ping_interval_without_data_ms", 5000),
     ]
+    if server_config.max_connection_age_seconds:
+        # No grace limit: a Converse session or recognition stream on an aged connection runs to its end.
+        options.append(("grpc.max_connection_age_ms", int(server_config.max_connection_age_seconds * 1000)))
     interceptors = [security.AccessInterceptor(public=name == "router"), ParseRequests(name)]
     server = grpc.aio.server(options=options, interceptors=interceptors)
     health_servicer = HealthServicer()
