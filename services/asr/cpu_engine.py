@@ -57,8 +57,7 @@ def hint_prompt(hints: tuple[str, ...]) -> str | None:
 # Pass 1 only shows interims (whisper gives the final), so its search is narrowed for speed: no second (flat-lexicon)
 # pass or lattice, the 2 best Gaussians, fewer active HMMs and words per frame, tighter beams. On the evaluation
 # sentences (piper joe, 16 kHz, 2026-11-25) that cut pocketsphinx's compute from 0.27 to 0.09 of the audio for an
-# interim WER of 0.14 instead of 0.11 (docs/asr.md#capacity). pocketsphinx holds the GIL while it decodes, so
-# this is also time every other stream's VAD and the event loop do not wait for.
+# interim WER of 0.14 instead of 0.11 (docs/asr.md#capacity).
 INTERIM_SEARCH = dict(
     fwdflat=False, bestpath=False, topn=2, maxhmmpf=3000, maxwpf=5, beam=1e-40, wbeam=1e-30, pbeam=1e-40
 )
@@ -76,34 +75,37 @@ def repeats_itself(text: str, min_words: int = 3) -> bool:
 
 
 class PocketsphinxPool:
-    """Decoders for pass 1, made on demand and reused (creating one loads its models: ~0.3 s)."""
+    """Decoders for pass 1, in a process of their own (services/asr/pass1_process.py: pocketsphinx thrashes on the
+    GIL beside the asr process's other threads), made on demand and reused."""
 
     def __init__(self) -> None:
+        from services.asr.pass1_process import Pass1Process
+
+        self.process = Pass1Process(RATE, INTERIM_SEARCH)
         self._free: list = []
         self._lock = threading.Lock()
         self.created = 0
+
+    def warm(self, count: int) -> None:
+        """Make ``count`` decoders now (each loads its models, ~0.3 s), so the first callers do not wait for them."""
+        decoders = [self.process.decoder(did) for did in self.process.warm(count)]
+        with self._lock:
+            self.created += len(decoders)
+            self._free.extend(decoders)
 
     def acquire(self):
         with self._lock:
             if self._free:
                 return self._free.pop()
-        from pocketsphinx import Decoder
-
-        decoder = Decoder(samprate=RATE, loglevel="FATAL", **INTERIM_SEARCH)
-        with self._lock:
             self.created += 1
-        return decoder
+        return self.process.decoder(self.process.new_id())
 
     def release(self, decoder) -> None:
         with self._lock:
             self._free.append(decoder)
 
-
-# One pocketsphinx call at a time, across all streams. Its binding gives the GIL up and takes it back so often inside
-# a call that two threads decoding at once thrash on it: two 4 s decodes took 2.4 s side by side against 0.33 s for
-# one alone; in turn, under this lock, 0.69 s (2026-11-25, this 2-core EPYC). Pass 1 is cheap enough (~0.09 of a core
-# per speaking stream with INTERIM_SEARCH) for one core to carry every stream's interims.
-_POCKETSPHINX_CALLS = threading.Lock()
+    def close(self) -> None:
+        self.process.close()
 
 
 class PocketsphinxPartial:
@@ -120,26 +122,22 @@ class PocketsphinxPartial:
     def start(self) -> None:
         if self._decoder is None:
             self._decoder = self._pool.acquire()
-        with _POCKETSPHINX_CALLS:
-            if self._in_utt:
-                self._decoder.end_utt()
-            self._decoder.start_utt()
+        if self._in_utt:
+            self._decoder.end_utt()
+        self._decoder.start_utt()
         self._in_utt = True
 
     def accept(self, pcm: np.ndarray) -> None:
         if len(pcm):
-            with _POCKETSPHINX_CALLS:
-                self._decoder.process_raw(pcm.tobytes(), False, False)
+            self._decoder.process_raw(pcm.tobytes(), False, False)
 
     def hypothesis(self) -> str:
-        with _POCKETSPHINX_CALLS:
-            hyp = self._decoder.hyp()
+        hyp = self._decoder.hyp()
         return hyp.hypstr if hyp else ""
 
     def end(self) -> None:
         if self._in_utt:
-            with _POCKETSPHINX_CALLS:
-                self._decoder.end_utt()
+            self._decoder.end_utt()
             self._in_utt = False
 
     def release(self) -> None:
@@ -270,14 +268,9 @@ class CpuAsrEngine(AsrEngine):
         t0 = time.monotonic()
         self.vad = await loop.run_in_executor(self.stream_pool, SileroVad, self.service)
         await loop.run_in_executor(self.final_pool, self.final.load)
-        # Warm up: a pass-1 decoder for every interim slot (making one loads its models, ~0.3 s with the GIL held:
-        # made on demand, the first burst of callers stalled every stream for seconds), one decode per whisper model.
-        decoders = [
-            await loop.run_in_executor(self.stream_pool, self.partials.acquire)
-            for _ in range(self.interim_budget.slots)
-        ]
-        for decoder in decoders:
-            self.partials.release(decoder)
+        # Warm up: a pass-1 decoder for every interim slot (making one loads its models, ~0.3 s: made on demand, the
+        # first burst of callers waited for them), one decode per whisper model.
+        await loop.run_in_executor(self.stream_pool, self.partials.warm, self.interim_budget.slots)
         noise = (np.random.default_rng(0).normal(0, 0.01, RATE)).astype(np.float32)
         await loop.run_in_executor(self.final_pool, self.final.recognize, noise, "en", ())
         await loop.run_in_executor(self.final_pool, self.final.recognize, noise, None, ())
@@ -287,6 +280,7 @@ class CpuAsrEngine(AsrEngine):
     async def close(self) -> None:
         self.stream_pool.shutdown(wait=False, cancel_futures=True)
         self.final_pool.shutdown(wait=False, cancel_futures=True)
+        self.partials.close()
 
     def check_options(self, options: RecognitionOptions) -> None:
         whisper_language(options.language)
