@@ -228,3 +228,38 @@ def test_a_final_that_repeats_itself_is_decoded_again_with_the_full_window():
     assert repeats_itself("the children are playing the children are playing in the garden")
     assert not repeats_itself("Hello, my name is Alice.")
     assert not repeats_itself("no no no, the cat and the dog and the bird")
+
+
+def test_pass1_process_that_dies_is_replaced_and_interims_come_back(monkeypatch, asr_speakers):
+    """Pass 1 runs in a child process (services/asr/pass1_process.py). Killed mid-utterance: that call gets no
+    hypothesis (no error reaches the stream), and the next utterance is decoded by a new child."""
+    import numpy as np
+
+    from services.asr import pass1_process
+    from services.asr.cpu_engine import PocketsphinxPartial, PocketsphinxPool
+
+    monkeypatch.setattr(pass1_process, "RESTART_PAUSE_S", 0.0)
+    pcm = np.frombuffer(asr_speakers.padded("joe", ["hello world this is a test"], 16000).pcm, dtype=np.int16)
+    pool = PocketsphinxPool()
+    try:
+
+        def utterance(kill_midway: bool = False) -> str:
+            partial = PocketsphinxPartial(pool)
+            partial.start()
+            for i in range(0, len(pcm), 512):
+                if kill_midway and i >= len(pcm) // 2:
+                    kill_midway = False
+                    pool.process._process.kill()
+                    pool.process._process.wait()
+                partial.accept(pcm[i : i + 512])
+            text = partial.hypothesis()
+            partial.release()
+            return text
+
+        assert utterance(), "pass 1 heard nothing in a clear sentence"
+        first = pool.process._process.pid
+        assert utterance(kill_midway=True) == ""  # its decoder died with the child: no interims, and no error
+        assert utterance() == "hello world this is a test", "no new pass-1 process after the first died"
+        assert pool.process.restarts == 1 and pool.process._process.pid != first
+    finally:
+        pool.close()
