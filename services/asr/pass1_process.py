@@ -4,8 +4,8 @@ pocketsphinx's binding gives up and retakes the GIL so often inside a call that,
 against every other thread (gRPC's event loop, VAD, the other streams' steps): a pass-1 decode beside one busy
 Python thread took 2-3x its time alone. Here every decoder lives in one child process (``python -m
 services.asr.pass1_process``, a fresh interpreter: the parent has threads and gRPC, which must not be forked), and
-streams talk to it through two pipes: audio goes one way without a
-reply; a hypothesis is a request and its answer, which comes after all audio sent before it (one pipe, in order).
+streams talk to it through two pipes: audio goes down without a reply; a hypothesis is a request and its answer,
+which comes after all audio sent before it (the child reads in order).
 
 The child only imports pocketsphinx. It ends when its input pipe closes (the asr process ended or closed the pool).
 If it dies, the pool starts another at the next call (at most one start per ``RESTART_PAUSE_S``; calls meanwhile

@@ -22,6 +22,7 @@ import grpc
 
 from services.cli.common import MODES, Patience, fail, first_reply_now, load_cli_config, router_address
 from services.common import audio, security
+from services.common.lease_client import authority_addresses
 from voice.v1 import (
     audio_pb2,
     fleet_pb2,
@@ -272,7 +273,10 @@ def cmd_status(args) -> int:
             request = f"  request {f.request_id}" if f.request_id else ""
             print(f"  {when}  {f.from_backend} -> {f.to_backend}  ({f.reason}){request}")
     if config.router.leases.authorities:  # several GPU nodes: each card's table, from its lease authority
-        for card in _cards(config.router.leases.authorities):
+        cards, problems = authority_addresses(config.router.leases.authorities)
+        for problem in problems:
+            print(f"\nGPU card: {problem}")
+        for card in cards:
             with security.client_channel(card, token="") as channel:
                 _print_leases(channel, config, f"GPU card {card}")
     else:
@@ -327,22 +331,6 @@ def _print_members(config) -> None:
         if m["restart_in_seconds"] is not None:
             last += f"; restarting in {m['restart_in_seconds']:.1f}s"
         print(f"{m['name']:<14} {m['state']:<9} {uptime:>8} {m['restarts']:>8}  {last}")
-
-
-def _cards(authorities: list[str]) -> list[str]:
-    """Every lease authority's address: a host that resolves to several (a headless Service) names each of them."""
-    import socket
-
-    cards: list[str] = []
-    for authority in authorities:
-        host, _, port = authority.rpartition(":")
-        try:
-            infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
-        except OSError as e:
-            print(f"\nGPU card {authority}: does not resolve ({e})")
-            continue
-        cards += [f"[{i[4][0]}]:{port}" if ":" in i[4][0] else f"{i[4][0]}:{port}" for i in infos]
-    return list(dict.fromkeys(cards))
 
 
 def _print_leases(channel, config, title: str = "GPU card") -> None:

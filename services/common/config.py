@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from services.asr.config import AsrServiceConfig
-from services.common.config_base import ConfigError
+from services.common.config_base import ConfigError, is_host_port
 from services.common.config_base import check as _check  # the name the sections below call it by
 from services.conversation.config import BrainConfig
 from services.cosyvoice_tts.config import CosyVoiceTtsConfig
@@ -95,11 +95,10 @@ class ResidencyConfig:
     services: dict[str, HolderConfig] = field(default_factory=_default_holders)
 
     def validate(self, path: str) -> None:
-        host, sep, port = self.lease_authority.rpartition(":")
         _check(
             path,
             "lease_authority",
-            not self.lease_authority or bool(sep and host and port.isdigit()),
+            not self.lease_authority or is_host_port(self.lease_authority),
             f"must be host:port (or empty: the router), got {self.lease_authority!r}",
         )
         _check(path, "acquire_timeout_seconds", self.acquire_timeout_seconds > 0, "must be > 0")

@@ -20,6 +20,12 @@ def check(path: str, name: str, ok: bool, message: str) -> None:
         raise ConfigError(f"{path}.{name}: {message}")
 
 
+def is_host_port(address: str) -> bool:
+    """``host:port`` with a numeric port (the form of every fleet address in the config)."""
+    host, sep, port = address.rpartition(":")
+    return bool(sep and host and port.isdigit())
+
+
 @dataclass
 class ServerConfig:
     """What every gRPC service has."""

@@ -30,6 +30,25 @@ from voice.v1 import gpu_pb2, gpu_pb2_grpc
 log = logging.getLogger("voicefleet.lease")
 
 
+def authority_addresses(authorities: list[str]) -> tuple[list[str], list[str]]:
+    """Every card's lease authority as host:port, and the problems: an authority whose host resolves to several
+    addresses (a Kubernetes headless Service) names each of them; one that does not resolve is a problem. Blocking
+    (DNS): the router runs it on a thread, the CLI as is."""
+    import socket
+
+    cards: list[str] = []
+    problems: list[str] = []
+    for authority in authorities:
+        host, _, port = authority.rpartition(":")
+        try:
+            infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        except OSError as e:
+            problems.append(f"lease authority {authority} does not resolve ({e})")
+            continue
+        cards += [f"[{i[4][0]}]:{port}" if ":" in i[4][0] else f"{i[4][0]}:{port}" for i in infos]
+    return list(dict.fromkeys(cards)), problems
+
+
 class GpuLease:
     def __init__(
         self,

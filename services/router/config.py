@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.common.config_base import ServerConfig, check
+from services.common.config_base import ServerConfig, check, is_host_port
 
 
 @dataclass
@@ -34,7 +34,7 @@ class LeaseConfig:
 
     def validate(self, path: str) -> None:
         for address in self.authorities:
-            check(path, "authorities", _host_port(address), f"must be host:port each, got {address!r}")
+            check(path, "authorities", is_host_port(address), f"must be host:port each, got {address!r}")
         check(path, "authorities_poll_seconds", 0 < self.authorities_poll_seconds <= 60, "must be > 0 and <= 60")
         check(path, "capacity_gb", 0 <= self.capacity_gb <= 1024, f"must be 0..1024, got {self.capacity_gb}")
         check(path, "reserve_gb", self.reserve_gb >= 0, "must be >= 0")
@@ -52,19 +52,14 @@ class LeaseConfig:
 TTS_BACKENDS = ("cosyvoice_tts", "qwen_tts", "moss_sts")
 
 
-def _host_port(address: str) -> bool:
-    host, sep, port = address.rpartition(":")
-    return bool(sep and host and port.isdigit())
-
-
 def backend_target_ok(target: str) -> bool:
     """host:port, or a gRPC target naming several replicas: dns:///host:port (every address the name resolves to,
     e.g. a Kubernetes headless Service) or ipv4:host:port,host:port (a fixed list)."""
     if target.startswith("dns:///"):
-        return _host_port(target.removeprefix("dns:///"))
+        return is_host_port(target.removeprefix("dns:///"))
     if target.startswith(("ipv4:", "ipv6:")):
-        return all(_host_port(a) for a in target.split(":", 1)[1].split(","))
-    return _host_port(target)
+        return all(is_host_port(a) for a in target.split(":", 1)[1].split(","))
+    return is_host_port(target)
 
 
 @dataclass

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from dataclasses import dataclass, field
 
 import grpc
 
 from services.common import metrics, security
 from services.common.config import ResidencyConfig
+from services.common.lease_client import authority_addresses
 from services.router.backends import Backend
 from services.router.leases import LeaseManager
 from voice.v1 import gpu_pb2, gpu_pb2_grpc
@@ -107,22 +107,10 @@ class RemoteLeaseTables:
             await asyncio.sleep(self.poll_s)
             await self.poll_once()
 
-    async def _cards(self) -> list[str]:
-        cards: list[str] = []
-        for authority in self.authorities:
-            host, _, port = authority.rpartition(":")
-            try:
-                infos = await asyncio.get_running_loop().getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
-            except OSError as e:
-                log.warning("lease authority %s does not resolve: %s", authority, e)
-                continue
-            for info in infos:
-                address = info[4][0]
-                cards.append(f"[{address}]:{port}" if ":" in address else f"{address}:{port}")
-        return list(dict.fromkeys(cards))
-
     async def poll_once(self) -> None:
-        cards = await self._cards()
+        cards, problems = await asyncio.to_thread(authority_addresses, self.authorities)
+        for problem in problems:
+            log.warning("%s", problem)
         answers = await asyncio.gather(*(self._read(card) for card in cards))
         self._tables = {card: table for card, table in zip(cards, answers, strict=True) if table is not None}
         for table in self._tables.values():
