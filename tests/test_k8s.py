@@ -978,17 +978,6 @@ MUTATIONS = {
 }
 
 
-@pytest.mark.parametrize("mutation", list(MUTATIONS))
-def test_checker_catches(mutation):
-    change, named = MUTATIONS[mutation]
-    objects = render("base")
-    assert not fleet_problems(objects)
-    change(objects)
-    problems = fleet_problems(objects)
-    assert problems, f"changing the {mutation} went unnoticed"
-    assert any(named in p for p in problems), f"no problem names {named!r}:\n" + "\n".join(problems)
-
-
 def _env(objects, kind, name, var, value):
     env = _pod(objects, kind, name)["containers"][0]["env"]
     next(e for e in env if e["name"] == var)["value"] = value
@@ -1036,16 +1025,6 @@ GPU_MUTATIONS = {
 }
 
 
-@pytest.mark.parametrize("mutation", list(GPU_MUTATIONS))
-def test_checker_catches_on_the_gpu_overlay(mutation):
-    change, named = GPU_MUTATIONS[mutation]
-    objects = render("overlays/gpu")
-    assert not fleet_problems(objects)
-    change(objects)
-    problems = fleet_problems(objects)
-    assert any(named in p for p in problems), f"no problem names {named!r}:\n" + "\n".join(problems)
-
-
 def _drop_env(objects, name, prefix):
     container = _container(objects, name)
     container["env"] = [e for e in container["env"] if not e["name"].startswith(prefix)]
@@ -1076,13 +1055,18 @@ TLS_MUTATIONS = {
 }
 
 
-@pytest.mark.parametrize("mutation", list(TLS_MUTATIONS))
-def test_checker_catches_on_the_tls_overlay(mutation):
-    change, named = TLS_MUTATIONS[mutation]
-    objects = render("overlays/tls")
+# Each kustomization's mutations: a change to a rendered object the checker must catch, and words its problem names.
+MUTATED = {"base": MUTATIONS, "overlays/gpu": GPU_MUTATIONS, "overlays/tls": TLS_MUTATIONS}
+
+
+@pytest.mark.parametrize("kustomization,mutation", [(k, m) for k, mutations in MUTATED.items() for m in mutations])
+def test_checker_catches(kustomization, mutation):
+    change, named = MUTATED[kustomization][mutation]
+    objects = render(kustomization)
     assert not fleet_problems(objects)
     change(objects)
     problems = fleet_problems(objects)
+    assert problems, f"changing the {mutation} went unnoticed"
     assert any(named in p for p in problems), f"no problem names {named!r}:\n" + "\n".join(problems)
 
 
