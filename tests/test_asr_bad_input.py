@@ -12,6 +12,8 @@ import pytest
 
 from services.asr import evaluation as ev
 from services.common import audio
+from services.common.asr_servicer import CPU_STREAMS_PER_CORE
+from services.common.scheduler import cpu_cores
 from tests.conftest import wait_until
 from voice.v1 import audio_pb2, recognizer_pb2, recognizer_pb2_grpc
 
@@ -256,7 +258,10 @@ def test_unary_recognize_through_the_router(router, asr_speakers):
 
 
 def test_streams_over_the_limit_are_resource_exhausted(asr_fleet, asr):
-    """16 open streams (asr.max_concurrent_streams) are served; the 17th is refused; the server stays up."""
+    """As many open streams as asr.max_concurrent_streams (0 in the config: 5 per core) are served; one more is
+    refused at once with a retry hint; the server stays up."""
+    limit = CPU_STREAMS_PER_CORE * cpu_cores()
+    assert asr_fleet.config.asr.max_concurrent_streams == 0, "this test reads the default capacity"
     gate = threading.Event()
 
     def held():  # a live stream: silence every 0.5 s (under the idle timeout) until the gate opens
@@ -264,17 +269,19 @@ def test_streams_over_the_limit_are_resource_exhausted(asr_fleet, asr):
         while not gate.wait(0.5):
             yield Req(audio=SILENCE_100MS)
 
-    calls = [asr.StreamingRecognize(held(), timeout=20) for _ in range(16)]
+    calls = [asr.StreamingRecognize(held(), timeout=20) for _ in range(limit)]
     try:
         assert wait_until(
             lambda: (
-                asr_fleet.metric("asr", "voicefleet_active_streams", service="asr", method="StreamingRecognize") >= 16
+                asr_fleet.metric("asr", "voicefleet_active_streams", service="asr", method="StreamingRecognize")
+                >= limit
             )
         )
         with pytest.raises(grpc.RpcError) as err:
             run(asr, [config_msg(), Req(audio=SILENCE_100MS)])
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "asr.max_concurrent_streams" in err.value.details()
+        assert f"capacity of {limit} streams (asr.max_concurrent_streams)" in err.value.details()
+        assert dict(err.value.trailing_metadata()).get("grpc-retry-pushback-ms"), "a retry hint"
     finally:
         gate.set()
         for call in calls:

@@ -522,6 +522,32 @@ def test_idle_session_ends_with_deadline_exceeded(conv, router_channel):
     assert "moss_sts.idle_timeout_seconds" in talk.error.details()
 
 
+def test_sessions_past_capacity_are_refused_at_once_with_a_retry_hint(conv):
+    """moss_sts.max_concurrent_sessions (4) live sessions are served; one more is refused with RESOURCE_EXHAUSTED
+    naming the limit, and a retry hint in gRPC's pushback trailer; once one ends, a new session is served."""
+    assert conv.config.moss_sts.max_concurrent_sessions == 4
+    with conv.channel("moss_sts") as channel:
+        talks = [Talk(channel) for _ in range(4)]
+        try:
+            assert wait_until(
+                lambda: conv.metric("moss_sts", "voicefleet_active_streams", service="moss_sts", method="Converse")
+                >= 4
+            )
+            refused = Talk(channel)
+            assert refused.done.wait(20) and refused.error is not None
+            assert refused.error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "capacity of 4 sessions (moss_sts.max_concurrent_sessions)" in refused.error.details()
+            assert dict(refused.error.trailing_metadata()).get("grpc-retry-pushback-ms")
+            assert not any(t.done.is_set() for t in talks), "the admitted sessions go on"
+            close(talks.pop())
+            again = Talk(channel)
+            talks.append(again)
+            assert again.wait(lambda: bool(again.states()), timeout=20) and again.error is None
+        finally:
+            for talk in talks:
+                close(talk)
+
+
 def test_any_input_rate_is_resampled(conv, router_channel, say):
     pcm8 = audio.resample(say("What is two plus two?"), RATE, 8000)
     talk = Talk(

@@ -61,8 +61,9 @@ class AsrServiceConfig(ServerConfig):
     # Start the final decode once the silence after speech has lasted this long, before the hangover has passed; if
     # speech resumes the decode is dropped (0 = decode only after the hangover). docs/asr.md#endpoint-latency
     speculative_final_ms: int = 96
-    # Streams served at once; more get RESOURCE_EXHAUSTED.
-    max_concurrent_streams: int = 16
+    # Streams served at once; more get RESOURCE_EXHAUSTED with a retry hint. 0 = the measured capacity: 5 per core
+    # (CPU engine), 16 (GPU engine); docs/asr.md#capacity.
+    max_concurrent_streams: int = 0
     # A stream that sends no message for this long is ended with DEADLINE_EXCEEDED.
     idle_timeout_seconds: float = 10.0
     # Audio one stream may send in all; past it the stream ends with RESOURCE_EXHAUSTED (open a new stream).
@@ -91,7 +92,9 @@ class AsrServiceConfig(ServerConfig):
         check(path, "interim_interval_ms", 32 <= self.interim_interval_ms <= 5000, "must be 32..5000")
         check(path, "max_concurrent_interims", 0 <= self.max_concurrent_interims <= 1000, "must be 0..1000")
         check(path, "speculative_final_ms", 0 <= self.speculative_final_ms <= 5000, "must be 0..5000")
-        check(path, "max_concurrent_streams", 1 <= self.max_concurrent_streams <= 1000, "must be 1..1000")
+        check(
+            path, "max_concurrent_streams", 0 <= self.max_concurrent_streams <= 1000, "must be 0..1000 (0 = per core)"
+        )
         check(path, "idle_timeout_seconds", self.idle_timeout_seconds > 0, "must be > 0")
         check(path, "max_stream_seconds", self.max_stream_seconds >= 10, "must be >= 10")
         self.endpointing.validate(f"{path}.endpointing")

@@ -17,6 +17,7 @@ from services.common import audio
 from services.common.engines import SPEECH_END, SPEECH_START, AsrEngine, AsrEvent, Endpointing, RecognitionOptions
 from services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
 from services.common.rpc import new_request_id, rpc
+from services.common.scheduler import Admission
 from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
 
 MAX_HINTS = 100
@@ -33,14 +34,33 @@ class AsrLimits:
     defaults: Endpointing = Endpointing()
 
     @classmethod
-    def from_config(cls, section) -> AsrLimits:
+    def from_config(cls, section, in_front: bool = False) -> AsrLimits:
+        """Limits from the asr section. ``in_front`` (the router): a capacity left at 0 is the asr service's to work
+        out from its own cores, so the router does not cap streams and passes the service's refusal on."""
         e = section.endpointing
+        capacity = section.max_concurrent_streams or (MAX_STREAMS if in_front else streams_per_core(section.engine))
         return cls(
             idle_timeout_s=section.idle_timeout_seconds,
             max_stream_s=section.max_stream_seconds,
-            max_concurrent_streams=section.max_concurrent_streams,
+            max_concurrent_streams=capacity,
             defaults=Endpointing(e.threshold, e.min_speech_ms, e.hangover_ms, e.max_utterance_ms),
         )
+
+
+# CPU engine capacity per core, measured (docs/asr.md#capacity): on 2 cores 12 streams kept speech end -> final p95
+# under 1.5 s without interims and 8 with an interim for every utterance (2026-11-25; a slower day of the same VM
+# kind: 10 and 6). Past the interim budget (4 per core) a stream gets finals only, so 5 per core keeps every
+# admitted stream's finals in time. GPU engines: a fixed default, until a card's bench says otherwise.
+CPU_STREAMS_PER_CORE = 5
+GPU_STREAMS = 16
+MAX_STREAMS = 1000  # the most asr.max_concurrent_streams may say
+
+
+def streams_per_core(engine: str) -> int:
+    """The default ``max_concurrent_streams`` (0 in the config) for an engine on this machine."""
+    from services.common.scheduler import cpu_cores
+
+    return CPU_STREAMS_PER_CORE * cpu_cores() if engine == "cpu" else GPU_STREAMS
 
 
 def event_fields(event: AsrEvent) -> dict:
@@ -78,7 +98,7 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
         self.engine = engine
         self.limits = limits
         self.default_deadline_s = default_deadline_s
-        self._active = 0
+        self._admission = Admission(service, limits.max_concurrent_streams, 0, field="asr.max_concurrent_streams")
 
     # --- StreamingRecognize -----------------------------------------------------------------------------------
     async def StreamingRecognize(self, request_iterator, context):
@@ -199,16 +219,10 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
 
     @contextlib.asynccontextmanager
     async def _slot(self):
-        if self._active >= self.limits.max_concurrent_streams:
-            raise ResourceExhausted(
-                f"{self.service} is serving its limit of {self.limits.max_concurrent_streams} recognition streams"
-                " (asr.max_concurrent_streams); retry shortly"
-            )
-        self._active += 1
-        try:
+        """One of the service's max_concurrent_streams slots for this call's life, or RESOURCE_EXHAUSTED at once with a
+        retry hint (services/common/scheduler.py Admission, shared with the TTS services)."""
+        with self._admission.stream():
             yield
-        finally:
-            self._active -= 1
 
 
 def instrument(servicer: RecognizerServicer) -> RecognizerServicer:

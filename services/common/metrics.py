@@ -47,11 +47,15 @@ SCHEDULER_WORKERS = Gauge(
 )
 ADMISSION_REJECTIONS = Counter(
     "voicefleet_admission_rejections_total",
-    "New streams refused with RESOURCE_EXHAUSTED, by why: streams (at capacity), first_wait (predicted wait for its"
-    " first audio over budget).",
+    "New streams refused with RESOURCE_EXHAUSTED, by why: streams or sessions (at capacity), first_wait (predicted"
+    " wait for its first audio over budget), behind (an admitted stream's continuation late).",
     ["service", "reason"],
 )
-ADMISSION_CAPACITY = Gauge("voicefleet_admission_capacity_streams", "Streams a service admits at once.", ["service"])
+ADMISSION_CAPACITY = Gauge(
+    "voicefleet_admission_capacity_streams",
+    "Streams (or conversations) a service admits at once, by the config field that sets it.",
+    ["service", "limit"],
+)
 
 # Text to speech.
 TTS_TTFA = Histogram(

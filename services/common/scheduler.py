@@ -321,6 +321,7 @@ class Admission:
         field: str,
         clock: Callable[[], float] = time.monotonic,
         max_late_s: float = 0.0,
+        unit: str = "streams",
     ):
         self.service = service
         self.max_streams = max_streams
@@ -331,10 +332,11 @@ class Admission:
         self.active = 0
         # A stream's life in seconds (for the retry hint when full); 2 s until measured.
         self._stream_s = _Ewma(2.0)
-        self._full = metrics.ADMISSION_REJECTIONS.labels(service, "streams")
+        self.unit = unit  # what is admitted: "streams", or "sessions" for conversations (a refusal's reason label)
+        self._full = metrics.ADMISSION_REJECTIONS.labels(service, unit)
         self._slow = metrics.ADMISSION_REJECTIONS.labels(service, "first_wait")
         self._behind = metrics.ADMISSION_REJECTIONS.labels(service, "behind")
-        metrics.ADMISSION_CAPACITY.labels(service).set(max_streams)
+        metrics.ADMISSION_CAPACITY.labels(service, field).set(max_streams)
 
     def check(self, scheduler: SegmentScheduler | None) -> None:
         """Raise ResourceExhausted (with ``retry_after_s``) when a new stream cannot be served in time."""
@@ -343,7 +345,7 @@ class Admission:
             # With N streams of average life D, one ends about every D / N.
             retry = _clamp(self._stream_s.value / self.max_streams)
             raise ResourceExhausted(
-                f"{self.service} is serving its capacity of {self.max_streams} streams ({self.field});"
+                f"{self.service} is serving its capacity of {self.max_streams} {self.unit} ({self.field});"
                 f" retry in {retry:.1f} s or use another backend",
                 retry_after_s=retry,
             )

@@ -37,8 +37,9 @@ from services.common.engines import (
     StsEngine,
     StsEvent,
 )
-from services.common.errors import InvalidArgument, ResourceExhausted
+from services.common.errors import InvalidArgument
 from services.common.rpc import new_request_id, rpc
+from services.common.scheduler import Admission
 from services.common.tts_servicer import routing_from_proto
 from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc, recognizer_pb2
 
@@ -91,7 +92,9 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
         self.service = service
         self.engine = engine
         self.limits = limits
-        self._active = 0
+        self._admission = Admission(
+            service, limits.max_concurrent_sessions, 0, field="moss_sts.max_concurrent_sessions", unit="sessions"
+        )
         self.labels = (service, engine.served_by if service != engine.service else engine.name)
         # The latency series exist at 0 from the start, so a rate() on the dashboard sees the very first event.
         for histogram in (metrics.STS_FIRST_AUDIO, metrics.STS_BARGE_IN_TO_SILENCE):
@@ -208,16 +211,10 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
 
     @contextlib.asynccontextmanager
     async def _slot(self):
-        if self._active >= self.limits.max_concurrent_sessions:
-            raise ResourceExhausted(
-                f"{self.service} is serving its limit of {self.limits.max_concurrent_sessions} conversations"
-                " (moss_sts.max_concurrent_sessions); retry shortly"
-            )
-        self._active += 1
-        try:
+        """One of the service's max_concurrent_sessions slots for this call's life, or RESOURCE_EXHAUSTED at once with a
+        retry hint (services/common/scheduler.py Admission, shared with the TTS services)."""
+        with self._admission.stream():
             yield
-        finally:
-            self._active -= 1
 
 
 class _Relay:

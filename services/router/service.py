@@ -83,7 +83,7 @@ def build(config: Config) -> ServiceParts:
         RecognizerServicer(
             SERVICE,
             RemoteAsrEngine(asr_backend, rc.deadline_margin_ms / 1000),
-            AsrLimits.from_config(config.asr),
+            AsrLimits.from_config(config.asr, in_front=True),
             default_deadline_s=rc.default_deadline_seconds,
         )
     )
