@@ -530,8 +530,7 @@ def test_sessions_past_capacity_are_refused_at_once_with_a_retry_hint(conv):
         talks = [Talk(channel) for _ in range(4)]
         try:
             assert wait_until(
-                lambda: conv.metric("moss_sts", "voicefleet_active_streams", service="moss_sts", method="Converse")
-                >= 4
+                lambda: conv.metric("moss_sts", "voicefleet_active_streams", service="moss_sts", method="Converse") >= 4
             )
             refused = Talk(channel)
             assert refused.done.wait(20) and refused.error is not None
