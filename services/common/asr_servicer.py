@@ -17,7 +17,7 @@ from services.common import audio
 from services.common.engines import SPEECH_END, SPEECH_START, AsrEngine, AsrEvent, Endpointing, RecognitionOptions
 from services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
 from services.common.rpc import new_request_id, rpc
-from services.common.scheduler import Admission
+from services.common.scheduler import Admission, cpu_cores
 from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
 
 MAX_HINTS = 100
@@ -58,8 +58,6 @@ MAX_STREAMS = 1000  # the most asr.max_concurrent_streams may say
 
 def streams_per_core(engine: str) -> int:
     """The default ``max_concurrent_streams`` (0 in the config) for an engine on this machine."""
-    from services.common.scheduler import cpu_cores
-
     return CPU_STREAMS_PER_CORE * cpu_cores() if engine == "cpu" else GPU_STREAMS
 
 
@@ -113,7 +111,7 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
         if payload != "config":
             raise InvalidArgument("config", "the first message must carry config (input_format, language, ...)")
         options, fmt = self._options(first.config, request_id, context)
-        async with self._slot():
+        with self._admission.stream():  # a slot, or RESOURCE_EXHAUSTED at once
             stream = await self.engine.open_stream(options)
             pump = asyncio.create_task(self._pump(requests, stream, fmt, options.sample_rate_hz))
             try:
@@ -170,7 +168,7 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
         if not request.audio:
             raise InvalidArgument("audio", "is empty; send the recording (s16le mono in config.input_format)")
         pcm = audio.resample(request.audio, fmt.sample_rate_hz, options.sample_rate_hz)
-        async with self._slot():
+        with self._admission.stream():  # a slot, or RESOURCE_EXHAUSTED at once
             stream = await self.engine.open_stream(options)
             pump = asyncio.create_task(self._feed_all(stream, pcm, options.sample_rate_hz))
             try:
@@ -216,13 +214,6 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
         )
         self.engine.check_options(options)
         return options, fmt
-
-    @contextlib.asynccontextmanager
-    async def _slot(self):
-        """One of the service's max_concurrent_streams slots for this call's life, or RESOURCE_EXHAUSTED at once with a
-        retry hint (services/common/scheduler.py Admission, shared with the TTS services)."""
-        with self._admission.stream():
-            yield
 
 
 def instrument(servicer: RecognizerServicer) -> RecognizerServicer:

@@ -143,15 +143,13 @@ class SegmentScheduler:
         (first segments in line, late continuations, half of what the workers run now when all are busy) shared by
         the workers, then its own first segment."""
         first, cont = self.first_step_s.value, self.next_step_s.value
-        now = self.clock()
         if self.first_lane:  # only first segments stand between a newcomer and a first-lane worker
-            if self._busy_first < self.first_lane and not self.waiting:
-                return first
-            ahead = sum(first for due, _, fut, p in self._waiting if p.started_at is None and not fut.done())
+            ahead = sum(first for *_, fut, p in self._waiting if p.started_at is None and not fut.done())
             running = self._busy_first * first / 2 if self._busy_first >= self.first_lane else 0.0
             return (ahead + running) / self.first_lane + first
         if self._busy < self.workers and not self.waiting:
             return first
+        now = self.clock()
         ahead = 0.0
         for due, _, fut, playback in self._waiting:
             if due <= now and not fut.done():

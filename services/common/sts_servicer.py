@@ -115,7 +115,7 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
             raise InvalidArgument("config", f"the first message must carry config; it carried {payload or 'nothing'}")
         options, in_fmt, out_fmt = self._options(first.config, request_id, context)
         self.engine.check_options(options)
-        async with self._slot():
+        with self._admission.stream():  # a slot, or RESOURCE_EXHAUSTED at once
             session = await self.engine.open_session(options)
             pump = asyncio.create_task(self._pump(requests, session, in_fmt))
             relay = _Relay(request_id, out_fmt, self.labels)
@@ -208,13 +208,6 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
             time_remaining=remaining,
         )
         return options, in_fmt, out_fmt
-
-    @contextlib.asynccontextmanager
-    async def _slot(self):
-        """One of the service's max_concurrent_sessions slots for this call's life, or RESOURCE_EXHAUSTED at once with a
-        retry hint (services/common/scheduler.py Admission, shared with the TTS services)."""
-        with self._admission.stream():
-            yield
 
 
 class _Relay:
