@@ -151,14 +151,27 @@ class TtsEngine(abc.ABC):
 # take the caller's audio as it came (``native_sample_rate`` 0) and their backend resamples.
 
 
+# Endpointing modes: how an utterance ends. "" = the service's default (resolved by whoever owns the config).
+SILENCE_MODE, SEMANTIC_MODE = "silence", "semantic"
+
+
 @dataclass(frozen=True)
 class Endpointing:
-    """When speech starts and ends (Silero VAD probabilities per 32 ms window)."""
+    """When speech starts and ends (Silero VAD probabilities per 32 ms window).
+
+    ``mode`` SILENCE_MODE: an utterance ends after ``hangover_ms`` of silence. SEMANTIC_MODE: after
+    ``min_silence_ms`` of silence a turn model judges whether the speaker has finished (a TURN_ESTIMATE event);
+    complete (probability >= ``turn_threshold``) ends the utterance there, incomplete keeps it open (judged again
+    while the silence lasts) up to ``max_silence_ms``."""
 
     threshold: float = 0.5
     min_speech_ms: int = 250
     hangover_ms: int = 200
     max_utterance_ms: int = 30_000
+    mode: str = ""
+    turn_threshold: float = 0.5
+    min_silence_ms: int = 160
+    max_silence_ms: int = 1500
 
 
 @dataclass(frozen=True)
@@ -199,18 +212,32 @@ class Hypothesis:
     words: tuple[WordTiming, ...] = ()
 
 
+@dataclass(frozen=True)
+class TurnEstimate:
+    """What the turn model judged at a pause (semantic endpointing). Offsets are ms of stream audio."""
+
+    probability: float  # that the speaker's turn is complete, 0..1
+    complete: bool  # probability >= the stream's turn_threshold: the utterance ends here
+    silence_ms: int  # silence after the last speech when it judged
+    offset_ms: int  # where it judged
+    utterance_index: int
+
+
 SPEECH_START = "speech_start"
 SPEECH_END = "speech_end"
 RESULT = "result"
+TURN_ESTIMATE = "turn_estimate"
 
 
 @dataclass(frozen=True)
 class AsrEvent:
-    """``kind`` is SPEECH_START / SPEECH_END (with ``offset_ms``) or RESULT (with ``result``)."""
+    """``kind`` is SPEECH_START / SPEECH_END (with ``offset_ms``), RESULT (with ``result``) or TURN_ESTIMATE (with
+    ``turn``; semantic endpointing only, sent before the utterance's SPEECH_END when it ends the utterance)."""
 
     kind: str
     offset_ms: int = 0
     result: Hypothesis | None = None
+    turn: TurnEstimate | None = None
 
 
 class AsrStream(abc.ABC):
@@ -295,6 +322,13 @@ class BargeIn:
     enabled: bool = True
     # User speech shorter than this (a cough, "mm-hm") does not interrupt the agent.
     min_speech_ms: int = 500
+    # Speech over the reply whose transcript holds one of these (lower case words or phrases) interrupts at once;
+    # () = the service's list.
+    stop_words: tuple[str, ...] = ()
+    # Speech over the reply interrupts once its transcript has this many words that are not backchannels (0: default).
+    min_words: int = 0
+    # Words that never interrupt on their own; () = the service's list.
+    backchannels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -322,6 +356,9 @@ class TurnTimings:
     speech_end_to_transcript: float | None = None
     transcript_to_first_text: float | None = None
     reply_audio: float = 0.0
+    speech_end_to_commit: float | None = None
+    discarded_replies: int = 0  # replies started at a candidate end of this turn, then dropped (the user went on)
+    preemptive: bool = False  # the reply started before the turn committed (its audio held until the commit)
 
 
 @dataclass(frozen=True)
@@ -334,7 +371,7 @@ class TurnResult:
 
 
 # StsEvent kinds.
-STATE, USER_TRANSCRIPT, REPLY_TEXT, REPLY_AUDIO, INTERRUPTED, TURN_COMPLETE, TURN_ERROR = (
+STATE, USER_TRANSCRIPT, REPLY_TEXT, REPLY_AUDIO, INTERRUPTED, TURN_COMPLETE, TURN_ERROR, END_OF_TURN_JUDGED = (
     "state",
     "user_transcript",
     "reply_text",
@@ -342,6 +379,7 @@ STATE, USER_TRANSCRIPT, REPLY_TEXT, REPLY_AUDIO, INTERRUPTED, TURN_COMPLETE, TUR
     "interrupted",
     "turn_complete",
     "turn_error",
+    "end_of_turn_judged",
 )
 
 
@@ -364,6 +402,7 @@ class StsEvent:
     result: TurnResult | None = None  # TURN_COMPLETE
     code: int = 0  # TURN_ERROR: gRPC status code number
     message: str = ""  # TURN_ERROR
+    turn: TurnEstimate | None = None  # END_OF_TURN_JUDGED: the turn model's judgement of a pause
 
 
 class StsSession(abc.ABC):

@@ -1,10 +1,11 @@
 from voice.v1 import audio_pb2 as _audio_pb2
 from voice.v1 import recognizer_pb2 as _recognizer_pb2
 from voice.v1 import routing_pb2 as _routing_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -33,12 +34,18 @@ class SamplingConfig(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_tokens: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class BargeInConfig(_message.Message):
-    __slots__ = ("disabled", "min_speech_ms")
+    __slots__ = ("disabled", "min_speech_ms", "stop_words", "min_words", "backchannels")
     DISABLED_FIELD_NUMBER: _ClassVar[int]
     MIN_SPEECH_MS_FIELD_NUMBER: _ClassVar[int]
+    STOP_WORDS_FIELD_NUMBER: _ClassVar[int]
+    MIN_WORDS_FIELD_NUMBER: _ClassVar[int]
+    BACKCHANNELS_FIELD_NUMBER: _ClassVar[int]
     disabled: bool
     min_speech_ms: int
-    def __init__(self, disabled: _Optional[bool] = ..., min_speech_ms: _Optional[int] = ...) -> None: ...
+    stop_words: _containers.RepeatedScalarFieldContainer[str]
+    min_words: int
+    backchannels: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, disabled: _Optional[bool] = ..., min_speech_ms: _Optional[int] = ..., stop_words: _Optional[_Iterable[str]] = ..., min_words: _Optional[int] = ..., backchannels: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ConversationConfig(_message.Message):
     __slots__ = ("input_format", "output_format", "voice", "system_prompt", "sampling", "language", "endpointing", "barge_in", "routing")
@@ -115,16 +122,22 @@ class Interrupted(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., audio_sent_ms: _Optional[int] = ..., heard_text: _Optional[str] = ...) -> None: ...
 
 class TurnTimings(_message.Message):
-    __slots__ = ("speech_end_to_first_audio_ms", "speech_end_to_transcript_ms", "transcript_to_first_text_ms", "reply_audio_ms")
+    __slots__ = ("speech_end_to_first_audio_ms", "speech_end_to_transcript_ms", "transcript_to_first_text_ms", "reply_audio_ms", "speech_end_to_commit_ms", "discarded_replies", "preemptive")
     SPEECH_END_TO_FIRST_AUDIO_MS_FIELD_NUMBER: _ClassVar[int]
     SPEECH_END_TO_TRANSCRIPT_MS_FIELD_NUMBER: _ClassVar[int]
     TRANSCRIPT_TO_FIRST_TEXT_MS_FIELD_NUMBER: _ClassVar[int]
     REPLY_AUDIO_MS_FIELD_NUMBER: _ClassVar[int]
+    SPEECH_END_TO_COMMIT_MS_FIELD_NUMBER: _ClassVar[int]
+    DISCARDED_REPLIES_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIVE_FIELD_NUMBER: _ClassVar[int]
     speech_end_to_first_audio_ms: int
     speech_end_to_transcript_ms: int
     transcript_to_first_text_ms: int
     reply_audio_ms: int
-    def __init__(self, speech_end_to_first_audio_ms: _Optional[int] = ..., speech_end_to_transcript_ms: _Optional[int] = ..., transcript_to_first_text_ms: _Optional[int] = ..., reply_audio_ms: _Optional[int] = ...) -> None: ...
+    speech_end_to_commit_ms: int
+    discarded_replies: int
+    preemptive: bool
+    def __init__(self, speech_end_to_first_audio_ms: _Optional[int] = ..., speech_end_to_transcript_ms: _Optional[int] = ..., transcript_to_first_text_ms: _Optional[int] = ..., reply_audio_ms: _Optional[int] = ..., speech_end_to_commit_ms: _Optional[int] = ..., discarded_replies: _Optional[int] = ..., preemptive: _Optional[bool] = ...) -> None: ...
 
 class TurnComplete(_message.Message):
     __slots__ = ("user_text", "reply_text", "interrupted", "timings", "served_by")
@@ -149,7 +162,7 @@ class TurnError(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ConverseResponse(_message.Message):
-    __slots__ = ("request_id", "turn_index", "state", "user_transcript", "reply_text", "reply_audio", "interrupted", "turn_complete", "turn_error")
+    __slots__ = ("request_id", "turn_index", "state", "user_transcript", "reply_text", "reply_audio", "interrupted", "turn_complete", "turn_error", "end_of_turn")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_INDEX_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +172,7 @@ class ConverseResponse(_message.Message):
     INTERRUPTED_FIELD_NUMBER: _ClassVar[int]
     TURN_COMPLETE_FIELD_NUMBER: _ClassVar[int]
     TURN_ERROR_FIELD_NUMBER: _ClassVar[int]
+    END_OF_TURN_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     turn_index: int
     state: StateChange
@@ -168,4 +182,5 @@ class ConverseResponse(_message.Message):
     interrupted: Interrupted
     turn_complete: TurnComplete
     turn_error: TurnError
-    def __init__(self, request_id: _Optional[str] = ..., turn_index: _Optional[int] = ..., state: _Optional[_Union[StateChange, _Mapping]] = ..., user_transcript: _Optional[_Union[_recognizer_pb2.RecognitionResult, _Mapping]] = ..., reply_text: _Optional[_Union[ReplyText, _Mapping]] = ..., reply_audio: _Optional[_Union[_audio_pb2.AudioChunk, _Mapping]] = ..., interrupted: _Optional[_Union[Interrupted, _Mapping]] = ..., turn_complete: _Optional[_Union[TurnComplete, _Mapping]] = ..., turn_error: _Optional[_Union[TurnError, _Mapping]] = ...) -> None: ...
+    end_of_turn: _recognizer_pb2.EndOfTurn
+    def __init__(self, request_id: _Optional[str] = ..., turn_index: _Optional[int] = ..., state: _Optional[_Union[StateChange, _Mapping]] = ..., user_transcript: _Optional[_Union[_recognizer_pb2.RecognitionResult, _Mapping]] = ..., reply_text: _Optional[_Union[ReplyText, _Mapping]] = ..., reply_audio: _Optional[_Union[_audio_pb2.AudioChunk, _Mapping]] = ..., interrupted: _Optional[_Union[Interrupted, _Mapping]] = ..., turn_complete: _Optional[_Union[TurnComplete, _Mapping]] = ..., turn_error: _Optional[_Union[TurnError, _Mapping]] = ..., end_of_turn: _Optional[_Union[_recognizer_pb2.EndOfTurn, _Mapping]] = ...) -> None: ...

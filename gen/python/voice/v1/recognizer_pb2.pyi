@@ -9,16 +9,46 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class EndpointingConfig(_message.Message):
-    __slots__ = ("threshold", "min_speech_ms", "hangover_ms", "max_utterance_ms")
+    __slots__ = ("threshold", "min_speech_ms", "hangover_ms", "max_utterance_ms", "mode", "turn_threshold", "min_silence_ms", "max_silence_ms")
+    class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        MODE_UNSPECIFIED: _ClassVar[EndpointingConfig.Mode]
+        MODE_SILENCE: _ClassVar[EndpointingConfig.Mode]
+        MODE_SEMANTIC: _ClassVar[EndpointingConfig.Mode]
+    MODE_UNSPECIFIED: EndpointingConfig.Mode
+    MODE_SILENCE: EndpointingConfig.Mode
+    MODE_SEMANTIC: EndpointingConfig.Mode
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     MIN_SPEECH_MS_FIELD_NUMBER: _ClassVar[int]
     HANGOVER_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_UTTERANCE_MS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    TURN_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    MIN_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
     threshold: float
     min_speech_ms: int
     hangover_ms: int
     max_utterance_ms: int
-    def __init__(self, threshold: _Optional[float] = ..., min_speech_ms: _Optional[int] = ..., hangover_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ...) -> None: ...
+    mode: EndpointingConfig.Mode
+    turn_threshold: float
+    min_silence_ms: int
+    max_silence_ms: int
+    def __init__(self, threshold: _Optional[float] = ..., min_speech_ms: _Optional[int] = ..., hangover_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ..., mode: _Optional[_Union[EndpointingConfig.Mode, str]] = ..., turn_threshold: _Optional[float] = ..., min_silence_ms: _Optional[int] = ..., max_silence_ms: _Optional[int] = ...) -> None: ...
+
+class EndOfTurn(_message.Message):
+    __slots__ = ("probability", "complete", "silence_ms", "offset_ms", "utterance_index")
+    PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_MS_FIELD_NUMBER: _ClassVar[int]
+    UTTERANCE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    probability: float
+    complete: bool
+    silence_ms: int
+    offset_ms: int
+    utterance_index: int
+    def __init__(self, probability: _Optional[float] = ..., complete: _Optional[bool] = ..., silence_ms: _Optional[int] = ..., offset_ms: _Optional[int] = ..., utterance_index: _Optional[int] = ...) -> None: ...
 
 class RecognitionConfig(_message.Message):
     __slots__ = ("input_format", "language", "interim_results", "endpointing", "phrase_hints")
@@ -97,14 +127,16 @@ class RecognitionResult(_message.Message):
     def __init__(self, transcript: _Optional[str] = ..., is_final: _Optional[bool] = ..., stability: _Optional[float] = ..., confidence: _Optional[float] = ..., utterance_index: _Optional[int] = ..., utterance_start_ms: _Optional[int] = ..., utterance_end_ms: _Optional[int] = ..., audio_processed_ms: _Optional[int] = ..., language: _Optional[str] = ..., words: _Optional[_Iterable[_Union[WordInfo, _Mapping]]] = ...) -> None: ...
 
 class StreamingRecognizeResponse(_message.Message):
-    __slots__ = ("request_id", "vad", "result")
+    __slots__ = ("request_id", "vad", "result", "end_of_turn")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     VAD_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    END_OF_TURN_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     vad: VadEvent
     result: RecognitionResult
-    def __init__(self, request_id: _Optional[str] = ..., vad: _Optional[_Union[VadEvent, _Mapping]] = ..., result: _Optional[_Union[RecognitionResult, _Mapping]] = ...) -> None: ...
+    end_of_turn: EndOfTurn
+    def __init__(self, request_id: _Optional[str] = ..., vad: _Optional[_Union[VadEvent, _Mapping]] = ..., result: _Optional[_Union[RecognitionResult, _Mapping]] = ..., end_of_turn: _Optional[_Union[EndOfTurn, _Mapping]] = ...) -> None: ...
 
 class RecognizeRequest(_message.Message):
     __slots__ = ("request_id", "config", "audio")
@@ -117,11 +149,13 @@ class RecognizeRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., config: _Optional[_Union[RecognitionConfig, _Mapping]] = ..., audio: _Optional[bytes] = ...) -> None: ...
 
 class RecognizeResponse(_message.Message):
-    __slots__ = ("request_id", "vad", "result")
+    __slots__ = ("request_id", "vad", "result", "end_of_turn")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     VAD_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    END_OF_TURN_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     vad: VadEvent
     result: RecognitionResult
-    def __init__(self, request_id: _Optional[str] = ..., vad: _Optional[_Union[VadEvent, _Mapping]] = ..., result: _Optional[_Union[RecognitionResult, _Mapping]] = ...) -> None: ...
+    end_of_turn: EndOfTurn
+    def __init__(self, request_id: _Optional[str] = ..., vad: _Optional[_Union[VadEvent, _Mapping]] = ..., result: _Optional[_Union[RecognitionResult, _Mapping]] = ..., end_of_turn: _Optional[_Union[EndOfTurn, _Mapping]] = ...) -> None: ...
