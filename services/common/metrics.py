@@ -161,6 +161,23 @@ STS_INTERRUPTIONS = Counter(
     "Replies cut short, by reason: barge_in (user speech), client (ACTION_INTERRUPT).",
     ["service", "engine", "reason"],
 )
+STS_END_OF_TURN = Counter(
+    "voicefleet_sts_end_of_turn_decisions_total",
+    "The turn model's judgements of a pause in the user's speech (semantic endpointing): complete or incomplete.",
+    ["service", "engine", "decision"],
+)
+STS_PREEMPTIVE_REPLIES = Counter(
+    "voicefleet_sts_preemptive_replies_total",
+    "Replies started at a candidate end of turn, held until the commit: used (the turn committed) or discarded"
+    " (the user went on; nothing of it was sent).",
+    ["service", "engine", "outcome"],
+)
+STS_BARGE_IN_DECISIONS = Counter(
+    "voicefleet_sts_barge_in_total",
+    "Barge-ins by what decided them: stop_word, words (enough non-backchannel words), duration (speech with words"
+    " lasting barge_in.min_speech_ms), long_speech (speech lasting barge_in_unheard_ms).",
+    ["service", "engine", "why"],
+)
 STS_BRAIN_FIRST_TOKEN = Histogram(
     "voicefleet_sts_brain_first_token_seconds",
     "Chat request sent to the brain (OpenAI-compatible) to its first streamed text.",

@@ -17,6 +17,7 @@ from services.common import audio, metrics
 from services.common.asr_servicer import endpointing_from_config, next_or_idle
 from services.common.engines import (
     END_OF_TURN,
+    END_OF_TURN_JUDGED,
     INTERRUPT,
     INTERRUPTED,
     LISTENING,
@@ -46,6 +47,8 @@ from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc, recogni
 DEFAULT_OUTPUT_RATE = 16_000
 MAX_TEMPERATURE = 2.0
 MAX_BARGE_IN_MS = 5000
+MAX_BARGE_IN_PHRASES = 100
+MAX_BARGE_IN_PHRASE_CHARS = 64
 
 ACTIONS = {
     conversation_pb2.ConversationControl.ACTION_INTERRUPT: INTERRUPT,
@@ -69,6 +72,9 @@ class StsLimits:
     max_tokens_limit: int = 1024
     endpointing: Endpointing = Endpointing(hangover_ms=400)
     barge_in_min_speech_ms: int = 500
+    barge_in_stop_words: tuple[str, ...] = ()  # () = the dialogue's defaults (services/conversation/barge_in.py)
+    barge_in_backchannels: tuple[str, ...] = ()
+    barge_in_min_words: int = 0
 
     @classmethod
     def from_config(cls, section) -> StsLimits:
@@ -80,6 +86,9 @@ class StsLimits:
             max_tokens_limit=section.max_tokens_limit,
             endpointing=Endpointing(e.threshold, e.min_speech_ms, e.hangover_ms, e.max_utterance_ms),
             barge_in_min_speech_ms=section.barge_in_min_speech_ms,
+            barge_in_stop_words=tuple(section.barge_in_stop_words),
+            barge_in_backchannels=tuple(section.barge_in_backchannels),
+            barge_in_min_words=section.barge_in_min_words,
         )
 
 
@@ -193,6 +202,20 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
         b = config.barge_in
         if b.min_speech_ms > MAX_BARGE_IN_MS:
             raise InvalidArgument("config.barge_in.min_speech_ms", f"{b.min_speech_ms} is over {MAX_BARGE_IN_MS}")
+        if b.min_words > 50:
+            raise InvalidArgument("config.barge_in.min_words", f"{b.min_words} is over 50 (0 means the default)")
+        for name in ("stop_words", "backchannels"):
+            phrases = getattr(b, name)
+            if len(phrases) > MAX_BARGE_IN_PHRASES:
+                raise InvalidArgument(
+                    f"config.barge_in.{name}", f"{len(phrases)} entries; at most {MAX_BARGE_IN_PHRASES}"
+                )
+            for i, phrase in enumerate(phrases):
+                if not phrase.strip() or len(phrase) > MAX_BARGE_IN_PHRASE_CHARS:
+                    raise InvalidArgument(
+                        f"config.barge_in.{name}[{i}]",
+                        f"{phrase!r} must be a word or phrase of 1..{MAX_BARGE_IN_PHRASE_CHARS} characters",
+                    )
         remaining = context.time_remaining()
         options = SessionOptions(
             input_sample_rate_hz=self.engine.native_sample_rate or in_fmt.sample_rate_hz,
@@ -202,7 +225,13 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
             sampling=Sampling(temperature, top_p, s.max_tokens, s.seed),
             language=config.language,
             endpointing=endpointing,
-            barge_in=BargeIn(not b.disabled, b.min_speech_ms or self.limits.barge_in_min_speech_ms),
+            barge_in=BargeIn(
+                not b.disabled,
+                b.min_speech_ms or self.limits.barge_in_min_speech_ms,
+                stop_words=tuple(b.stop_words) or self.limits.barge_in_stop_words,
+                min_words=b.min_words or self.limits.barge_in_min_words,
+                backchannels=tuple(b.backchannels) or self.limits.barge_in_backchannels,
+            ),
             routing=routing_from_proto(config.routing),
             request_id=request_id,
             time_remaining=remaining,
@@ -282,14 +311,31 @@ class _Relay:
                         speech_end_to_transcript_ms=ms(t.speech_end_to_transcript),
                         transcript_to_first_text_ms=ms(t.transcript_to_first_text),
                         reply_audio_ms=ms(t.reply_audio),
+                        speech_end_to_commit_ms=ms(t.speech_end_to_commit),
+                        discarded_replies=t.discarded_replies,
+                        preemptive=t.preemptive,
                     ),
                     served_by=r.served_by,
                 ),
             )
+        elif kind == END_OF_TURN_JUDGED and event.turn is not None:
+            t = event.turn
+            metrics.STS_END_OF_TURN.labels(*self.labels, "complete" if t.complete else "incomplete").inc()
+            yield self._response(turn, end_of_turn=end_of_turn_to_proto(t))
         elif kind == TURN_ERROR:
             self.resampler = None
             metrics.STS_TURNS.labels(*self.labels, "error").inc()
             yield self._response(turn, turn_error=conversation_pb2.TurnError(code=event.code, message=event.message))
+
+
+def end_of_turn_to_proto(t) -> recognizer_pb2.EndOfTurn:
+    return recognizer_pb2.EndOfTurn(
+        probability=t.probability,
+        complete=t.complete,
+        silence_ms=t.silence_ms,
+        offset_ms=t.offset_ms,
+        utterance_index=t.utterance_index,
+    )
 
 
 def result_to_proto(r) -> recognizer_pb2.RecognitionResult:

@@ -37,8 +37,10 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 
+from services.common import metrics
 from services.common.engines import (
     END_OF_TURN,
+    END_OF_TURN_JUDGED,
     INTERRUPT,
     INTERRUPTED,
     LISTENING,
@@ -53,6 +55,7 @@ from services.common.engines import (
     THINKING,
     TURN_COMPLETE,
     TURN_ERROR,
+    TURN_ESTIMATE,
     UNMUTE,
     USER_TRANSCRIPT,
     AsrEngine,
@@ -67,6 +70,7 @@ from services.common.engines import (
     TurnTimings,
 )
 from services.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, VoiceError
+from services.conversation.barge_in import WordRule
 from services.conversation.relay import AudioRing, EventRelay, shifted
 
 log = logging.getLogger("voicefleet.conversation.dialogue")
@@ -90,6 +94,11 @@ class DialogueLimits:
     first_chunk_ms: int = 40
     default_max_tokens: int = 80
     default_system_prompt: str = "You are a friendly voice assistant. Answer in one or two short sentences."
+    # A turn commits once the user has been silent this long after their speech (stream time); a reply started
+    # earlier (at the final) is held until then and dropped if the user speaks again first. 0: commit at the final.
+    turn_commit_ms: int = 250
+    # Speech over the reply with no words heard yet, or only backchannels, interrupts only after this long.
+    barge_in_unheard_ms: int = 1500
 
     @classmethod
     def from_config(cls, section) -> DialogueLimits:
@@ -105,6 +114,8 @@ class DialogueLimits:
             first_chunk_ms=section.reply_first_chunk_ms,
             default_max_tokens=section.default_max_tokens,
             default_system_prompt=section.default_system_prompt,
+            turn_commit_ms=section.turn_commit_ms,
+            barge_in_unheard_ms=section.barge_in_unheard_ms,
         )
 
 
@@ -160,6 +171,9 @@ class UserTurn:
     audio: bytes | None  # 16 kHz s16le of the turn (engines that answer audio), else None
     speech_end_wall: float | None
     transcript_wall: float
+    commit_wall: float | None = None  # when the turn committed (None while its reply is held, preemptive)
+    discarded: int = 0  # preemptive replies to earlier candidate ends of this turn, dropped (the user went on)
+    preemptive: bool = False  # its reply started before the commit
 
 
 @dataclass
@@ -187,6 +201,12 @@ class _Reply:
     interrupted_reason: str = ""
     interrupted_wall: float | None = None
     served_by: str = ""
+    # Preemptive: started at a candidate end of turn; text and audio are held until the turn commits.
+    held: bool = False
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    held_text: list[str] = field(default_factory=list)
+    discarded: bool = False  # the user went on before the commit: nothing of it reaches the caller or the context
+    gen_task: asyncio.Task | None = None
 
 
 def heard_text(text: str, pieces: list[_SentPiece]) -> str:
@@ -268,6 +288,14 @@ class DialogueSession(StsSession):
         self._overlap_start_ms: int | None = None  # speech that started while the agent thought or spoke
         self._overlap_utt: int | None = None
         self._barged_utt: int | None = None  # the utterance that interrupted the reply (the next turn's)
+        self._overlap_final: dict[int, int | None] = {}  # ended over the reply, judged by its final: utt -> start
+        b = options.barge_in
+        self._word_rule = WordRule(b.stop_words, b.backchannels, b.min_words)
+        # Preemptive reply: started at a candidate end of turn, held until the user has been silent turn_commit_ms.
+        self._candidate: _Reply | None = None
+        self._commit_at_ms: int | None = None
+        self._discarded = 0  # candidates of the turn being heard that were dropped (the user went on)
+        self._labels = (service, served_by.rsplit("/", 1)[-1])
         # Over-long turn: recognition off until the user pauses.
         self._skipping = False
         self._drop_results = False
@@ -305,6 +333,7 @@ class DialogueSession(StsSession):
             if self._stream is not None:
                 await self._stream.feed(to_asr)
         self._check_limits()
+        self._check_commit()
 
     async def control(self, action: str) -> None:
         if action == INTERRUPT:
@@ -316,7 +345,9 @@ class DialogueSession(StsSession):
         elif action == UNMUTE:
             self._muted = False
         elif action == END_OF_TURN:
-            if self.state == LISTENING and (self._pending or self._speech_active or self._turn_start_ms is not None):
+            if self._candidate is not None and not self._speech_active:
+                self._commit()  # the reply is ready or on its way: release it now
+            elif self.state == LISTENING and (self._pending or self._speech_active or self._turn_start_ms is not None):
                 await self._rotate_stream()
         else:
             raise InvalidArgument("control.action", f"unknown action {action!r}")
@@ -400,6 +431,7 @@ class DialogueSession(StsSession):
         self._stream_base_ms = self._fed_samples * 1000 // RATE
         self._utterances = 0
         self._ignored.clear()
+        self._overlap_final.clear()
         self._overlap_start_ms = self._overlap_utt = self._barged_utt = None
         self._asr_task = asyncio.create_task(self._asr_loop(self._stream), name="dialogue-asr")
 
@@ -452,6 +484,12 @@ class DialogueSession(StsSession):
         return self._stream_base_ms + offset_ms
 
     def _on_asr(self, event) -> None:
+        if event.kind == TURN_ESTIMATE and event.turn is not None:
+            if self.state == LISTENING and not self._drop_results:
+                t = event.turn
+                judged = dataclasses.replace(t, offset_ms=self._abs_ms(t.offset_ms))
+                self._emit(StsEvent(END_OF_TURN_JUDGED, self.turn, turn=judged))
+            return
         if event.kind == SPEECH_START:
             utt = self._utterances
             self._utterances += 1
@@ -460,6 +498,8 @@ class DialogueSession(StsSession):
             if self._drop_results and not self._skipping:
                 self._drop_results = False  # the first speech after the over-long turn's pause
             if self.state == LISTENING:
+                if self._candidate is not None:
+                    self._discard_candidate()  # the user goes on: the turn was not over
                 if self._turn_start_ms is None:
                     self._turn_start_ms = start
             else:
@@ -471,18 +511,33 @@ class DialogueSession(StsSession):
             self._speech_active = False
             self._last_speech_end_ms = self._abs_ms(event.offset_ms)
             if self._overlap_utt is not None and self.state != LISTENING:
-                self._ignored.add(self._overlap_utt)  # spoken over the agent, too short to interrupt it
+                # Spoken over the agent without interrupting it (yet): its final decides (a stop word, or enough
+                # words, still interrupts; a backchannel is dropped).
+                self._overlap_final[self._overlap_utt] = self._overlap_start_ms
                 self._overlap_start_ms = self._overlap_utt = None
             return
         if event.kind != RESULT or event.result is None:
             return
         r: Hypothesis = event.result
+        if r.utterance_index in self._overlap_final:
+            if not r.is_final:
+                return
+            start = self._overlap_final.pop(r.utterance_index)
+            verdict = self._word_rule.judge(r.transcript)
+            if not (verdict.interrupt and self.options.barge_in.enabled):
+                return  # a backchannel (or too few words) over the reply: not the user's turn
+            if self.state != LISTENING and self._reply is not None and not self._reply.interrupted_reason:
+                self._overlap_start_ms, self._overlap_utt = start, r.utterance_index
+                self._barge_in(f"{verdict.why}_final")
+            elif self.state == LISTENING and self._turn_start_ms is None:
+                self._turn_start_ms = start
         if self._drop_results or r.utterance_index in self._ignored:
             if r.is_final:
                 self._ignored.discard(r.utterance_index)
             return
         if r.utterance_index == self._overlap_utt and self.state != LISTENING:
-            return  # speech over the agent that has not interrupted it (yet)
+            if not self._judge_overlap(r):
+                return  # speech over the agent that has not interrupted it (yet)
         # Speech that interrupted the reply belongs to the next turn, even while the reply is still winding down.
         turn = self.turn + 1 if r.utterance_index == self._barged_utt and self.state != LISTENING else self.turn
         in_stream_time = shifted(r, self._stream_base_ms)
@@ -499,20 +554,77 @@ class DialogueSession(StsSession):
         self._maybe_end_turn()
 
     def _maybe_end_turn(self, force: bool = False) -> None:
-        """The user is silent after a final: their turn is over; answer it."""
+        """The user is silent after a final: a candidate end of their turn. The reply starts now; it commits (its
+        text and audio go out) once the user has been silent ``turn_commit_ms`` after their speech, and is dropped
+        if they speak again first (``_discard_candidate``)."""
         if self.state != LISTENING or self._closing or (self._speech_active and not force):
             return
+        if self._candidate is not None:
+            if force:
+                self._commit()
+            return  # a held reply waits for its commit
         if not self._pending:
             self._turn_start_ms = None if not self._speech_active else self._turn_start_ms
             return
         text = " ".join(self._pending).strip()
         audio = self._turn_audio() if self.keeps_user_audio else None
         end_wall = self._arrival_wall(self._last_speech_end_ms) if self._last_speech_end_ms is not None else None
-        turn = UserTurn(self.turn, text, audio, end_wall, time.monotonic())
+        turn = UserTurn(self.turn, text, audio, end_wall, time.monotonic(), discarded=self._discarded)
+        commit_at = (self._last_speech_end_ms or self._fed_ms()) + self.limits.turn_commit_ms
+        if force or self.limits.turn_commit_ms <= 0 or self._fed_ms() >= commit_at:
+            turn.commit_wall = time.monotonic()
+            self._clear_heard_turn()
+            self._set_state(THINKING)
+            self._turn_task = asyncio.create_task(self._run_turn(turn), name=f"dialogue-turn-{turn.index}")
+            return
+        turn.preemptive = True
+        self._commit_at_ms = commit_at
+        self._turn_task = asyncio.create_task(self._run_turn(turn, held=True), name=f"dialogue-turn-{turn.index}")
+
+    def _clear_heard_turn(self) -> None:
         self._pending, self._pending_chars = [], 0
         self._turn_start_ms = None
+        self._discarded = 0
+
+    def _check_commit(self) -> None:
+        if (
+            self._candidate is not None
+            and not self._speech_active
+            and self._commit_at_ms is not None
+            and self._fed_ms() >= self._commit_at_ms
+        ):
+            self._commit()
+
+    def _commit(self) -> None:
+        """The held reply's turn is over: its text and audio go out (from where generation got to)."""
+        reply, self._candidate, self._commit_at_ms = self._candidate, None, None
+        if reply is None or reply.discarded:
+            return
+        reply.turn.commit_wall = time.monotonic()
+        self._clear_heard_turn()
+        metrics.STS_PREEMPTIVE_REPLIES.labels(*self._labels, "used").inc()
         self._set_state(THINKING)
-        self._turn_task = asyncio.create_task(self._run_turn(turn), name=f"dialogue-turn-{turn.index}")
+        reply.held = False
+        for delta in reply.held_text:
+            self._emit(StsEvent(REPLY_TEXT, reply.turn.index, text=delta))
+        reply.held_text.clear()
+        reply.released.set()
+
+    def _discard_candidate(self) -> None:
+        """Speech came back before the commit: drop the held reply (brain stream and TTS stop with the task);
+        none of it was sent, and the context never saw it. The user's words so far stay pending."""
+        reply, self._candidate, self._commit_at_ms = self._candidate, None, None
+        if reply is None:
+            return
+        reply.discarded = True
+        reply.released.set()  # wakes whatever waited for the commit; it sees ``discarded``
+        if reply.gen_task is not None:
+            reply.gen_task.cancel()
+        if self._reply is reply:
+            self._reply = None
+            self._gen_task = None
+        self._discarded += 1
+        metrics.STS_PREEMPTIVE_REPLIES.labels(*self._labels, "discarded").inc()
 
     def _arrival_wall(self, offset_ms: int) -> float | None:
         for ms, wall in self._arrivals:
@@ -531,14 +643,12 @@ class DialogueSession(StsSession):
             and self._overlap_start_ms is not None
             and self.options.barge_in.enabled
             and self._speech_active
-            and now_ms - self._overlap_start_ms >= self.options.barge_in.min_speech_ms
         ):
-            start, utt = self._overlap_start_ms, self._overlap_utt
-            self._overlap_start_ms = self._overlap_utt = None
-            self._barged_utt = utt
-            self._interrupt("barge_in")
-            self._turn_start_ms = start  # that speech is the next user turn
-            self._ignored.discard(utt)
+            # Words decide (``_judge_overlap``); speech that goes on this long interrupts whatever was heard (no
+            # backchannel is that long; pass-1 interims can miss a word).
+            lasted = now_ms - self._overlap_start_ms
+            if lasted >= max(self.limits.barge_in_unheard_ms, self.options.barge_in.min_speech_ms):
+                self._barge_in("long_speech")
         if (
             self.state == LISTENING
             and self._turn_start_ms is not None
@@ -546,6 +656,28 @@ class DialogueSession(StsSession):
             and now_ms - self._turn_start_ms > self.limits.max_user_turn_s * 1000
         ):
             self._fail_long_turn()
+
+    def _judge_overlap(self, r: Hypothesis) -> bool:
+        """Words of speech over the reply: a stop word, or enough words that are not backchannels, interrupt at
+        once. Returns whether it interrupted."""
+        if not self.options.barge_in.enabled or not self._speech_active or self._overlap_start_ms is None:
+            return False
+        verdict = self._word_rule.judge(r.transcript)
+        if not verdict.interrupt:
+            return False
+        if verdict.why != "stop_word" and self._fed_ms() - self._overlap_start_ms < self.options.barge_in.min_speech_ms:
+            return False  # words, but shorter than barge_in.min_speech_ms: wait (a stop word never waits)
+        self._barge_in(verdict.why)
+        return True
+
+    def _barge_in(self, why: str) -> None:
+        start, utt = self._overlap_start_ms, self._overlap_utt
+        self._overlap_start_ms = self._overlap_utt = None
+        self._barged_utt = utt
+        metrics.STS_BARGE_IN_DECISIONS.labels(*self._labels, why).inc()
+        self._interrupt("barge_in")
+        self._turn_start_ms = start  # that speech is the next user turn
+        self._ignored.discard(utt)
 
     def _fail_long_turn(self) -> None:
         seconds = self.limits.max_user_turn_s
@@ -586,15 +718,21 @@ class DialogueSession(StsSession):
         self._gen_task.cancel()
 
     # --- replies --------------------------------------------------------------------------------------------
-    async def _run_turn(self, turn: UserTurn) -> None:
-        reply = _Reply(turn, served_by=self.served_by)
+    async def _run_turn(self, turn: UserTurn, held: bool = False) -> None:
+        reply = _Reply(turn, served_by=self.served_by, held=held)
         self._reply = reply
-        self._gen_task = asyncio.create_task(self.generate_reply(turn, ReplySink(self, reply)), name="dialogue-reply")
-        await asyncio.wait({self._gen_task})
-        if self._closing:
+        if held:
+            self._candidate = reply
+        gen = asyncio.create_task(self.generate_reply(turn, ReplySink(self, reply)), name="dialogue-reply")
+        self._gen_task = reply.gen_task = gen
+        await asyncio.wait({gen})
+        if reply.held and not reply.discarded and not self._closing:
+            await reply.released.wait()  # generation ended before the commit (or failed): wait for it
+        if self._closing or reply.discarded:
             return
-        error = None if self._gen_task.cancelled() else self._gen_task.exception()
-        self._gen_task = None
+        error = None if gen.cancelled() else gen.exception()
+        if self._gen_task is gen:
+            self._gen_task = None
         self.context.add(Message("user", turn.text, turn.audio))
         if error is not None and not reply.interrupted_reason:
             code = error.code if isinstance(error, VoiceError) else grpc.StatusCode.INTERNAL
@@ -655,6 +793,9 @@ class DialogueSession(StsSession):
             speech_end_to_transcript=(turn.transcript_wall - end) if end else None,
             transcript_to_first_text=(reply.first_text_wall - turn.transcript_wall) if reply.first_text_wall else None,
             reply_audio=reply.sent_s,
+            speech_end_to_commit=(turn.commit_wall - end) if end and turn.commit_wall else None,
+            discarded_replies=turn.discarded,
+            preemptive=turn.preemptive,
         )
         return TurnResult(turn.text, heard, interrupted, timings, reply.served_by)
 
@@ -662,6 +803,9 @@ class DialogueSession(StsSession):
         if reply.first_text_wall is None:
             reply.first_text_wall = time.monotonic()
         reply.text += delta
+        if reply.held:
+            reply.held_text.append(delta)  # sent at the commit; never, if the reply is dropped
+            return
         self._emit(StsEvent(REPLY_TEXT, reply.turn.index, text=delta))
 
     async def _reply_audio(self, reply: _Reply, piece: AudioPiece) -> None:
@@ -669,6 +813,10 @@ class DialogueSession(StsSession):
         samples = len(piece.pcm) // 2
         if samples == 0:
             return
+        if reply.held:
+            await reply.released.wait()  # a preemptive reply: nothing is sent before the turn commits
+        if reply.discarded:
+            raise asyncio.CancelledError
         sent = _SentPiece(piece.text_start, piece.text_end, samples)
         reply.pieces.append(sent)
         rate = piece.sample_rate_hz

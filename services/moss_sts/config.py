@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.common.config_base import AsrEndpointingConfig, EspeakConfig, TtsServiceConfig, check
+from services.conversation.barge_in import DEFAULT_BACKCHANNELS, DEFAULT_MIN_WORDS, DEFAULT_STOP_WORDS, words
 
 
 @dataclass
@@ -93,6 +94,17 @@ class MossStsConfig(TtsServiceConfig):
     # User turn endpointing defaults (EndpointingConfig fields left at 0) and barge-in.
     endpointing: AsrEndpointingConfig = field(default_factory=lambda: AsrEndpointingConfig(hangover_ms=400))
     barge_in_min_speech_ms: int = 500
+    # Barge-in by words (BargeInConfig fields left empty): speech over the reply interrupts at once on a stop word or
+    # phrase, or once it has barge_in_min_words words that are not backchannels; backchannels never interrupt.
+    # Speech with no word heard yet (or only backchannels) interrupts only once it lasts barge_in_unheard_ms.
+    barge_in_stop_words: list[str] = field(default_factory=lambda: list(DEFAULT_STOP_WORDS))
+    barge_in_backchannels: list[str] = field(default_factory=lambda: list(DEFAULT_BACKCHANNELS))
+    barge_in_min_words: int = DEFAULT_MIN_WORDS
+    barge_in_unheard_ms: int = 1500
+    # A user turn commits once the user has been silent this long after their speech; the reply starts earlier, at
+    # the final transcript, and its text and audio are held until the commit (dropped if the user goes on).
+    # 0: no preemptive reply (commit at the final).
+    turn_commit_ms: int = 250
     gpu: MossGpuConfig = field(default_factory=MossGpuConfig)
 
     def validate(self, path: str) -> None:
@@ -130,4 +142,10 @@ class MossStsConfig(TtsServiceConfig):
         )
         self.endpointing.validate(f"{path}.endpointing")
         check(path, "barge_in_min_speech_ms", 0 <= self.barge_in_min_speech_ms <= 5000, "must be 0..5000")
+        check(path, "barge_in_min_words", 1 <= self.barge_in_min_words <= 50, "must be 1..50")
+        check(path, "barge_in_unheard_ms", 200 <= self.barge_in_unheard_ms <= 10_000, "must be 200..10000")
+        for name in ("barge_in_stop_words", "barge_in_backchannels"):
+            phrases = getattr(self, name)
+            check(path, name, all(isinstance(w, str) and words(w) for w in phrases), "must be a list of words")
+        check(path, "turn_commit_ms", 0 <= self.turn_commit_ms <= 3000, "must be 0..3000")
         self.gpu.validate(f"{path}.gpu")

@@ -35,6 +35,7 @@ import time
 from collections.abc import AsyncIterator
 
 from services.common.engines import (
+    END_OF_TURN_JUDGED,
     INTERRUPTED,
     LISTENING,
     MUTE,
@@ -329,6 +330,10 @@ class FailoverStsSession(StsSession):
             if r.is_final:
                 self.finals.add(t)
             event = dataclasses.replace(event, transcript=r)
+        elif kind == END_OF_TURN_JUDGED and event.turn is not None:
+            event = dataclasses.replace(
+                event, turn=dataclasses.replace(event.turn, offset_ms=event.turn.offset_ms + self.base_ms)
+            )
         elif kind == REPLY_TEXT:
             self.reply_text[t] += len(event.text)
         elif kind == REPLY_AUDIO:

@@ -22,6 +22,7 @@ import grpc
 from services.common.audio import S16LE
 from services.common.engines import (
     END_OF_TURN,
+    END_OF_TURN_JUDGED,
     INTERRUPT,
     INTERRUPTED,
     MUTE,
@@ -37,6 +38,7 @@ from services.common.engines import (
     StsEngine,
     StsEvent,
     StsSession,
+    TurnEstimate,
     TurnResult,
     TurnTimings,
 )
@@ -107,7 +109,13 @@ def config_to_proto(options: SessionOptions) -> conversation_pb2.ConversationCon
             hangover_ms=e.hangover_ms,
             max_utterance_ms=e.max_utterance_ms,
         ),
-        barge_in=conversation_pb2.BargeInConfig(disabled=not b.enabled, min_speech_ms=b.min_speech_ms),
+        barge_in=conversation_pb2.BargeInConfig(
+            disabled=not b.enabled,
+            min_speech_ms=b.min_speech_ms,
+            stop_words=list(b.stop_words),
+            min_words=b.min_words,
+            backchannels=list(b.backchannels),
+        ),
         routing=routing_pb2.Routing(
             mode=options.routing.mode,
             engine=options.routing.engine,
@@ -140,12 +148,19 @@ def event_from_response(reply: conversation_pb2.ConverseResponse) -> StsEvent | 
             speech_end_to_transcript=t.speech_end_to_transcript_ms / 1000 if t.speech_end_to_transcript_ms else None,
             transcript_to_first_text=t.transcript_to_first_text_ms / 1000 if t.transcript_to_first_text_ms else None,
             reply_audio=t.reply_audio_ms / 1000,
+            speech_end_to_commit=t.speech_end_to_commit_ms / 1000 if t.speech_end_to_commit_ms else None,
+            discarded_replies=t.discarded_replies,
+            preemptive=t.preemptive,
         )
         return StsEvent(
             TURN_COMPLETE, turn, result=TurnResult(c.user_text, c.reply_text, c.interrupted, timings, c.served_by)
         )
     if kind == "turn_error":
         return StsEvent(TURN_ERROR, turn, code=reply.turn_error.code, message=reply.turn_error.message)
+    if kind == "end_of_turn":
+        e = reply.end_of_turn
+        estimate = TurnEstimate(e.probability, e.complete, e.silence_ms, e.offset_ms, e.utterance_index)
+        return StsEvent(END_OF_TURN_JUDGED, turn, turn=estimate)
     return None
 
 

@@ -1,0 +1,104 @@
+"""Barge-in by words: tell "stop" from "mm-hm" from the transcript of speech over the agent's reply.
+
+Duration alone cannot separate a backchannel ("okay", "mm-hm": 300-700 ms) from a short command ("stop", "wait":
+the same length) — docs/conversation.md. The transcript can: speech over the reply interrupts at once when it holds a
+stop word or phrase, or once it has ``min_words`` words that are not backchannels; speech made only of backchannels
+never interrupts. Words are compared normalised: lower case, hyphens joined ("mm-hm" -> "mmhm", "uh-huh" ->
+"uhhuh"), other punctuation dropped, so whisper's "Mm-hmm." and pocketsphinx's "mm hmm" both match.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DEFAULT_STOP_WORDS: tuple[str, ...] = (
+    "stop",
+    "wait",
+    "hold on",
+    "hang on",
+    "cancel",
+    "pause",
+    "shut up",
+    "be quiet",
+    "excuse me",
+    "no no",
+    "enough",
+)
+
+# Single words (normalised): what listeners say to show they follow, and how recognizers spell it.
+DEFAULT_BACKCHANNELS: tuple[str, ...] = (
+    "mmhm",
+    "mmhmm",
+    "mhm",
+    "mm",
+    "mmm",
+    "hmm",
+    "hm",
+    "uhhuh",
+    "uh",
+    "huh",
+    "um",
+    "ah",
+    "oh",
+    "yeah",
+    "yes",
+    "yep",
+    "yup",
+    "ok",
+    "okay",
+    "right",
+    "sure",
+    "alright",
+    "i",
+    "see",
+    "got",
+    "it",
+    "cool",
+    "nice",
+    "great",
+)
+DEFAULT_MIN_WORDS = 3
+
+_HYPHEN = re.compile(r"(?<=\w)-(?=\w)")
+_NOT_WORD = re.compile(r"[^\w' ]+")
+
+
+def words(text: str) -> list[str]:
+    """Normalised words of a transcript."""
+    text = _HYPHEN.sub("", text.lower())
+    return [w.strip("'") for w in _NOT_WORD.sub(" ", text).split() if w.strip("'")]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    interrupt: bool
+    why: str  # stop_word | words | backchannel | too_few_words | empty
+
+
+class WordRule:
+    """The words part of the barge-in decision, for one session's settings."""
+
+    def __init__(self, stop_words: tuple[str, ...], backchannels: tuple[str, ...], min_words: int):
+        self.stop_phrases = [tuple(words(s)) for s in (stop_words or DEFAULT_STOP_WORDS) if words(s)]
+        self.backchannels = {w for b in (backchannels or DEFAULT_BACKCHANNELS) for w in words(b)}
+        self.min_words = min_words or DEFAULT_MIN_WORDS
+
+    def content_words(self, heard: list[str]) -> list[str]:
+        """Words that are not backchannels; single letters ("m m h m": pass 1 spelling a hum) do not count."""
+        return [w for w in heard if w not in self.backchannels and len(w) > 1]
+
+    def judge(self, transcript: str) -> Verdict:
+        heard = words(transcript)
+        if not heard:
+            return Verdict(False, "empty")
+        for phrase in self.stop_phrases:
+            n = len(phrase)
+            if any(tuple(heard[i : i + n]) == phrase for i in range(len(heard) - n + 1)):
+                return Verdict(True, "stop_word")
+        content = self.content_words(heard)
+        if not content:
+            return Verdict(False, "backchannel")
+        if len(content) >= self.min_words:
+            return Verdict(True, "words")
+        return Verdict(False, "too_few_words")
