@@ -30,6 +30,7 @@ from voice.v1 import (
     audio_pb2,
     conversation_pb2,
     conversation_pb2_grpc,
+    recognizer_pb2,
     routing_pb2,
     synthesizer_pb2,
     synthesizer_pb2_grpc,
@@ -111,7 +112,14 @@ def conv(tmp_path_factory):
         tmp_path_factory.mktemp("conversation-fleet"),
         services=("brain", "moss_sts", "router"),
         brain={"port": brain_port, "base_url": f"http://127.0.0.1:{recorder.port}/v1"},
-        moss_sts={"idle_timeout_seconds": 3, "max_user_turn_seconds": 12, "default_max_tokens": 32},
+        # turn_commit_ms: a held (preemptive) reply waits for 1 s of silence, so a test can speak again before it
+        # commits (test_a_reply_started_before_the_user_went_on_is_never_heard).
+        moss_sts={
+            "idle_timeout_seconds": 3,
+            "max_user_turn_seconds": 12,
+            "default_max_tokens": 32,
+            "turn_commit_ms": 1000,
+        },
     )
     running.recorder = recorder
     yield running
@@ -191,6 +199,15 @@ class Talk:
             if kind == "control":
                 yield conversation_pb2.ConverseRequest(control=C(action=value))
                 continue
+            if kind == "paced":  # like a microphone: each frame when its time comes
+                start = time.monotonic()
+                for i in range(0, len(value), frame):
+                    yield conversation_pb2.ConverseRequest(audio=value[i : i + frame])
+                    due = start + (i + frame) / 2 / RATE
+                    time.sleep(max(0.0, due - time.monotonic()))
+                self.sent.append((label, start, time.monotonic()))
+                due = time.monotonic()
+                continue
             start = time.monotonic()
             for i in range(0, len(value), frame * 5):
                 yield conversation_pb2.ConverseRequest(audio=value[i : i + frame * 5])
@@ -210,8 +227,8 @@ class Talk:
             with self.cond:
                 self.cond.notify_all()
 
-    def send(self, pcm: bytes, label: str = "speech"):
-        self.outbox.put(("audio", pcm, label))
+    def send(self, pcm: bytes, label: str = "speech", paced: bool = False):
+        self.outbox.put(("paced" if paced else "audio", pcm, label))
 
     def control(self, action):
         self.outbox.put(("control", action, ""))
@@ -384,6 +401,74 @@ def test_speech_shorter_than_the_barge_in_minimum_does_not_interrupt(conv, route
         close(talk)
 
 
+WHYS = ("stop_word", "words", "long_speech", "stop_word_final", "words_final")
+
+
+def test_a_backchannel_over_the_reply_is_ignored_and_a_stop_word_interrupts(conv, router_channel, say):
+    talk = Talk(router_channel, sampling=conversation_pb2.SamplingConfig(max_tokens=160))
+    stop_words_before = conv.metric("moss_sts", "voicefleet_sts_barge_in_total", why="stop_word") + conv.metric(
+        "moss_sts", "voicefleet_sts_barge_in_total", why="stop_word_final"
+    )
+    try:
+        talk.send(say("Please tell me a long story about a brave little dragon who wanted to fly."))
+        assert talk.wait(lambda: len(talk.reply_audio(0)) >= RATE * 2 * 1.0 or talk.ended(0)), talk.events[-3:]
+        assert not talk.ended(0), "the story ended before the test could talk over it; it must be longer"
+        talk.send(trim(say("Mm-hm.")), paced=True, label="backchannel")
+        # Its final (the words decide) comes within a second of its end; the reply must still be going after it.
+        time.sleep(2.0)
+        why = {w: conv.metric("moss_sts", "voicefleet_sts_barge_in_total", why=w) for w in WHYS}
+        assert not talk.of("interrupted", 0), f"a backchannel interrupted the reply: {why}, {talk.finals(1)}"
+        assert not talk.ended(0), "the story ended before the test could say the stop word; it must be longer"
+        talk.send(trim(say("Stop please.")), paced=True, label="stop")
+        assert talk.wait(lambda: talk.of("interrupted", 0))
+        assert talk.of("interrupted", 0)[0][1].interrupted.reason == "barge_in"
+        assert talk.wait(lambda: talk.complete(0) is not None) and talk.complete(0).interrupted
+        # The stop words are the next turn; the backchannel is in no turn.
+        assert talk.wait(lambda: talk.ended(1)), talk.events[-5:]
+        heard = talk.complete(1).user_text if talk.complete(1) else ""
+        assert "stop" in heard.lower() and "mm" not in heard.lower(), heard
+    finally:
+        close(talk)
+    stop_words = conv.metric("moss_sts", "voicefleet_sts_barge_in_total", why="stop_word") + conv.metric(
+        "moss_sts", "voicefleet_sts_barge_in_total", why="stop_word_final"
+    )
+    assert stop_words == stop_words_before + 1
+
+
+def test_a_reply_started_before_the_user_went_on_is_never_heard(conv, router_channel, say):
+    """A pause mid-sentence long enough for a final: the reply starts (the brain is asked about the first half) but
+    is held; the user goes on before the commit, so it is dropped: no text or audio of it reaches the caller, the
+    context holds only the whole sentence."""
+    first, second = "I would like to book a table.", "For two people at seven tonight."
+    pause = np.zeros(RATE // 2, dtype=np.int16).tobytes()  # 500 ms: the final of the first half comes within it
+    talk = Talk(
+        router_channel,
+        endpointing=recognizer_pb2.EndpointingConfig(hangover_ms=150, min_speech_ms=96),
+    )
+    asked_before = len(conv.recorder.requests)
+    try:
+        talk.send(trim(say(first)) + pause + trim(say(second)), paced=True, label="sentence")
+        assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
+        done = talk.complete(0)
+        assert done is not None
+        assert wer("i would like to book a table for two people at seven tonight", done.user_text) <= 0.2
+        assert done.timings.discarded_replies >= 1 and done.timings.preemptive
+        asked = conv.recorder.requests[asked_before:]
+        last_user = [[m["content"] for m in r["messages"] if m["role"] == "user"][-1] for r in asked]
+        assert any(wer("i would like to book a table", u) <= 0.2 for u in last_user), last_user  # it did start
+        # Nothing of the dropped reply reached the caller: every reply text is the kept reply's, and reply audio
+        # began only after the whole sentence was sent.
+        assert talk.reply_text(0).strip() == done.reply_text.strip()
+        _, _, sentence_sent = next(s for s in talk.sent if s[0] == "sentence")
+        assert min(t for t, _ in talk.of("reply_audio", 0)) > sentence_sent
+        talk.send(say("What is two plus two?"))
+        assert talk.wait(lambda: talk.ended(1)), talk.events[-5:]
+        context = [m["content"] for m in conv.recorder.requests[-1]["messages"] if m["role"] == "user"]
+        assert len(context) == 2 and context[0] == done.user_text, context  # never the half sentence
+    finally:
+        close(talk)
+
+
 # --- controls and failures ---------------------------------------------------------------------------------------
 def test_interrupt_while_listening_is_a_noop_and_client_interrupt_cuts_the_reply(conv, router_channel, say):
     talk = Talk(router_channel, sampling=conversation_pb2.SamplingConfig(max_tokens=120))
@@ -509,6 +594,14 @@ def test_bad_input_gets_a_clear_status(conv, target):
         )
         e = converse_status(channel, [conversation_pb2.ConverseRequest(config=bad)])
         assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "config.sampling.temperature" in e.details()
+        for barge_in, field in (
+            (conversation_pb2.BargeInConfig(stop_words=["stop", " "]), "config.barge_in.stop_words[1]"),
+            (conversation_pb2.BargeInConfig(backchannels=["x" * 65]), "config.barge_in.backchannels[0]"),
+            (conversation_pb2.BargeInConfig(min_words=51), "config.barge_in.min_words"),
+        ):
+            bad = conversation_pb2.ConversationConfig(input_format=fmt(), barge_in=barge_in)
+            e = converse_status(channel, [conversation_pb2.ConverseRequest(config=bad)])
+            assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.details(), e.details()
         bad = conversation_pb2.ConversationConfig(input_format=fmt(), voice="nobody")
         e = converse_status(channel, [conversation_pb2.ConverseRequest(config=bad)])
         assert e.code() == grpc.StatusCode.NOT_FOUND and "config.voice" in e.details()

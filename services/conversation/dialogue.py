@@ -70,7 +70,7 @@ from services.common.engines import (
     TurnTimings,
 )
 from services.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, VoiceError
-from services.conversation.barge_in import WordRule
+from services.conversation.barge_in import WordRule, words
 from services.conversation.relay import AudioRing, EventRelay, shifted
 
 log = logging.getLogger("voicefleet.conversation.dialogue")
@@ -288,6 +288,7 @@ class DialogueSession(StsSession):
         self._overlap_start_ms: int | None = None  # speech that started while the agent thought or spoke
         self._overlap_utt: int | None = None
         self._barged_utt: int | None = None  # the utterance that interrupted the reply (the next turn's)
+        self._overlap_words: list[str] = []  # the last interim's words of speech over the reply
         self._overlap_final: dict[int, int | None] = {}  # ended over the reply, judged by its final: utt -> start
         b = options.barge_in
         self._word_rule = WordRule(b.stop_words, b.backchannels, b.min_words)
@@ -504,6 +505,7 @@ class DialogueSession(StsSession):
                     self._turn_start_ms = start
             else:
                 self._overlap_start_ms, self._overlap_utt = start, utt
+                self._overlap_words = []
                 if not self.options.barge_in.enabled:
                     self._ignored.add(utt)
             return
@@ -663,6 +665,17 @@ class DialogueSession(StsSession):
         if not self.options.barge_in.enabled or not self._speech_active or self._overlap_start_ms is None:
             return False
         verdict = self._word_rule.judge(r.transcript)
+        if verdict.why == "words":
+            # Pass 1 (pocketsphinx) guesses wildly at a hum ("and i'm home" for "mm-hm"): count only the words two
+            # interims in a row agree on.
+            heard = words(r.transcript)
+            prev, self._overlap_words = self._overlap_words, heard
+            stable = []
+            for a, b in zip(prev, heard, strict=False):
+                if a != b:
+                    break
+                stable.append(a)
+            verdict = self._word_rule.judge(" ".join(stable))
         if not verdict.interrupt:
             return False
         if verdict.why != "stop_word" and self._fed_ms() - self._overlap_start_ms < self.options.barge_in.min_speech_ms:
