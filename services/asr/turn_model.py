@@ -114,8 +114,9 @@ class TurnSupport:
     its file is there, and the settings of the judging (the asr config section).
 
     The file is located at construction (cheap); ``load`` (at the engine's start) builds the session and warms it.
-    A service whose default mode is semantic refuses to start without the file; one whose default is silence starts
-    and answers a stream that asks for semantic mode with FAILED_PRECONDITION naming the package."""
+    A service whose default mode is semantic refuses to start without the file (TurnModelMissing here); one whose
+    default is silence starts and answers a stream that asks for semantic mode with FAILED_PRECONDITION naming the
+    package."""
 
     def __init__(self, service: str, config):
         self.service = service
@@ -129,12 +130,12 @@ class TurnSupport:
             self.path = turn_model_path(config.turn_model_path)
         except TurnModelMissing as e:
             self.missing = str(e)
+            if self.default_mode == SEMANTIC_MODE:
+                raise TurnModelMissing(f"asr.endpointing.mode is semantic, but {self.missing}") from None
 
     def load(self) -> None:
-        """Thread: load and warm the model (its first run allocates); raise when the default mode needs it."""
+        """Thread: load and warm the model (its first run allocates memory)."""
         if self.path is None:
-            if self.default_mode == SEMANTIC_MODE:
-                raise TurnModelMissing(f"asr.endpointing.mode is semantic, but {self.missing}")
             log.warning("semantic endpointing unavailable (streams asking for it are refused): %s", self.missing)
             return
         model = TurnModel(self.service, self.path)
