@@ -9,6 +9,7 @@ voice (probabilities seen are in docs/asr.md); the assertions are on the decisio
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import subprocess
@@ -190,6 +191,36 @@ async def test_a_finished_sentence_ends_at_min_silence_not_after_a_hangover(joe,
     (slow,) = finals(hangover)
     assert slow.audio_processed_ms - slow.utterance_end_ms >= 400
     assert abs(slow.utterance_end_ms - final.utterance_end_ms) <= 64  # the same end of speech, found later
+
+
+async def test_a_turn_the_model_calls_unfinished_ends_at_max_silence(joe, router, asr_fleet):
+    text, word = CUT[0]
+    said = await joe(text)
+    samples = np.concatenate([silence(0.6), said[: cut_after(said, word)], silence(2.5)])
+    before = asr_fleet.metric("asr", "voicefleet_asr_utterances_total", service="asr", reason="max_silence")
+    replies = recognize(router, samples, mode=SEMANTIC, max_silence_ms=1000)
+    assert kinds(replies) == ["start", "incomplete", "incomplete", "end", "final"], kinds(replies)
+    (final,) = finals(replies)
+    assert speech.wer("the weather is nice today so we could", final.transcript) <= speech.INTELLIGIBLE
+    assert 1000 <= final.audio_processed_ms - final.utterance_end_ms < 1000 + 64
+    after = asr_fleet.metric("asr", "voicefleet_asr_utterances_total", service="asr", reason="max_silence")
+    assert after == before + 1
+
+
+async def test_transcribe_prints_the_judgements(joe, asr_fleet, tmp_path):
+    wav = tmp_path / "said.wav"
+    audio.write_wav(wav, np.concatenate([silence(0.5), await joe(COMPLETE[1]), silence(1.0)]).tobytes(), RATE)
+    command = [sys.executable, "-m", "services.cli.main", "--config", str(asr_fleet.config_path), "transcribe"]
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [*command, str(wav), "--fast", "--endpointing", "semantic"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "end of turn? complete: p=" in done.stdout and "final #0:" in done.stdout, done.stdout
+    assert done.stdout.index("end of turn?") < done.stdout.index("final #0:")
 
 
 @pytest.mark.parametrize("target", ["asr", "router"])
