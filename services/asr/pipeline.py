@@ -446,6 +446,9 @@ class TwoPassStream(AsrStream):
         """Thread (the stream's step, inside push): the turn model on the turn's last 8 s up to ``heard_end``.
         The pause's first judgement also starts the speculative final, so it decodes while the model runs."""
         silence = self._ep.silence_start
+        if self._spec is not None and self._spec[0] != silence:
+            self._spec[1].cancel()  # a decode of an earlier pause (speech came back since)
+            self._spec = None
         if self._speculate and self._spec is None and silence is not None:
             self._start_speculation(silence)
         start = self._turn_start if self._turn_start is not None else self._utt_start
