@@ -61,6 +61,14 @@ class AsrServiceConfig(ServerConfig):
     # Start the final decode once the silence after speech has lasted this long, before the hangover has passed; if
     # speech resumes the decode is dropped (0 = decode only after the hangover). docs/asr.md#endpoint-latency
     speculative_final_ms: int = 96
+    # Semantic endpointing (docs/asr.md#semantic-endpointing): the turn model's ONNX file ("" = smart-turn-v3.2-cpu
+    # from the pipecat-ai wheel, services/asr/requirements-cpu-nodeps.txt); how often a pause the model called
+    # incomplete is judged again while it lasts; the most silence after the end of speech the model hears (0 = all of
+    # it; once reached, a pause is not judged again). Given more silence the model calls a cut sentence complete: at
+    # 200 ms none of 8 mid-sentence cuts ended an 800 ms pause, with all of it 6 of 8 did (docs/asr.md).
+    turn_model_path: str = ""
+    turn_judge_interval_ms: int = 200
+    turn_heard_silence_ms: int = 200
     # Streams served at once; more get RESOURCE_EXHAUSTED with a retry hint. 0 = the measured capacity: 5 per core
     # (CPU engine), 16 (GPU engine); docs/asr.md#capacity.
     max_concurrent_streams: int = 0
@@ -92,6 +100,8 @@ class AsrServiceConfig(ServerConfig):
         check(path, "interim_interval_ms", 32 <= self.interim_interval_ms <= 5000, "must be 32..5000")
         check(path, "max_concurrent_interims", 0 <= self.max_concurrent_interims <= 1000, "must be 0..1000")
         check(path, "speculative_final_ms", 0 <= self.speculative_final_ms <= 5000, "must be 0..5000")
+        check(path, "turn_judge_interval_ms", 32 <= self.turn_judge_interval_ms <= 5000, "must be 32..5000")
+        check(path, "turn_heard_silence_ms", 0 <= self.turn_heard_silence_ms <= 5000, "must be 0..5000 (0 = all)")
         check(
             path, "max_concurrent_streams", 0 <= self.max_concurrent_streams <= 1000, "must be 0..1000 (0 = per core)"
         )

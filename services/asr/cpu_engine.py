@@ -23,6 +23,7 @@ import numpy as np
 from services.asr.config import AsrServiceConfig
 from services.asr.models import base_model_dir, tiny_en_dir
 from services.asr.pipeline import FinalText, InterimBudget, TwoPassStream
+from services.asr.turn_model import TurnSupport
 from services.asr.vad import RATE, SileroVad
 from services.common.engines import AsrEngine, AsrStream, RecognitionOptions
 from services.common.errors import FailedPrecondition, InvalidArgument
@@ -250,6 +251,7 @@ class CpuAsrEngine(AsrEngine):
         self.config = config
         self.interim_interval_ms = config.interim_interval_ms
         self.speculative_final_ms = config.speculative_final_ms
+        self.turn = TurnSupport(service, config)  # semantic endpointing: the turn model, when its wheel is there
         self.vad: SileroVad | None = None
         self.final = WhisperFinals(config)
         self.partials = PocketsphinxPool()
@@ -267,6 +269,7 @@ class CpuAsrEngine(AsrEngine):
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
         self.vad = await loop.run_in_executor(self.stream_pool, SileroVad, self.service)
+        await loop.run_in_executor(self.stream_pool, self.turn.load)  # refuses to start when the default needs it
         await loop.run_in_executor(self.final_pool, self.final.load)
         # Warm up: a pass-1 decoder for every interim slot (making one loads its models, ~0.3 s: made on demand, the
         # first burst of callers waited for them), one decode per whisper model.
@@ -284,6 +287,7 @@ class CpuAsrEngine(AsrEngine):
 
     def check_options(self, options: RecognitionOptions) -> None:
         whisper_language(options.language)
+        self.turn.check(options.endpointing)
 
     async def open_stream(self, options: RecognitionOptions) -> AsrStream:
         if not self._ready:

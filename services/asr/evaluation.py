@@ -313,3 +313,19 @@ def config(rate: int, language: str = "en-US", interim: bool = True, **endpointi
         interim_results=interim,
         endpointing=recognizer_pb2.EndpointingConfig(**endpointing),
     )
+
+
+def cut_after(samples: np.ndarray, word: str, listener) -> int:
+    """Sample of 16 kHz int16 ``samples`` where ``word`` (its last occurrence) ends: ``listener``'s (a faster-whisper
+    WhisperModel) word timestamp, moved to the quietest 10 ms between 50 ms before it and 30 ms after it (timestamps
+    are coarse; a cut must not clip a sound). Speech cut there and followed by silence is a speaker pausing
+    mid-sentence with the prosody of one going on (semantic endpointing: tests/test_asr_turn.py, bench/turn_model.py)."""
+    x = samples.astype(np.float32) / 32768.0
+    segments, _ = listener.transcribe(x, language="en", beam_size=5, word_timestamps=True)
+    heard = [w for s in segments for w in s.words]
+    ends = [w.end for w in heard if words(w.word) == [word]]
+    if not ends:
+        raise ValueError(f"the listener did not hear {word!r}: {[w.word for w in heard]}")
+    end = int(ends[-1] * 16000)
+    frames = range(max(0, end - 800), min(len(x) - 160, end + 480), 80)
+    return min(frames, key=lambda i: float(np.mean(x[i : i + 160] ** 2)))

@@ -31,6 +31,7 @@ import numpy as np
 from services.asr.config import AsrServiceConfig
 from services.asr.cpu_engine import hint_prompt, whisper_language
 from services.asr.pipeline import FinalText, TwoPassStream
+from services.asr.turn_model import TurnSupport
 from services.asr.vad import RATE, SileroVad
 from services.common.engines import AsrEngine, AsrStream, RecognitionOptions, WordTiming
 from services.common.errors import FailedPrecondition, InvalidArgument
@@ -176,6 +177,7 @@ class GpuAsrEngine(AsrEngine):
         self.config = config
         self.interim_interval_ms = config.gpu.interim_interval_ms
         self.speculative_final_ms = config.speculative_final_ms
+        self.turn = TurnSupport(service, config)  # semantic endpointing: the turn model, when its wheel is there
         self.vad: SileroVad | None = None
         self.final = WhisperGpu(config)
         self.stream_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="asr-stream")
@@ -194,6 +196,7 @@ class GpuAsrEngine(AsrEngine):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.vad = await loop.run_in_executor(self.stream_pool, SileroVad, self.service)
+        await loop.run_in_executor(self.stream_pool, self.turn.load)  # refuses to start when the default needs it
         await loop.run_in_executor(self.final_pool, self.final.load)
         noise = np.random.default_rng(0).normal(0, 0.01, RATE).astype(np.float32)
         await loop.run_in_executor(
@@ -225,6 +228,7 @@ class GpuAsrEngine(AsrEngine):
         self._ready = True
 
     def check_options(self, options: RecognitionOptions) -> None:
+        self.turn.check(options.endpointing)
         language = whisper_language(options.language)
         if not self.final.multilingual and language not in (None, "en"):
             raise InvalidArgument("config.language", f"the mounted model ({self.config.gpu.model_dir}) is English-only")

@@ -1,6 +1,7 @@
 """The two-pass recognition stream shared by the CPU and GPU engines (the FunASR "2pass" pattern):
 
-  16 kHz audio -> Silero VAD per 32 ms window -> Endpointer (SPEECH_START / SPEECH_END)
+  16 kHz audio -> Silero VAD per 32 ms window -> Endpointer (SPEECH_START / SPEECH_END; in semantic mode the turn
+                  model judges each pause: TURN_ESTIMATE, services/asr/turn_model.py)
                -> pass 1, while speech lasts: a cheap incremental decoder; its changing hypothesis = interim results
                -> pass 2, at each endpoint: an accurate decoder on the whole utterance = the final result
 
@@ -24,16 +25,21 @@ from typing import Protocol
 
 import numpy as np
 
+from services.asr.turn_model import WINDOW_SAMPLES as TURN_WINDOW
+from services.asr.turn_model import TurnSupport
 from services.asr.vad import RATE, WINDOW, Endpointer, SileroVad, level_db
 from services.common import metrics
 from services.common.engines import (
     RESULT,
+    SEMANTIC_MODE,
     SPEECH_END,
     SPEECH_START,
+    TURN_ESTIMATE,
     AsrEvent,
     AsrStream,
     Hypothesis,
     RecognitionOptions,
+    TurnEstimate,
     WordTiming,
 )
 from services.common.errors import FailedPrecondition
@@ -43,6 +49,11 @@ log = logging.getLogger("voicefleet.asr.pipeline")
 PREROLL = int(0.3 * RATE)  # audio kept while silent, so decoders hear the start the VAD confirmed a bit late
 PAD_BEFORE = int(0.2 * RATE)  # audio before the utterance's start given to both passes
 PAD_AFTER = int(0.15 * RATE)  # audio after its end given to the final pass
+# The turn model hears the turn from this long before its first speech (as Smart Turn's own pipeline gives it).
+TURN_PRE_SPEECH = int(0.5 * RATE)
+# Utterances that end the turn: the next speech starts a new one. (After max_silence the model had said the speaker
+# was not done, and after max_utterance they were still talking: what follows continues the same turn.)
+TURN_ENDING_REASONS = ("turn_complete", "end_of_stream", "endpoint")
 
 
 class PartialDecoder(Protocol):
@@ -121,6 +132,7 @@ class PipelineEngineParts(Protocol):
     interim_interval_ms: int
     speculative_final_ms: int
     interim_budget: InterimBudget | None
+    turn: TurnSupport | None  # semantic endpointing (None: silence mode only)
 
 
 def ms(samples: int) -> int:
@@ -140,7 +152,23 @@ class TwoPassStream(AsrStream):
         self._language = language  # whisper code, None = detect
         self._partial = partial  # None: no interim results
         self._vad_state = engine.vad.new_state()
-        self._ep = Endpointer(options.endpointing)
+        turn: TurnSupport | None = getattr(engine, "turn", None)
+        endpointing = turn.resolve(options.endpointing) if turn is not None else options.endpointing
+        self._semantic = endpointing.mode == SEMANTIC_MODE
+        if self._semantic:
+            if turn is None or turn.model is None:
+                raise FailedPrecondition(
+                    "config.endpointing.mode: semantic is not available on this server"
+                    + (f": {turn.missing}" if turn is not None and turn.missing else "")
+                )
+            self._turn_model = turn.model
+            self._ep = Endpointer(endpointing, self._judge, turn.judge_interval_ms, turn.heard_silence_ms)
+        else:
+            self._ep = Endpointer(endpointing)
+        # Semantic mode: the last 8 s of audio (the turn model's window) and where the turn in progress started
+        # (a turn may span utterances: one ended by max_silence goes on in the next).
+        self._turn_audio: collections.deque[np.ndarray] = collections.deque(maxlen=TURN_WINDOW // WINDOW + 1)
+        self._turn_start: int | None = None
         self._pending = np.zeros(0, dtype=np.int16)  # not yet windowed
         self._pos = 0  # samples windowed so far = stream offset of the next window
         self._windows: collections.deque[np.ndarray] = collections.deque()  # recent audio, _buf_start.._pos
@@ -171,6 +199,9 @@ class TwoPassStream(AsrStream):
         self._rtf_final = metrics.ASR_RTF.labels(*labels, "final")
         self._rtf_interim = metrics.ASR_RTF.labels(*labels, "interim")
         self._audio_seconds = metrics.ASR_AUDIO_SECONDS.labels(*labels)
+        self._judgements = {
+            outcome: metrics.ASR_TURN_JUDGEMENTS.labels(*labels, outcome) for outcome in ("complete", "incomplete")
+        }
         self._labels = labels
         self._open.inc()
 
@@ -271,6 +302,8 @@ class TwoPassStream(AsrStream):
             start = self._pos
             self._pos += WINDOW
             self._windows.append(window)
+            if self._semantic:
+                self._turn_audio.append(window)
             wf = window.astype(np.float32) / 32768.0
             p = vad.probability(self._vad_state, wf)
             fed = False
@@ -281,8 +314,12 @@ class TwoPassStream(AsrStream):
                 elif t.kind == "start":
                     events.append(AsrEvent(SPEECH_START, offset_ms=ms(t.offset)))
                     self._start_wall = time.monotonic()
+                    if self._turn_start is None:
+                        self._turn_start = t.offset
                 elif t.kind == "discard":
                     self._end_partial()
+                elif t.kind == "turn":
+                    events.append(self._turn_event(t.offset, t.probability, t.complete, t.silence))
                 elif t.kind == "end":
                     events.append(AsrEvent(SPEECH_END, offset_ms=ms(t.offset)))
                     job = self._make_job(t.offset, t.reason)
@@ -296,7 +333,7 @@ class TwoPassStream(AsrStream):
                 if interim is not None:
                     events.append(interim)
             if self._speculate and job is None and self._ep.state == "speech":
-                self._maybe_speculate()
+                self._maybe_speculate()  # semantic mode: only drops a decode when speech resumed (see _judge)
             if not self._ep.in_utterance and job is None:
                 self._trim(PREROLL)
         self._pending = pending[cursor:]
@@ -389,22 +426,56 @@ class TwoPassStream(AsrStream):
 
     def _maybe_speculate(self) -> None:
         """Start pass 2 once the silence after speech has lasted ``speculative_final_ms``, before the hangover ends:
-        if the utterance does end there, its final is (nearly) ready; if speech resumes, the decode is dropped."""
+        if the utterance does end there, its final is (nearly) ready; if speech resumes, the decode is dropped.
+        Semantic mode starts it at the pause's first judgement instead (``_judge``): a pause mid-sentence is common
+        there, and only a judgement can end the utterance before max_silence."""
         silence = self._ep.silence_start
         if self._spec is not None and self._spec[0] != silence:
             self._spec[1].cancel()  # speech came back: a decode still waiting in line never runs
             self._spec = None
-        if silence is None or self._spec is not None or self._pos - silence < self._speculate:
+        if self._semantic or silence is None or self._spec is not None or self._pos - silence < self._speculate:
             return
+        self._start_speculation(silence)
+
+    def _start_speculation(self, silence: int) -> None:
         audio_start = max(self._buf_start, self._utt_start - PAD_BEFORE)
         audio = self._slice(audio_start, self._pos).astype(np.float32) / 32768.0
         self._spec = (silence, self._engine.final_pool.submit(self._recognize, audio))
 
+    def _judge(self, heard_end: int, speech_end: int) -> float:
+        """Thread (the stream's step, inside push): the turn model on the turn's last 8 s up to ``heard_end``.
+        The pause's first judgement also starts the speculative final, so it decodes while the model runs."""
+        silence = self._ep.silence_start
+        if self._spec is not None and self._spec[0] != silence:
+            self._spec[1].cancel()  # a decode of an earlier pause (speech came back since)
+            self._spec = None
+        if self._speculate and self._spec is None and silence is not None:
+            self._start_speculation(silence)
+        start = self._turn_start if self._turn_start is not None else self._utt_start
+        ring_start = self._pos - len(self._turn_audio) * WINDOW
+        first = max(start - TURN_PRE_SPEECH, heard_end - TURN_WINDOW, ring_start)
+        audio = np.concatenate(self._turn_audio)[first - ring_start : heard_end - ring_start]
+        return self._turn_model.probability(audio.astype(np.float32) / 32768.0)
+
+    def _turn_event(self, offset: int, probability: float, complete: bool, silence: int) -> AsrEvent:
+        self._judgements["complete" if complete else "incomplete"].inc()
+        estimate = TurnEstimate(
+            probability=round(probability, 4),
+            complete=complete,
+            silence_ms=ms(silence),
+            offset_ms=ms(offset),
+            utterance_index=self._index,
+        )
+        return AsrEvent(TURN_ESTIMATE, offset_ms=ms(offset), turn=estimate)
+
     def _make_job(self, end: int, reason: str) -> _FinalJob:
         spec, self._spec = self._spec, None
-        if spec is not None and not (reason == "endpoint" and spec[0] == self._ep.silence_start):
+        pause_ended = reason in ("endpoint", "turn_complete", "max_silence")
+        if spec is not None and not (pause_ended and spec[0] == self._ep.silence_start):
             spec[1].cancel()
             spec = None
+        if reason in TURN_ENDING_REASONS:
+            self._turn_start = None
         if self._partial_on:
             t0 = time.perf_counter()
             self._end_partial()

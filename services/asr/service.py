@@ -3,6 +3,7 @@ GPU: the same pipeline with faster-whisper on CUDA (docs/asr.md)."""
 
 from __future__ import annotations
 
+from services.asr.turn_model import TurnModelMissing
 from services.common.asr_servicer import AsrLimits, RecognizerServicer, instrument
 from services.common.config import Config
 from services.common.engines import AsrEngine
@@ -15,6 +16,13 @@ SERVICE = "asr"
 
 
 def make_engine(config: Config) -> AsrEngine:
+    try:
+        return _make_engine(config)
+    except TurnModelMissing as e:
+        raise SystemExit(f"{SERVICE}: cannot start: {e}") from None  # the default mode needs a model it lacks
+
+
+def _make_engine(config: Config) -> AsrEngine:
     section = config.asr
     if section.engine == "gpu":
         from services.asr.gpu_engine import GpuAsrEngine

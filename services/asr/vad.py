@@ -10,13 +10,14 @@ from __future__ import annotations
 import importlib.util
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from services.common import metrics
-from services.common.engines import Endpointing
+from services.common.engines import SEMANTIC_MODE, Endpointing
 
 RATE = 16_000
 WINDOW = 512  # samples per VAD window at 16 kHz (32 ms)
@@ -97,9 +98,19 @@ SILENCE, CANDIDATE, SPEECH = "silence", "candidate", "speech"
 class Transition:
     """What one window changed. Offsets are samples at 16 kHz from the start of the stream."""
 
-    kind: str  # "candidate" (speech may be starting), "start" (confirmed), "discard" (too short), "end"
+    kind: str  # "candidate" (speech may be starting), "start" (confirmed), "discard" (too short), "end", "turn"
     offset: int
-    reason: str = ""  # for "end": endpoint | max_utterance | end_of_stream
+    reason: str = ""  # for "end": endpoint | max_utterance | end_of_stream | turn_complete | max_silence
+    # For "turn" (semantic mode: the turn model judged at ``offset``): its probability that the turn is complete,
+    # whether that reaches the threshold, and the silence so far (samples since the refined end of speech).
+    probability: float = 0.0
+    complete: bool = False
+    silence: int = 0
+
+
+#: The turn model as the endpointer calls it: (end of the audio to hear, end of speech) in stream samples ->
+#: probability that the speaker's turn is complete.
+TurnJudge = Callable[[int, int], float]
 
 
 class Endpointer:
@@ -114,14 +125,40 @@ class Endpointer:
       see HOLD_*); SPEECH_END carries where the silence began (moved back over trailing quiet windows);
     - an utterance reaching ``max_utterance_ms`` is ended there (reason max_utterance); if speech goes on, a new
       one starts at the same offset.
+
+    Semantic mode (``judge`` given, the mode resolved to SEMANTIC_MODE by the caller) replaces the hangover: silence
+    is measured from the refined end of speech (Silero's probability lags the last sound by ~100-200 ms; the level
+    says where it really stopped). Once it reaches ``min_silence_ms`` the turn model judges (a "turn" transition);
+    complete ends the utterance at the end of speech (reason turn_complete), incomplete keeps it open and the model
+    judges again every ``judge_interval_ms`` of further silence, until one says complete or the silence reaches
+    ``max_silence_ms`` (reason max_silence). Speech resuming continues the same utterance. ``heard_silence_ms``
+    (0 = all of it) caps the silence the model hears after the end of speech: once reached, its input no longer
+    changes, so it is not asked again.
     """
 
-    def __init__(self, endpointing: Endpointing):
+    def __init__(
+        self,
+        endpointing: Endpointing,
+        judge: TurnJudge | None = None,
+        judge_interval_ms: int = 200,
+        heard_silence_ms: int = 0,
+    ):
         self.threshold = endpointing.threshold
         self.negative = max(0.01, endpointing.threshold - 0.15)
         self.min_speech = int(endpointing.min_speech_ms * RATE / 1000)
         self.hangover = int(endpointing.hangover_ms * RATE / 1000)
         self.max_utterance = int(endpointing.max_utterance_ms * RATE / 1000)
+        self.semantic = endpointing.mode == SEMANTIC_MODE
+        if self.semantic and judge is None:
+            raise ValueError("semantic endpointing needs a turn model (judge)")
+        self.judge = judge
+        self.turn_threshold = endpointing.turn_threshold
+        self.min_silence = int(endpointing.min_silence_ms * RATE / 1000)
+        self.max_silence = int(endpointing.max_silence_ms * RATE / 1000)
+        self.judge_interval = int(judge_interval_ms * RATE / 1000)
+        self.heard_silence = int(heard_silence_ms * RATE / 1000)
+        self._speech_end: tuple[int, int] | None = None  # (silence_start, its refined end of speech), cached
+        self._judged: tuple[int, int] | None = None  # (where the model last judged, the end of what it heard)
         self.state = SILENCE
         self.start = 0  # candidate / utterance start
         self.last_speech_end = 0  # end of the last window >= threshold
@@ -145,6 +182,7 @@ class Endpointer:
                 self._floor = min((lv for _, lv in self._before), default=UNKNOWN_FLOOR_DB)
                 self._peak = level
                 self.state, self.start, self.last_speech_end, self.silence_start = CANDIDATE, start, end, None
+                self._judged = None
                 self._levels = [(w, lv) for w, lv in self._before if w >= start] + [(window_start, level)]
                 out.append(Transition("candidate", start))
                 if self.min_speech <= WINDOW:
@@ -175,9 +213,8 @@ class Endpointer:
                 return out
 
         if self.state == SPEECH:
-            if self.silence_start is not None and end - self.silence_start >= self.hangover:
+            if self._ends_at(end, out):
                 self.state = SILENCE
-                out.append(Transition("end", self._refined_end(self.silence_start), "endpoint"))
             elif end - self.start >= self.max_utterance:
                 out.append(Transition("end", end, "max_utterance"))
                 if self.silence_start is None:  # still speaking: the next utterance starts here
@@ -189,6 +226,40 @@ class Endpointer:
                 else:
                     self.state = SILENCE
         return out
+
+    def _ends_at(self, end: int, out: list[Transition]) -> bool:
+        """Whether the silence so far ends the utterance at the window ending at ``end`` (appends its transitions)."""
+        if self.silence_start is None:
+            self._judged = None  # speech (again): the next pause is judged afresh
+            return False
+        if not self.semantic:
+            if end - self.silence_start < self.hangover:
+                return False
+            out.append(Transition("end", self._refined_end(self.silence_start), "endpoint"))
+            return True
+        speech_end = self.speech_end()
+        silence = end - speech_end
+        if silence >= self.max_silence:
+            out.append(Transition("end", speech_end, "max_silence"))
+            return True
+        if silence < self.min_silence:
+            return False
+        heard_end = min(end, speech_end + self.heard_silence) if self.heard_silence else end
+        if self._judged is not None and (end - self._judged[0] < self.judge_interval or heard_end <= self._judged[1]):
+            return False
+        p = self.judge(heard_end, speech_end)
+        self._judged = (end, heard_end)
+        complete = p >= self.turn_threshold
+        out.append(Transition("turn", end, probability=p, complete=complete, silence=silence))
+        if complete:
+            out.append(Transition("end", speech_end, "turn_complete"))
+        return complete
+
+    def speech_end(self) -> int:
+        """The refined end of speech of the current silence (cached per silence: it only looks at windows before)."""
+        if self._speech_end is None or self._speech_end[0] != self.silence_start:
+            self._speech_end = (self.silence_start, self._refined_end(self.silence_start))
+        return self._speech_end[1]
 
     def flush(self, stream_end: int) -> list[Transition]:
         """The audio is over: end or discard the utterance in progress."""

@@ -140,6 +140,11 @@ def cmd_speak(args) -> int:
 
 # --- transcribe --------------------------------------------------------------------------------------------------
 CHUNK_MS = 100
+ENDPOINTING_MODES = {
+    "": recognizer_pb2.EndpointingConfig.MODE_UNSPECIFIED,
+    "silence": recognizer_pb2.EndpointingConfig.MODE_SILENCE,
+    "semantic": recognizer_pb2.EndpointingConfig.MODE_SEMANTIC,
+}
 
 
 def _recognize_requests(pcm: bytes, rate: int, config, realtime: bool, sent: dict):
@@ -166,7 +171,9 @@ def cmd_transcribe(args) -> int:
         language=args.language or "",
         interim_results=args.interim,
         phrase_hints=args.hint or [],
-        endpointing=recognizer_pb2.EndpointingConfig(hangover_ms=args.hangover_ms or 0),
+        endpointing=recognizer_pb2.EndpointingConfig(
+            hangover_ms=args.hangover_ms or 0, mode=ENDPOINTING_MODES[args.endpointing or ""]
+        ),
     )
     sent: dict = {}
     seconds = len(pcm) / 2 / rate
@@ -198,6 +205,13 @@ def cmd_transcribe(args) -> int:
                     else:
                         speech_end_at[len(finals)] = now
                         print(f"[{t:6.2f}s] speech end at {reply.vad.offset_ms / 1000:.2f} s")
+                    continue
+                if kind == "end_of_turn":
+                    e = reply.end_of_turn
+                    print(
+                        f"[{t:6.2f}s] end of turn? {'complete' if e.complete else 'not yet'}: p={e.probability:.2f}"
+                        f" after {e.silence_ms} ms of silence (at {e.offset_ms / 1000:.2f} s)"
+                    )
                     continue
                 r = reply.result
                 if not r.is_final:
@@ -397,6 +411,12 @@ def main(argv: list[str] | None = None) -> int:
     transcribe.add_argument("--language", help="BCP-47, e.g. en-US (default: detect)")
     transcribe.add_argument("--hint", action="append", help="a phrase likely spoken (repeatable)")
     transcribe.add_argument("--hangover-ms", type=int, help="silence that ends an utterance (default 200)")
+    transcribe.add_argument(
+        "--endpointing",
+        choices=("silence", "semantic"),
+        help="how an utterance ends: after the hangover, or when a turn model hears the speaker has finished"
+        " (prints its judgements; default: the asr service's)",
+    )
     transcribe.add_argument("--fast", action="store_true", help="send the file as fast as possible, not in real time")
     transcribe.add_argument("--timeout", type=float, help="deadline in seconds (default: 3x the audio + 60)")
     transcribe.set_defaults(fn=cmd_transcribe)

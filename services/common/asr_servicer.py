@@ -11,10 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 
 from services.common import audio
-from services.common.engines import SPEECH_END, SPEECH_START, AsrEngine, AsrEvent, Endpointing, RecognitionOptions
+from services.common.engines import (
+    SEMANTIC_MODE,
+    SILENCE_MODE,
+    SPEECH_END,
+    SPEECH_START,
+    TURN_ESTIMATE,
+    AsrEngine,
+    AsrEvent,
+    Endpointing,
+    RecognitionOptions,
+)
 from services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
 from services.common.rpc import new_request_id, rpc
 from services.common.scheduler import Admission, cpu_cores
@@ -37,13 +48,15 @@ class AsrLimits:
     def from_config(cls, section, in_front: bool = False) -> AsrLimits:
         """Limits from the asr section. ``in_front`` (the router): a capacity left at 0 is the asr service's to work
         out from its own cores, so the router does not cap streams and passes the service's refusal on."""
-        e = section.endpointing
         capacity = section.max_concurrent_streams or (MAX_STREAMS if in_front else streams_per_core(section.engine))
+        defaults = endpointing_defaults(section.endpointing)
+        if in_front:
+            defaults = dataclasses.replace(defaults, mode="")  # unspecified stays so: the backend resolves it
         return cls(
             idle_timeout_s=section.idle_timeout_seconds,
             max_stream_s=section.max_stream_seconds,
             max_concurrent_streams=capacity,
-            defaults=Endpointing(e.threshold, e.min_speech_ms, e.hangover_ms, e.max_utterance_ms),
+            defaults=defaults,
         )
 
 
@@ -61,8 +74,33 @@ def streams_per_core(engine: str) -> int:
     return CPU_STREAMS_PER_CORE * cpu_cores() if engine == "cpu" else GPU_STREAMS
 
 
+def endpointing_defaults(section) -> Endpointing:
+    """An endpointing config section (config_base.AsrEndpointingConfig) as the defaults of a stream's fields."""
+    return Endpointing(
+        section.threshold,
+        section.min_speech_ms,
+        section.hangover_ms,
+        section.max_utterance_ms,
+        mode=section.mode,
+        turn_threshold=section.turn_threshold,
+        min_silence_ms=section.min_silence_ms,
+        max_silence_ms=section.max_silence_ms,
+    )
+
+
 def event_fields(event: AsrEvent) -> dict:
     """An engine event as the oneof fields shared by StreamingRecognizeResponse and RecognizeResponse."""
+    if event.kind == TURN_ESTIMATE:
+        t = event.turn
+        return {
+            "end_of_turn": recognizer_pb2.EndOfTurn(
+                probability=t.probability,
+                complete=t.complete,
+                silence_ms=t.silence_ms,
+                offset_ms=t.offset_ms,
+                utterance_index=t.utterance_index,
+            )
+        }
     if event.kind in (SPEECH_START, SPEECH_END):
         kind = (
             recognizer_pb2.VadEvent.KIND_SPEECH_START
@@ -245,7 +283,43 @@ def endpointing_from_config(e, d: Endpointing) -> Endpointing:
             "config.endpointing.max_utterance_ms",
             f"{max_utt} is outside 1000..{d.max_utterance_ms} (this server's limit; 0 means the limit)",
         )
-    return Endpointing(threshold, min_speech, hangover, max_utt)
+    mode = MODES.get(e.mode)
+    if mode is None:
+        raise InvalidArgument("config.endpointing.mode", f"{e.mode} is not a known mode (0 unspecified, 1, 2)")
+    turn_threshold = e.turn_threshold or d.turn_threshold
+    if not 0 < turn_threshold < 1:
+        raise InvalidArgument(
+            "config.endpointing.turn_threshold", f"{e.turn_threshold} is outside 0..1 (0 means {d.turn_threshold})"
+        )
+    min_silence = e.min_silence_ms or d.min_silence_ms
+    max_silence = e.max_silence_ms or d.max_silence_ms
+    if max_silence > MAX_SILENCE_MS:
+        raise InvalidArgument("config.endpointing.max_silence_ms", f"{max_silence} is over {MAX_SILENCE_MS}")
+    if not WINDOW_MS <= min_silence <= max_silence:
+        raise InvalidArgument(
+            "config.endpointing.min_silence_ms",
+            f"{min_silence} must be {WINDOW_MS}..max_silence_ms ({max_silence}); 0 means {d.min_silence_ms}",
+        )
+    return Endpointing(
+        threshold,
+        min_speech,
+        hangover,
+        max_utt,
+        mode=mode or d.mode,
+        turn_threshold=turn_threshold,
+        min_silence_ms=min_silence,
+        max_silence_ms=max_silence,
+    )
+
+
+# EndpointingConfig.Mode -> Endpointing.mode ("" = unspecified: the defaults' mode, "" again in the router).
+MODES = {
+    recognizer_pb2.EndpointingConfig.MODE_UNSPECIFIED: "",
+    recognizer_pb2.EndpointingConfig.MODE_SILENCE: SILENCE_MODE,
+    recognizer_pb2.EndpointingConfig.MODE_SEMANTIC: SEMANTIC_MODE,
+}
+MAX_SILENCE_MS = 10_000
+WINDOW_MS = 32  # one VAD window: the least silence that can be judged
 
 
 async def next_or_idle(requests, idle_timeout_s: float, setting: str):

@@ -217,9 +217,24 @@ class AsrEndpointingConfig:
     min_speech_ms: int = 250
     hangover_ms: int = 200
     max_utterance_ms: int = 30_000
+    # How an utterance ends when a stream leaves the mode unspecified: "silence" (after hangover_ms) or "semantic"
+    # (a turn model judges each pause; needs the pipecat-ai wheel, docs/asr.md#semantic-endpointing).
+    mode: str = "silence"
+    # Semantic mode: probability at or above which the turn model's "complete" ends the utterance.
+    turn_threshold: float = 0.5
+    # Semantic mode: silence before the first judgement, and the most silence an utterance judged incomplete gets.
+    min_silence_ms: int = 160
+    max_silence_ms: int = 1500
 
     def validate(self, path: str) -> None:
         check(path, "threshold", 0 < self.threshold < 1, f"must be between 0 and 1, got {self.threshold}")
         check(path, "min_speech_ms", 0 <= self.min_speech_ms <= 5000, "must be 0..5000")
         check(path, "hangover_ms", 32 <= self.hangover_ms <= 5000, "must be 32..5000")
         check(path, "max_utterance_ms", 1000 <= self.max_utterance_ms <= 120_000, "must be 1000..120000")
+        check(path, "mode", self.mode in ("silence", "semantic"), f"must be 'silence' or 'semantic', got {self.mode!r}")
+        check(
+            path, "turn_threshold", 0 < self.turn_threshold < 1, f"must be between 0 and 1, got {self.turn_threshold}"
+        )
+        check(path, "min_silence_ms", 32 <= self.min_silence_ms <= 10_000, "must be 32..10000")
+        check(path, "max_silence_ms", 32 <= self.max_silence_ms <= 10_000, "must be 32..10000")
+        check(path, "min_silence_ms", self.min_silence_ms <= self.max_silence_ms, "must be <= max_silence_ms")

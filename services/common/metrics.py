@@ -134,8 +134,20 @@ ASR_AUDIO_SECONDS = Counter(
 )
 ASR_UTTERANCES = Counter(
     "voicefleet_asr_utterances_total",
-    "Finals sent, by why the utterance ended: endpoint (hangover), max_utterance, end_of_stream.",
+    "Finals sent, by why the utterance ended: endpoint (hangover), max_utterance, end_of_stream; semantic "
+    "endpointing: turn_complete (the turn model said complete), max_silence (it did not, and the silence lasted).",
     ["service", "engine", "reason"],
+)
+ASR_TURN_MODEL = Histogram(
+    "voicefleet_asr_turn_model_seconds",
+    "Turn model (Smart Turn v3.2) compute per judgement: features + inference on the last 8 s of audio.",
+    ["service"],
+    buckets=LATENCY_BUCKETS,
+)
+ASR_TURN_JUDGEMENTS = Counter(
+    "voicefleet_asr_turn_judgements_total",
+    "Turn model judgements at pauses (semantic endpointing), by outcome: complete or incomplete.",
+    ["service", "engine", "outcome"],
 )
 
 # Conversation (moss_sts; the router reports the backend's turn timings under service="router").

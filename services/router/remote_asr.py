@@ -14,16 +14,19 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from services.common.asr_servicer import MODES
 from services.common.audio import S16LE
 from services.common.engines import (
     RESULT,
     SPEECH_END,
     SPEECH_START,
+    TURN_ESTIMATE,
     AsrEngine,
     AsrEvent,
     AsrStream,
     Hypothesis,
     RecognitionOptions,
+    TurnEstimate,
     WordTiming,
 )
 from services.common.errors import Unavailable, from_rpc_error
@@ -76,15 +79,34 @@ def config_to_proto(options: RecognitionOptions) -> recognizer_pb2.RecognitionCo
             min_speech_ms=e.min_speech_ms,
             hangover_ms=e.hangover_ms,
             max_utterance_ms=e.max_utterance_ms,
+            mode=PROTO_MODES[e.mode],
+            turn_threshold=e.turn_threshold,
+            min_silence_ms=e.min_silence_ms,
+            max_silence_ms=e.max_silence_ms,
         ),
         phrase_hints=list(options.phrase_hints),
     )
 
 
+# Endpointing.mode -> EndpointingConfig.Mode ("" stays unspecified: the backend's default).
+PROTO_MODES = {mode: proto for proto, mode in MODES.items()}
+
+
 def event_from_proto(reply) -> AsrEvent:
-    if reply.WhichOneof("event") == "vad":
+    which = reply.WhichOneof("event")
+    if which == "vad":
         kind = SPEECH_START if reply.vad.kind == recognizer_pb2.VadEvent.KIND_SPEECH_START else SPEECH_END
         return AsrEvent(kind, offset_ms=reply.vad.offset_ms)
+    if which == "end_of_turn":
+        t = reply.end_of_turn
+        turn = TurnEstimate(
+            probability=round(t.probability, 4),
+            complete=t.complete,
+            silence_ms=t.silence_ms,
+            offset_ms=t.offset_ms,
+            utterance_index=t.utterance_index,
+        )
+        return AsrEvent(TURN_ESTIMATE, offset_ms=t.offset_ms, turn=turn)
     r = reply.result
     return AsrEvent(
         RESULT,
