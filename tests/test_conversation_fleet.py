@@ -401,6 +401,30 @@ def test_speech_shorter_than_the_barge_in_minimum_does_not_interrupt(conv, route
         close(talk)
 
 
+def test_semantic_end_of_turn_waits_through_a_pause_and_commits_a_finished_turn_early(conv, router_channel, say):
+    """The service's default mode is semantic: an 800 ms pause mid-phrase is judged unfinished (one turn with the
+    whole sentence), and the finished sentence commits on the turn model's word, before the old 400 ms hangover."""
+    from services.asr.evaluation import cut_after
+    from tests.speech import _whisper
+
+    said = np.frombuffer(trim(say("Please call me back when you get home.")), dtype=np.int16)
+    at = cut_after(said, "you", _whisper("base"))
+    paused = said[:at].tobytes() + bytes(2 * RATE * 8 // 10) + said[at:].tobytes()
+    talk = Talk(router_channel)
+    try:
+        talk.send(paused, paced=True, label="paused")
+        assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
+        done = talk.complete(0)
+        assert done is not None and wer("please call me back when you get home", done.user_text) <= 0.15, done
+        judged = [e.end_of_turn for _, e in talk.of("end_of_turn", 0)]
+        assert any(not j.complete for j in judged), judged  # the pause: unfinished
+        assert judged[-1].complete and judged[-1].silence_ms < 400, judged  # the end: finished, before a hangover
+        assert len(talk.of("turn_complete")) == 1  # one turn, no reply to the half sentence
+    finally:
+        close(talk)
+    assert conv.metric("moss_sts", "voicefleet_sts_end_of_turn_decisions_total", decision="incomplete") >= 1
+
+
 WHYS = ("stop_word", "words", "long_speech", "stop_word_final", "words_final")
 
 

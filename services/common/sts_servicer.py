@@ -14,7 +14,7 @@ import contextlib
 from dataclasses import dataclass
 
 from services.common import audio, metrics
-from services.common.asr_servicer import endpointing_from_config, next_or_idle
+from services.common.asr_servicer import endpointing_defaults, endpointing_from_config, next_or_idle
 from services.common.engines import (
     END_OF_TURN,
     END_OF_TURN_JUDGED,
@@ -78,13 +78,12 @@ class StsLimits:
 
     @classmethod
     def from_config(cls, section) -> StsLimits:
-        e = section.endpointing
         return cls(
             idle_timeout_s=section.idle_timeout_seconds,
             max_concurrent_sessions=section.max_concurrent_sessions,
             max_system_prompt_chars=section.max_system_prompt_chars,
             max_tokens_limit=section.max_tokens_limit,
-            endpointing=Endpointing(e.threshold, e.min_speech_ms, e.hangover_ms, e.max_utterance_ms),
+            endpointing=endpointing_defaults(section.endpointing),
             barge_in_min_speech_ms=section.barge_in_min_speech_ms,
             barge_in_stop_words=tuple(section.barge_in_stop_words),
             barge_in_backchannels=tuple(section.barge_in_backchannels),

@@ -92,7 +92,10 @@ class MossStsConfig(TtsServiceConfig):
     reply_chunk_ms: int = 100
     reply_first_chunk_ms: int = 40
     # User turn endpointing defaults (EndpointingConfig fields left at 0) and barge-in.
-    endpointing: AsrEndpointingConfig = field(default_factory=lambda: AsrEndpointingConfig(hangover_ms=400))
+    # Conversations default to semantic end of turn (the turn model in the asr engine; docs/conversation.md).
+    endpointing: AsrEndpointingConfig = field(
+        default_factory=lambda: AsrEndpointingConfig(hangover_ms=400, mode="semantic")
+    )
     barge_in_min_speech_ms: int = 500
     # Barge-in by words (BargeInConfig fields left empty): speech over the reply interrupts at once on a stop word or
     # phrase, or once it has barge_in_min_words words that are not backchannels; backchannels never interrupt.

@@ -8,7 +8,7 @@ speaks with the same TTS engine. GPU: MOSS-Speech answers speech with speech (mo
 from __future__ import annotations
 
 from services.common.config import Config
-from services.common.engines import AsrEngine, StsEngine, TtsEngine
+from services.common.engines import SEMANTIC_MODE, AsrEngine, StsEngine, TtsEngine
 from services.common.model_control import lease_bytes, resident_sts
 from services.common.server import ServiceParts, Servicer
 from services.common.sts_servicer import ConversationServicer, StsLimits
@@ -44,6 +44,13 @@ def make_tts(config: Config) -> TtsEngine:
 
 def make_engines(config: Config) -> tuple[StsEngine, TtsEngine]:
     section = config.moss_sts
+    if section.endpointing.mode == SEMANTIC_MODE:
+        from services.asr.turn_model import TurnModelMissing, turn_model_path
+
+        try:
+            turn_model_path(config.asr.turn_model_path)
+        except TurnModelMissing as e:  # the sessions' default mode needs a model this machine lacks
+            raise SystemExit(f"{SERVICE}: cannot start: moss_sts.endpointing.mode is semantic, but {e}") from None
     limits = DialogueLimits.from_config(section)
     if section.engine == "gpu":
         from services.moss_sts.moss_engine import MossSpeechEngine
