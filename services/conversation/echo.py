@@ -22,6 +22,7 @@ a fallback session) does not need it; without it, ``EchoCancellerUnavailable`` n
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import re
 
@@ -174,7 +175,7 @@ _SAME_SOUND = {
     "won": "one",
     "write": "right",
     "their": "there",
-    "theyre": "there",
+    "they're": "there",
     "know": "no",
     "here": "hear",
     "buy": "by",
@@ -199,21 +200,24 @@ def _words(text: str) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=65536)  # interims repeat the same words, turn after turn
 def _same(heard: str, said: str) -> bool:
     if heard == said:
         return True
-    if min(len(heard), len(said)) < 4:
-        return False
+    if min(len(heard), len(said)) < 4 or 2 * min(len(heard), len(said)) < _CLOSE * (len(heard) + len(said)):
+        return False  # short words must be equal; lengths this far apart cannot reach the ratio
     return difflib.SequenceMatcher(None, heard, said).ratio() >= _CLOSE
 
 
-def _in_order(heard: list[str], said: list[str]) -> int:
-    """Longest run of ``heard`` words found in order in ``said`` (a longest common subsequence, fuzzy words)."""
-    row = [0] * (len(said) + 1)
-    for h in heard:
+def _in_order(matches: list[list[bool]], lo: int, hi: int) -> int:
+    """Most heard words found in order among reply words [lo, hi): a longest common subsequence over ``matches``
+    (heard word i matches reply word j)."""
+    row = [0] * (hi - lo + 1)
+    for heard_row in matches:
         prev_diag = 0
-        for j, s in enumerate(said, start=1):
-            prev_diag, row[j] = row[j], prev_diag + 1 if _same(h, s) else max(row[j], row[j - 1])
+        for j in range(1, hi - lo + 1):
+            same = heard_row[lo + j - 1]
+            prev_diag, row[j] = row[j], prev_diag + 1 if same else max(row[j], row[j - 1])
     return row[-1]
 
 
@@ -240,9 +244,11 @@ def is_own_words(heard: str, reply_text: str, *, recent_words: int = 60, min_fra
     n = len(heard_words)
     needed = n if n <= 3 else math.ceil(n * min_fraction)
     span = n + max(2, n // 2)
-    best = 0
-    for start in range(max(1, len(said) - span + 1)):
-        best = max(best, _in_order(heard_words, said[start : start + span]))
-        if best >= needed:
-            return True
-    return False
+    # Word pairs compared once (fuzzy matching is the cost), then every stretch of the reply is scored from them.
+    matches = [[_same(h, w) for w in said] for h in heard_words]
+    if sum(any(row) for row in matches) < needed:
+        return False
+    return any(
+        _in_order(matches, start, min(start + span, len(said))) >= needed
+        for start in range(max(1, len(said) - span + 1))
+    )
