@@ -3,7 +3,8 @@
 The reply (piper joe) is handed to the caller in chunks the way the dialogue paces it (a 40 ms first chunk, then
 100 ms chunks, at most 300 ms ahead of playback); the caller plays them from the moment the first is taken, and the
 microphone picks the playback up ``delay_ms`` later at ``level_db`` (re the reply as sent) over a little noise
-(-55 dBFS), plus the user's own speech if any. The mic goes to the server in frames of 20, 25, 40 and 30 ms in turn
+(-55 dBFS), plus the user's own speech if any. With ``room`` the echo path is a small room's
+(``room_response``: the direct sound and a 150 ms reverberant tail) instead of a pure delay. The mic goes to the server in frames of 20, 25, 40 and 30 ms in turn
 (25 ms is not a whole number of AEC frames). A barge-in ``cut_s`` after the user starts stops the reply: no more
 chunks, ``stop_render`` (the caller flushes its playback), and the echo ends ``delay_ms`` later.
 
@@ -56,6 +57,21 @@ async def voices(texts=(USER,)) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     return reply, users
 
 
+def room_response(seed: int = 3) -> np.ndarray:
+    """A small room's impulse response at 16 kHz: the direct sound, then 150 ms of reverberation decaying with a
+    40 ms time constant (~0.3 s to -60 dB, a furnished office); unit energy, so ``level_db`` keeps its meaning."""
+    t = np.arange(int(0.15 * RATE)) / RATE
+    response = np.random.default_rng(seed).normal(0.0, 1.0, len(t)) * np.exp(-t / 0.04)
+    response[0] = 4.0
+    return response / np.sqrt(np.sum(response**2))
+
+
+def _through(x: np.ndarray, response: np.ndarray) -> np.ndarray:
+    n = len(x) + len(response) - 1
+    size = 1 << (n - 1).bit_length()
+    return np.fft.irfft(np.fft.rfft(x, size) * np.fft.rfft(response, size), size)[:n]
+
+
 @dataclass
 class Line:
     mic: np.ndarray  # int16: what the caller's microphone sent
@@ -74,6 +90,7 @@ def call(
     user_at_s: float = 2.0,
     cut_s: float | None = 0.5,
     cancel_echo: bool = True,
+    room: bool = False,
     seed: int = 0,
 ) -> Line:
     """One call: the reply echoed back (and the user speaking ``user_at_s`` into the reply), through a canceller."""
@@ -83,6 +100,8 @@ def call(
     user_start = start + int(user_at_s * RATE) if user is not None else 0
     stop = len(reply) if user is None or cut_s is None else min(len(reply), user_start - start + int(cut_s * RATE))
     played = reply[:stop].astype(np.float64)
+    if room:
+        played = _through(played, room_response())
     total = start + len(reply) + RATE
     delay = int(delay_ms * RATE / 1000)
     echo = np.zeros(total)
@@ -151,18 +170,22 @@ def main() -> None:
 
     reply, users = asyncio.run(voices())
     user = users[USER]
-    print("| delay | level | ERLE dB | CPU ms/s | user WER, cut 0.5 s (AEC / none) | user WER, echo throughout |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(
+        "| delay | level | ERLE dB | CPU ms/s | user WER, cut 0.5 s (AEC / none) | user WER, echo throughout "
+        "| ERLE dB in a room |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for delay in DELAYS_MS:
         for level in LEVELS_DB:
             echo_only = call(reply, delay, level)
             cut = call(reply, delay, level, user=user)
             raw = call(reply, delay, level, user=user, cancel_echo=False)
             throughout = call(reply, delay, level, user=user, cut_s=None)
+            in_a_room = call(reply, delay, level, room=True)
             w = [wer(USER, listen(x.out[user_span(x)].tobytes(), RATE)) for x in (cut, raw, throughout)]
             print(
                 f"| {delay} ms | {level} dB | {erle_db(echo_only):.1f} | {echo_only.cpu_ms_per_s:.1f} "
-                f"| {w[0]:.2f} / {w[1]:.2f} | {w[2]:.2f} |",
+                f"| {w[0]:.2f} / {w[1]:.2f} | {w[2]:.2f} | {erle_db(in_a_room):.1f} |",
                 flush=True,
             )
 
