@@ -1,0 +1,254 @@
+"""The agent's own voice is not the user: reference-based echo cancellation and an own-words check for barge-in.
+
+When the reply leaks back into the caller's microphone (a speakerphone, a phone line without echo cancellation), the
+server hears its own words 50-250 ms late and -20..-6 dB down, and without help it barges in on itself and answers
+its own words. The server knows exactly what it sent, so it cancels that:
+
+* ``EchoCanceller``: WebRTC's AEC3 (the ``pywebrtc-audio`` wheel; docs/conversation.md says why that one) on the
+  caller's audio, with the reply audio the caller took as the reference (the far end). 16 kHz s16le mono in the
+  dialogue; AEC3 works in 10 ms frames, so remainders of the 20-40 ms frames callers send are buffered.
+* ``ReferenceTimeline``: puts the reply on the microphone's sample timeline. The server sees the mic as samples fed
+  and the reply as chunks the caller took; a chunk taken when the mic stream is at sample P plays from
+  max(P, end of the previous chunk) on (the caller's playback buffer). Mic samples [P, P+n) are processed with the
+  reference samples of the same span (zeros where nothing plays); AEC3's delay estimator finds the rest (network,
+  jitter buffer, playback: 50-250 ms measured, tests/test_echo.py).
+* ``is_own_words``: a barge-in candidate whose recognized words are mostly a run of the reply's recent words is the
+  agent hearing itself (what AEC leaves, or AEC turned off), so it must not interrupt.
+
+The library is imported when an ``EchoCanceller`` is made, so a process that never cancels echo (the router without
+a fallback session) does not need it; without it, ``EchoCancellerUnavailable`` names the package.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import math
+import re
+
+import numpy as np
+
+PACKAGE = "pywebrtc-audio"
+PIN = "pywebrtc-audio==0.2.0"
+# AEC3 runs at 16/32/48 kHz internally; a rate with a whole number of samples per 10 ms frame keeps its quality.
+RATES = (8000, 16000, 32000, 48000)
+FRAME_MS = 10
+
+
+class EchoCancellerUnavailable(RuntimeError):
+    """The AEC library is not installed (install it, or turn echo cancellation off in the conversation config)."""
+
+
+def _library():
+    try:
+        import pywebrtc_audio
+    except ImportError as exc:
+        raise EchoCancellerUnavailable(
+            f"echo cancellation needs the {PACKAGE} wheel (WebRTC AEC3): pip install {PIN} (pinned in "
+            "services/moss_sts/requirements-cpu.txt), or turn echo cancellation off in the conversation config"
+        ) from exc
+    return pywebrtc_audio
+
+
+def ensure_available() -> None:
+    """Raise ``EchoCancellerUnavailable`` (naming the package) unless the AEC library imports: for a check at start."""
+    _library()
+
+
+class ReferenceTimeline:
+    """The reply audio (s16le samples) placed on the microphone's sample timeline.
+
+    ``play(samples, at=P)`` queues a chunk the caller took while the mic stream was at sample P: it plays from
+    max(P, end of what is queued) on, back to back with the chunk before (the caller's playback buffer), or after a
+    gap of silence. ``take(start, count)`` gives the reference for mic samples [start, start+count): what plays
+    there, zeros where nothing does; spans are taken in order and what is taken is forgotten.
+    """
+
+    def __init__(self) -> None:
+        self._start = 0  # mic sample of self._samples[0]
+        self._samples = np.zeros(0, dtype=np.int16)
+
+    @property
+    def end(self) -> int:
+        """Mic sample at which the queued reference ends (where the next chunk plays from at the earliest)."""
+        return self._start + len(self._samples)
+
+    def play(self, samples: np.ndarray, at: int) -> int:
+        """Queue ``samples`` (int16) taken while the mic was at sample ``at``; returns the sample it plays from."""
+        begin = max(at, self.end)
+        if len(self._samples) == 0:
+            self._start = begin
+            self._samples = np.asarray(samples, dtype=np.int16).copy()
+        else:
+            gap = np.zeros(begin - self.end, dtype=np.int16)
+            self._samples = np.concatenate([self._samples, gap, np.asarray(samples, dtype=np.int16)])
+        return begin
+
+    def take(self, start: int, count: int) -> np.ndarray:
+        """The reference for mic samples [start, start + count); everything before start + count is dropped."""
+        out = np.zeros(count, dtype=np.int16)
+        lo, hi = max(start, self._start), min(start + count, self.end)
+        if hi > lo:
+            out[lo - start : hi - start] = self._samples[lo - self._start : hi - self._start]
+        drop = min(max(0, start + count - self._start), len(self._samples))
+        self._samples = self._samples[drop:]
+        self._start += drop
+        return out
+
+    def stop(self, at: int) -> None:
+        """Playback stopped at mic sample ``at`` (a barge-in cut the reply): nothing queued after it plays."""
+        if self.end > at:
+            self._samples = self._samples[: max(0, at - self._start)]
+
+
+class EchoCanceller:
+    """One session's echo canceller: ``render`` the reply audio the caller took, ``process`` the caller's audio.
+
+    Both are s16le mono at ``rate`` (the dialogue resamples to 16 kHz). ``process`` returns the audio with the
+    rendered audio's echo removed, in whole 10 ms frames: a remainder waits for the next call, so the output lags the
+    input by less than 10 ms and totals the same length once frames line up. Not thread-safe (one per session).
+    """
+
+    def __init__(self, rate: int = 16000):
+        if rate not in RATES:
+            raise ValueError(f"rate: {rate} Hz is not one of {RATES} (AEC3 works in whole 10 ms frames)")
+        self.rate = rate
+        self._frame = rate * FRAME_MS // 1000
+        # stream_delay_ms 0: AEC3's own delay estimator finds the echo's delay (the timeline already puts the
+        # reference where the caller's playback starts, so what is left is network + playback delay).
+        self._aec = _library().EchoCanceller(sample_rate=rate, num_channels=1, stream_delay_ms=0)
+        self._timeline = ReferenceTimeline()
+        self._fed = bytearray()  # mic bytes short of a whole frame
+        self._mic_bytes = 0  # mic bytes given to process() so far: "now" on the mic timeline
+        self._processed = 0  # mic samples through AEC3 so far
+
+    @property
+    def position(self) -> int:
+        """Mic samples given to ``process`` so far (where a chunk rendered now starts playing at the earliest)."""
+        return self._mic_bytes // 2
+
+    def render(self, pcm: bytes) -> None:
+        """The caller took ``pcm`` (reply audio) now: it is the reference from the mic's current position on."""
+        if len(pcm) % 2:
+            raise ValueError("pcm: s16le reply audio needs an even number of bytes")
+        self._timeline.play(np.frombuffer(pcm, dtype=np.int16), at=self.position)
+
+    def stop_render(self) -> None:
+        """The caller's playback was cut (barge-in, interrupt): the reference queued after now is dropped, so AEC3
+        does not expect echo of audio that never plays (it would suppress the user's words in its place)."""
+        self._timeline.stop(self.position)
+
+    def process(self, pcm: bytes) -> bytes:
+        """The caller's audio ``pcm`` with the echo of the rendered audio removed (whole 10 ms frames, see class)."""
+        if self._aec is None:
+            raise RuntimeError("EchoCanceller is closed")
+        self._mic_bytes += len(pcm)
+        self._fed += pcm
+        count = len(self._fed) // (2 * self._frame) * self._frame
+        if count == 0:
+            return b""
+        near = np.frombuffer(bytes(self._fed[: 2 * count]), dtype=np.int16)
+        del self._fed[: 2 * count]
+        far = self._timeline.take(self._processed, count)
+        self._processed += count
+        return self._aec.process(near, far).tobytes()
+
+    def close(self) -> None:
+        """Free the AEC state; ``process`` after this raises."""
+        self._aec = None
+        self._fed.clear()
+
+
+# --- own words ---------------------------------------------------------------------------------------------------
+
+# A heard word matches a reply word when equal, or (both 4+ letters) when close: ASR errors on echo are mostly
+# inflections and near-spellings ("platforms" for "platform", "leave" for "leaves"); short words must match exactly.
+_CLOSE = 0.75
+_DIGITS = "zero one two three four five six seven eight nine".split()
+# Homophones the recognizer swaps freely, one spelling each.
+_SAME_SOUND = {
+    "for": "four",
+    "fore": "four",
+    "to": "two",
+    "too": "two",
+    "ate": "eight",
+    "won": "one",
+    "write": "right",
+    "their": "there",
+    "they're": "there",
+    "know": "no",
+    "here": "hear",
+    "buy": "by",
+    "bye": "by",
+    "sea": "see",
+    "its": "it's",
+    "u": "you",
+    "ok": "okay",
+}
+_WORD = re.compile(r"[a-z0-9']+")
+
+
+def _words(text: str) -> list[str]:
+    """Lower case, punctuation stripped, each digit spelled out (ASR writes "4" where the reply said "four")."""
+    out: list[str] = []
+    for token in _WORD.findall(text.lower().replace("-", " ")):
+        token = token.strip("'")
+        if token.isdigit():
+            out.extend(_DIGITS[int(d)] for d in token)
+        elif token:
+            out.append(_SAME_SOUND.get(token, token))
+    return out
+
+
+@functools.lru_cache(maxsize=65536)  # interims repeat the same words, turn after turn
+def _same(heard: str, said: str) -> bool:
+    if heard == said:
+        return True
+    if min(len(heard), len(said)) < 4 or 2 * min(len(heard), len(said)) < _CLOSE * (len(heard) + len(said)):
+        return False  # short words must be equal; lengths this far apart cannot reach the ratio
+    return difflib.SequenceMatcher(None, heard, said).ratio() >= _CLOSE
+
+
+def _in_order(matches: list[list[bool]], lo: int, hi: int) -> int:
+    """Most heard words found in order among reply words [lo, hi): a longest common subsequence over ``matches``
+    (heard word i matches reply word j)."""
+    row = [0] * (hi - lo + 1)
+    for heard_row in matches:
+        prev_diag = 0
+        for j in range(1, hi - lo + 1):
+            same = heard_row[lo + j - 1]
+            prev_diag, row[j] = row[j], prev_diag + 1 if same else max(row[j], row[j - 1])
+    return row[-1]
+
+
+def is_own_words(heard: str, reply_text: str, *, recent_words: int = 60, min_fraction: float = 0.6) -> bool:
+    """True when ``heard`` (a barge-in candidate's interim or final transcript) is the agent hearing its own reply.
+
+    ``reply_text`` is the reply the caller has been sent (e.g. ``heard_text`` of the pieces sent); only its last
+    ``recent_words`` words count (about 20 s of speech: echo is of what was just played). The rule, on normalised
+    words (lower case, no punctuation, digits spelled out):
+
+    * at least ``min_fraction`` (60 %) of the heard words appear in order within one stretch of the recent reply
+      words a little longer than what was heard (n heard words: n + max(2, n // 2) reply words). Echo transcripts
+      are runs of the reply with ASR errors (a word dropped, changed, split), so most of their words line up; a
+      user's own sentence shares a few common words with the reply at most, scattered, not in one short stretch;
+    * up to three heard words must all match: short phrases are mostly common words ("what about tomorrow" vs a
+      reply with "what ... about"), so a part proves nothing. A lone "stop" is the user unless the agent just said
+      "stop" itself; then nothing on the line tells the two apart and the echo is the likelier;
+    * nothing heard -> False (there is nothing to refuse).
+    """
+    heard_words = _words(heard)
+    said = _words(reply_text)[-recent_words:]
+    if not heard_words or not said:
+        return False
+    n = len(heard_words)
+    needed = n if n <= 3 else math.ceil(n * min_fraction)
+    span = n + max(2, n // 2)
+    # Word pairs compared once (fuzzy matching is the cost), then every stretch of the reply is scored from them.
+    matches = [[_same(h, w) for w in said] for h in heard_words]
+    if sum(any(row) for row in matches) < needed:
+        return False
+    return any(
+        _in_order(matches, start, min(start + span, len(said))) >= needed
+        for start in range(max(1, len(said) - span + 1))
+    )
