@@ -190,6 +190,12 @@ STS_BARGE_IN_DECISIONS = Counter(
     " lasting barge_in.min_speech_ms), long_speech (speech lasting barge_in_unheard_ms).",
     ["service", "engine", "why"],
 )
+STS_BARGE_IN_REFUSED = Counter(
+    "voicefleet_sts_barge_in_refused_total",
+    "Speech over the reply that did not interrupt it, by why: backchannel (only backchannel words), own_words (the"
+    " reply's own words heard back: echo).",
+    ["service", "engine", "why"],
+)
 STS_BRAIN_FIRST_TOKEN = Histogram(
     "voicefleet_sts_brain_first_token_seconds",
     "Chat request sent to the brain (OpenAI-compatible) to its first streamed text.",

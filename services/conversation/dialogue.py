@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 
-from services.common import metrics
+from services.common import audio, metrics
 from services.common.engines import (
     END_OF_TURN,
     END_OF_TURN_JUDGED,
@@ -70,7 +70,9 @@ from services.common.engines import (
     TurnTimings,
 )
 from services.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, VoiceError
+from services.conversation import echo
 from services.conversation.barge_in import WordRule, words
+from services.conversation.echo import EchoCanceller, is_own_words
 from services.conversation.relay import AudioRing, EventRelay, shifted
 
 log = logging.getLogger("voicefleet.conversation.dialogue")
@@ -99,6 +101,8 @@ class DialogueLimits:
     turn_commit_ms: int = 250
     # Speech over the reply with no words heard yet, or only backchannels, interrupts only after this long.
     barge_in_unheard_ms: int = 1500
+    # Cancel the echo of the reply in the caller's audio (WebRTC AEC3 with the audio the caller took as reference).
+    echo_cancellation: bool = True
 
     @classmethod
     def from_config(cls, section) -> DialogueLimits:
@@ -116,7 +120,17 @@ class DialogueLimits:
             default_system_prompt=section.default_system_prompt,
             turn_commit_ms=section.turn_commit_ms,
             barge_in_unheard_ms=section.barge_in_unheard_ms,
+            echo_cancellation=section.echo_cancellation,
         )
+
+
+def check_echo_cancellation(service: str, section) -> None:
+    """At start: echo cancellation configured on (``moss_sts.echo_cancellation``) needs its wheel."""
+    if section.echo_cancellation:
+        try:
+            echo.ensure_available()
+        except echo.EchoCancellerUnavailable as e:
+            raise SystemExit(f"{service}: cannot start: moss_sts.echo_cancellation is on, but {e}") from None
 
 
 @dataclass
@@ -297,6 +311,9 @@ class DialogueSession(StsSession):
         self._commit_at_ms: int | None = None
         self._discarded = 0  # candidates of the turn being heard that were dropped (the user went on)
         self._labels = (service, served_by.rsplit("/", 1)[-1])
+        # The reply leaking back into the caller's microphone is cancelled before anything listens to it.
+        self._echo = EchoCanceller(RATE) if limits.echo_cancellation else None
+        self._echo_resampler: audio.StreamResampler | None = None
         # Over-long turn: recognition off until the user pauses.
         self._skipping = False
         self._drop_results = False
@@ -320,6 +337,8 @@ class DialogueSession(StsSession):
                 " open a new session to go on"
             )
         now = time.monotonic()
+        if self._echo is not None:
+            pcm = self._echo.process(pcm)  # whole 10 ms frames: a remainder comes with the next call
         if self.keeps_user_audio:
             self._audio_ring.append(pcm)
         to_asr = pcm
@@ -331,7 +350,7 @@ class DialogueSession(StsSession):
         async with self._stream_lock:
             self._fed_samples += len(pcm) // 2
             self._arrivals.append((self._fed_samples * 1000 // RATE, now))
-            if self._stream is not None:
+            if self._stream is not None and to_asr:
                 await self._stream.feed(to_asr)
         self._check_limits()
         self._check_commit()
@@ -374,6 +393,8 @@ class DialogueSession(StsSession):
                 reply.sent_s += samples / event.audio.sample_rate_hz
                 reply.last_audio_wall = now
                 reply.progress.set()
+                if self._echo is not None:
+                    self._render_echo(event.audio)
             elif event.kind == TURN_COMPLETE and extra is not None:
                 reply, heard, interrupted = extra  # timings as sent: audio still queued at turn end went out first
                 event = dataclasses.replace(event, result=self._result(reply, heard, interrupted))
@@ -393,6 +414,8 @@ class DialogueSession(StsSession):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         self._relay.end()
+        if self._echo is not None:
+            self._echo.close()
         await self.release()
 
     # --- for subclasses -------------------------------------------------------------------------------------
@@ -526,7 +549,11 @@ class DialogueSession(StsSession):
                 return
             start = self._overlap_final.pop(r.utterance_index)
             verdict = self._word_rule.judge(r.transcript)
+            if verdict.interrupt and self.state != LISTENING and self._own_words(r.transcript):
+                return  # the agent's own voice heard back
             if not (verdict.interrupt and self.options.barge_in.enabled):
+                if verdict.why == "backchannel":
+                    metrics.STS_BARGE_IN_REFUSED.labels(*self._labels, "backchannel").inc()
                 return  # a backchannel (or too few words) over the reply: not the user's turn
             if self.state != LISTENING and self._reply is not None and not self._reply.interrupted_reason:
                 self._overlap_start_ms, self._overlap_utt = start, r.utterance_index
@@ -665,6 +692,8 @@ class DialogueSession(StsSession):
         if not self.options.barge_in.enabled or not self._speech_active or self._overlap_start_ms is None:
             return False
         verdict = self._word_rule.judge(r.transcript)
+        if verdict.interrupt and self._own_words(r.transcript):
+            return False
         if verdict.why == "words":
             # Pass 1 (pocketsphinx) guesses wildly at a hum ("and i'm home" for "mm-hm"): count only the words two
             # interims in a row agree on.
@@ -729,6 +758,26 @@ class DialogueSession(StsSession):
         reply.interrupted_reason = reason  # audio of this reply still queued is dropped (events())
         reply.interrupted_wall = time.monotonic()
         self._gen_task.cancel()
+        if self._echo is not None:
+            self._echo.stop_render()  # what the caller has not played yet never plays: no echo of it to expect
+
+    def _render_echo(self, piece: AudioPiece) -> None:
+        """Reply audio the caller took is the echo canceller's reference (at 16 kHz, from now on)."""
+        if self._echo_resampler is None or self._echo_resampler.src_rate != piece.sample_rate_hz:
+            self._echo_resampler = audio.StreamResampler(piece.sample_rate_hz, RATE)
+        pcm = self._echo_resampler.feed(piece.pcm)
+        if pcm:
+            self._echo.render(pcm)
+
+    def _own_words(self, transcript: str) -> bool:
+        """Speech over the reply whose words are the reply's own just sent: the agent hearing itself."""
+        reply = self._reply
+        if reply is None:
+            return False
+        if is_own_words(transcript, heard_text(reply.text, reply.pieces) or reply.text):
+            metrics.STS_BARGE_IN_REFUSED.labels(*self._labels, "own_words").inc()
+            return True
+        return False
 
     # --- replies --------------------------------------------------------------------------------------------
     async def _run_turn(self, turn: UserTurn, held: bool = False) -> None:

@@ -33,6 +33,9 @@ PIN = "pywebrtc-audio==0.2.0"
 # AEC3 runs at 16/32/48 kHz internally; a rate with a whole number of samples per 10 ms frame keeps its quality.
 RATES = (8000, 16000, 32000, 48000)
 FRAME_MS = 10
+# How long after the last reply audio the caller's audio is still cancelled: the longest echo delay AEC3 finds
+# (400 ms, tests/echo_line.py) plus a room's tail.
+ECHO_TAIL_MS = 1000
 
 
 class EchoCancellerUnavailable(RuntimeError):
@@ -67,6 +70,8 @@ class ReferenceTimeline:
     def __init__(self) -> None:
         self._start = 0  # mic sample of self._samples[0]
         self._samples = np.zeros(0, dtype=np.int16)
+        # Mic sample where the last reference audio ends (playing or played); far in the past until one plays.
+        self.played_until = -(1 << 62)
 
     @property
     def end(self) -> int:
@@ -76,6 +81,7 @@ class ReferenceTimeline:
     def play(self, samples: np.ndarray, at: int) -> int:
         """Queue ``samples`` (int16) taken while the mic was at sample ``at``; returns the sample it plays from."""
         begin = max(at, self.end)
+        self.played_until = max(self.played_until, begin + len(samples))
         if len(self._samples) == 0:
             self._start = begin
             self._samples = np.asarray(samples, dtype=np.int16).copy()
@@ -99,6 +105,7 @@ class ReferenceTimeline:
         """Playback stopped at mic sample ``at`` (a barge-in cut the reply): nothing queued after it plays."""
         if self.end > at:
             self._samples = self._samples[: max(0, at - self._start)]
+        self.played_until = min(self.played_until, max(at, self._start))
 
 
 class EchoCanceller:
@@ -121,6 +128,7 @@ class EchoCanceller:
         self._fed = bytearray()  # mic bytes short of a whole frame
         self._mic_bytes = 0  # mic bytes given to process() so far: "now" on the mic timeline
         self._processed = 0  # mic samples through AEC3 so far
+        self._tail = rate * ECHO_TAIL_MS // 1000
 
     @property
     def position(self) -> int:
@@ -149,9 +157,16 @@ class EchoCanceller:
             return b""
         near = np.frombuffer(bytes(self._fed[: 2 * count]), dtype=np.int16)
         del self._fed[: 2 * count]
-        far = self._timeline.take(self._processed, count)
+        start = self._processed
+        far = self._timeline.take(start, count)
         self._processed += count
-        return self._aec.process(near, far).tobytes()
+        cleaned = self._aec.process(near, far)
+        if start >= self._timeline.played_until + self._tail:
+            # No reply audio for a while, so no echo to cancel: the caller's audio goes on untouched. AEC3 still
+            # sees it (its state stays adapted), but its processing of a line without echo changes speech enough
+            # to move the turn model (0.04 -> 0.64 on a cut sentence) and drop a word at a pause.
+            return near.tobytes()
+        return cleaned.tobytes()
 
     def close(self) -> None:
         """Free the AEC state; ``process`` after this raises."""

@@ -108,6 +108,9 @@ class MossStsConfig(TtsServiceConfig):
     # the final transcript, and its text and audio are held until the commit (dropped if the user goes on).
     # 0: no preemptive reply (commit at the final).
     turn_commit_ms: int = 250
+    # Cancel the echo of the reply in the caller's audio (WebRTC AEC3, the pywebrtc-audio wheel), so a speakerphone
+    # or a phone line without echo cancellation does not make the agent interrupt itself (docs/conversation.md#echo).
+    echo_cancellation: bool = True
     gpu: MossGpuConfig = field(default_factory=MossGpuConfig)
 
     def validate(self, path: str) -> None:

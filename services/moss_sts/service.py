@@ -14,7 +14,7 @@ from services.common.server import ServiceParts, Servicer
 from services.common.sts_servicer import ConversationServicer, StsLimits
 from services.common.sts_servicer import instrument as instrument_conversation
 from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument
-from services.conversation.dialogue import DialogueLimits
+from services.conversation.dialogue import DialogueLimits, check_echo_cancellation
 from voice.v1 import conversation_pb2_grpc, synthesizer_pb2_grpc
 
 SERVICE = "moss_sts"
@@ -44,6 +44,7 @@ def make_tts(config: Config) -> TtsEngine:
 
 def make_engines(config: Config) -> tuple[StsEngine, TtsEngine]:
     section = config.moss_sts
+    check_echo_cancellation(SERVICE, section)
     if section.endpointing.mode == SEMANTIC_MODE:
         from services.asr.turn_model import TurnModelMissing, turn_model_path
 

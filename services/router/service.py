@@ -49,10 +49,11 @@ def conversation_fallback(config: Config, asr_backend: Backend | None, tts: dict
         return None, []
     from services.conversation.brain import ChatBrain
     from services.conversation.cascade import CascadeStsEngine
-    from services.conversation.dialogue import DialogueLimits
+    from services.conversation.dialogue import DialogueLimits, check_echo_cancellation
 
     b, margin = config.brain, config.router.deadline_margin_ms / 1000
     brain = ChatBrain(b.url, b.model, SERVICE, b.api_key, b.connect_timeout_seconds, b.read_timeout_seconds)
+    check_echo_cancellation(SERVICE, config.moss_sts)
     limits = DialogueLimits.from_config(config.moss_sts)
     cascade = CascadeStsEngine(SERVICE, RemoteAsrEngine(asr_backend, margin), brain, tts[tts_name], limits)
     return cascade, [asr_backend, tts[tts_name].backend]
