@@ -108,6 +108,62 @@ class ReferenceTimeline:
         self.played_until = min(self.played_until, max(at, self._start))
 
 
+class EchoLine:
+    """Does this caller's line carry the reply back at all? Decided from the first second of reply audio, by how the
+    level of the caller's audio follows the level of the reply (10 ms frames, lags up to ``MAX_LAG_MS``).
+
+    A line with echo (a speakerphone, a phone line without cancellation) follows it closely (correlation 0.92-0.98 at
+    the echo's delay, tests/echo_line.py's lines); a caller with their own echo cancellation (browsers, phones) or a headset does not, and AEC3's
+    processing of such a line only harms the caller's speech over the reply (it mangled "stop please" into nothing the
+    recognizers knew). ``echo``: None (undecided: cancel), True (cancel), False (leave the caller's audio alone).
+    A line judged without echo is judged again if it starts to follow the reply later (a speaker turned on)."""
+
+    MAX_LAG_MS = 500
+    WINDOW_FRAMES = 300  # 3 s of levels
+    DECIDE_AFTER_FRAMES = 80  # 0.8 s of reply audio played
+    ECHO_CORRELATION = (
+        0.75  # measured: echo 0.92-0.98 (room or not, 50-250 ms, -20..-6 dB); a user over the reply <= 0.52
+    )
+
+    def __init__(self) -> None:
+        self.echo: bool | None = None
+        self.correlation = 0.0
+        self._mic: list[float] = []
+        self._ref: list[float] = []
+        self._active = 0  # frames of audible reply seen
+        self._since_check = 0
+
+    def observe(self, near: np.ndarray, far: np.ndarray, frame: int) -> None:
+        n = len(near) // frame
+        if n == 0:
+            return
+        mic = np.sqrt(np.mean(near[: n * frame].reshape(n, frame).astype(np.float32) ** 2, axis=1))
+        ref = np.sqrt(np.mean(far[: n * frame].reshape(n, frame).astype(np.float32) ** 2, axis=1))
+        self._mic.extend(mic.tolist())
+        self._ref.extend(ref.tolist())
+        del self._mic[: -self.WINDOW_FRAMES], self._ref[: -self.WINDOW_FRAMES]
+        self._active += int(np.count_nonzero(ref > 100))
+        self._since_check += n
+        if self._active < self.DECIDE_AFTER_FRAMES or self._since_check < 25 or self.echo is True:
+            return
+        self._since_check = 0
+        self.correlation = self._best_correlation()
+        if self.correlation >= self.ECHO_CORRELATION:
+            self.echo = True
+        elif self.echo is None:
+            self.echo = False
+
+    def _best_correlation(self) -> float:
+        mic, ref = np.asarray(self._mic), np.asarray(self._ref)
+        best = 0.0
+        for lag in range(0, min(self.MAX_LAG_MS // FRAME_MS, len(mic) - 20)):
+            m, r = mic[lag:], ref[: len(ref) - lag]
+            if np.std(m) < 1e-6 or np.std(r) < 1e-6:
+                continue
+            best = max(best, float(np.corrcoef(m, r)[0, 1]))
+        return best
+
+
 class EchoCanceller:
     """One session's echo canceller: ``render`` the reply audio the caller took, ``process`` the caller's audio.
 
@@ -129,6 +185,7 @@ class EchoCanceller:
         self._mic_bytes = 0  # mic bytes given to process() so far: "now" on the mic timeline
         self._processed = 0  # mic samples through AEC3 so far
         self._tail = rate * ECHO_TAIL_MS // 1000
+        self.line = EchoLine()
 
     @property
     def position(self) -> int:
@@ -161,7 +218,8 @@ class EchoCanceller:
         far = self._timeline.take(start, count)
         self._processed += count
         cleaned = self._aec.process(near, far)
-        if start >= self._timeline.played_until + self._tail:
+        self.line.observe(near, far, self._frame)
+        if self.line.echo is False or start >= self._timeline.played_until + self._tail:
             # No reply audio for a while, so no echo to cancel: the caller's audio goes on untouched. AEC3 still
             # sees it (its state stays adapted), but its processing of a line without echo changes speech enough
             # to move the turn model (0.04 -> 0.64 on a cut sentence) and drop a word at a pause.
