@@ -49,6 +49,7 @@ def test_explicit_backends_via_env(tmp_path):
         ("router: {port: fast}", {}, "router.port: must be a number"),
         ("router: {port: 1.5}", {}, "router.port: must be a whole number"),
         ("cosyvoice_tts: {chunking: {max_chunk_ms: 5}}", {}, "cosyvoice_tts.chunking.max_chunk_ms: must be 10..2000"),
+        ("brain: {prompt_cache_mb: -1}", {}, "brain.prompt_cache_mb: must be 0 (off) or 1..65536 MiB, got -1"),
         (
             "moss_sts: {chunking: {first_segment_words: -1}}",
             {},
