@@ -7,7 +7,7 @@ whose turns alternate on the same model (A1 B1 A2 B2 ...: without a cache each p
 with the one before, so the whole context is evaluated again). Measured per turn: time to the first streamed token
 and the prompt tokens llama.cpp evaluated (``llama_perf_context``: n_p_eval).
 
-Run: ``python -m bench.brain_prefix``.
+Run: ``python -m bench.brain_prefix [CACHE_MIB [SESSIONS,...]]`` (default: no cache; 1 and 2 sessions).
 """
 
 from __future__ import annotations
@@ -75,15 +75,20 @@ def conversation(llm, sessions: int) -> dict[int, list[tuple[float, int]]]:
 
 
 def main() -> None:
-    cache_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    cache_bytes = (int(sys.argv[1]) << 20) if len(sys.argv) > 1 else 0  # MiB
+    session_counts = tuple(int(n) for n in sys.argv[2].split(",")) if len(sys.argv) > 2 else (1, 2)
     rows: dict[tuple[int, int], list[tuple[float, int]]] = {}
     for _ in range(ROUNDS):
-        for sessions in (1, 2):
+        for sessions in session_counts:
             llm = load(cache_bytes)  # a fresh model per conversation: nothing carried over
             for t, values in conversation(llm, sessions).items():
                 rows.setdefault((sessions, t), []).extend(values)
             del llm
+    import resource
+
     label = f"RAM cache {cache_bytes >> 20} MiB" if cache_bytes else "no cache"
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+    print(f"{label}: peak RSS of this process {peak_mib} MiB (the model alone: ~200 MiB)", flush=True)
     for (sessions, t), values in sorted(rows.items()):
         if t not in (1, 2, 4, 8):
             continue
