@@ -35,8 +35,8 @@ def server_settings(prompt_cache_mb: int):
 
 
 def test_the_brain_server_is_started_with_its_prompt_cache():
-    settings = server_settings(512)
-    assert (settings.cache, settings.cache_type, settings.cache_size) == (True, "ram", 512 << 20)
+    settings = server_settings(64)
+    assert (settings.cache, settings.cache_type, settings.cache_size) == (True, "ram", 64 << 20)
     assert server_settings(0).cache is False  # 0 = off
 
 
@@ -62,7 +62,7 @@ def second_turn_of_a(prompt_cache_mb: int) -> int:
 
 def test_a_session_resumes_its_own_prefix_after_another_sessions_turn():
     without_cache = second_turn_of_a(0)
-    with_cache = second_turn_of_a(512)
+    with_cache = second_turn_of_a(64)
     # Without the cache only the system prompt is shared with B1's prompt: A1's line and reply are evaluated again.
     # With it, A2 resumes from A1's cached state: its reply's end and the new line only.
     assert with_cache * 2 < without_cache, (with_cache, without_cache)

@@ -33,9 +33,10 @@ class BrainConfig:
     # The local server's prompt cache (llama-cpp-python's LlamaRAMCache; 0 = off): the model state after each reply
     # is kept, and the next request resumes from the longest cached prefix of its prompt, so a turn evaluates only
     # its new tokens even when sessions alternate on the one model (without it, only the previous request's prefix
-    # is reused). A state is ~0.2 MB per token of context with SmolLM2 (its logits row per token): 512 MiB holds
-    # about 2600 tokens of conversations. Measured in docs/conversation.md#the-brain.
-    prompt_cache_mb: int = 512
+    # is reused). The library counts only llama.cpp's state (~23 KB per token of context with SmolLM2) against this
+    # bound, not the logits row it also keeps per token (~196 KB): the process can hold ~10x this in RAM. 64 MiB kept
+    # 4 alternating 8-turn sessions whole (peak RSS 1.2 GB); docs/conversation.md#the-brain.
+    prompt_cache_mb: int = 64
     # Where clients reach the brain (OpenAI base URL, ending in /v1); "" = http://host:port/v1 (the local server).
     base_url: str = ""
     # Sent as "Authorization: Bearer ..." when set (vLLM --api-key); better given as VOICEFLEET_BRAIN__API_KEY.
