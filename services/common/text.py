@@ -107,10 +107,10 @@ def first_cut(text: str, a: int, b: int, rule: FirstSegment, complete: bool) -> 
     """Where the first segment of the sentence ``text[a:b]`` ends, earlier than the sentence end; None: no cut.
 
     The first clause mark (within ``rule.max_chars``) with at least ``rule.min_chars`` before it, else the end of
-    word ``rule.words`` (or, in
-    text without spaces, character ``rule.cjk_chars``) once the segment has ``rule.min_chars``. ``complete``: the
-    sentence ends at ``b`` (whole text; the rest must keep ``rule.min_chars`` too). Not complete (a stream, ``b``
-    is what arrived so far): a word counts only when whitespace follows it, as the next token may extend it.
+    word ``rule.words`` once the segment has ``rule.min_chars``, or in text without spaces (CJK) character
+    ``rule.cjk_chars``. ``complete``: the sentence ends at ``b`` (whole text; the rest must keep ``rule.min_chars``
+    too). Not complete (a stream, ``b`` is what arrived so far): a word counts only when whitespace follows it, as
+    the next token may extend it.
     """
     while a < b and text[a].isspace():
         a += 1
@@ -129,7 +129,7 @@ def first_cut(text: str, a: int, b: int, rule: FirstSegment, complete: bool) -> 
         cjk = _CJK.search(text, m.start(), m.end())
         if cjk is not None:  # no spaces to cut at: count characters from the first CJK one
             cut = cjk.start() + rule.cjk_chars
-            if cut - a >= rule.min_chars // 2 and cut < m.end() and b - cut >= tail_min:
+            if cut < m.end() and b - cut >= tail_min:
                 return cut  # a CJK character is a whole unit: it needs no whitespace after it
             if cut < m.end():
                 continue
