@@ -5,7 +5,7 @@ import pytest
 
 from services.common import audio
 from services.common.errors import InvalidArgument
-from services.common.text import sentence_spans, speech_segments
+from services.common.text import FirstSegment, first_cut, sentence_spans, speech_segments
 
 
 def tone(freq, rate, seconds=0.5):
@@ -61,9 +61,56 @@ def test_sentences_and_first_clause():
     text = "Hello world. This is a test! Is it? Yes"
     assert [text[a:b] for a, b in sentence_spans(text)] == ["Hello world.", "This is a test!", "Is it?", "Yes"]
     long_first = "When the long first sentence goes on, and on, the first audio should not wait for all of it. Next."
-    segs = [long_first[a:b] for a, b in speech_segments(long_first, first_max_chars=60, min_first_chars=12)]
+    segs = [long_first[a:b] for a, b in speech_segments(long_first, FirstSegment(max_chars=60, min_chars=12))]
     assert segs[0] == "When the long first sentence goes on,"
     assert segs[1:] == ["and on, the first audio should not wait for all of it.", "Next."]
-    assert [long_first[a:b] for a, b in speech_segments(long_first, 0, 12)][0].endswith("all of it.")
+    assert [long_first[a:b] for a, b in speech_segments(long_first, FirstSegment(max_chars=0))][0].endswith("of it.")
+    assert [long_first[a:b] for a, b in speech_segments(long_first, None)][0].endswith("all of it.")
     chinese = "你好。今天好吗？"
     assert [chinese[a:b] for a, b in sentence_spans(chinese)] == ["你好。", "今天好吗？"]
+
+
+def spoken(text, first):
+    return [text[a:b] for a, b in speech_segments(text, first)]
+
+
+def test_a_long_first_sentence_without_a_comma_is_cut_after_a_few_words():
+    """Issue 23: a 70-character first sentence with no clause mark no longer waits to be synthesized whole."""
+    text = "The weather service expects heavy rain over the northern hills tonight. Stay safe."
+    assert len(text.split(".")[0]) == 70
+    assert spoken(text, FirstSegment(words=5)) == [
+        "The weather service expects heavy",
+        "rain over the northern hills tonight.",
+        "Stay safe.",
+    ]
+    assert spoken(text, FirstSegment(words=3))[0] == "The weather service"
+    # words 0: clause marks only, as before: no mark, no cut
+    assert (
+        spoken(text, FirstSegment(words=0))[0]
+        == "The weather service expects heavy rain over the northern hills tonight."
+    )
+    # later sentences are never cut, however long
+    two = "Fine. " + text
+    assert spoken(two, FirstSegment())[1] == "The weather service expects heavy rain over the northern hills tonight."
+
+
+def test_the_first_cut_keeps_short_sentences_whole_and_never_leaves_a_stub():
+    short = "The capital of France is Paris. It is lovely."
+    assert spoken(short, FirstSegment()) == ["The capital of France is Paris.", "It is lovely."]
+    # the cut is at a word boundary and leaves at least min_chars after it in the sentence
+    text = "Supercalifragilisticexpialidocious antidisestablishmentarianism floccinaucinihilipilification is ok."
+    for a, b in speech_segments(text, FirstSegment(words=1)):
+        assert text[a:b].split() and (a == 0 or text[a - 1] == " ")
+    assert first_cut("one two three four five six", 0, 27, FirstSegment(words=5, min_chars=4), complete=True) is None
+
+
+def test_cjk_first_sentence_is_cut_at_a_clause_mark_or_after_n_characters():
+    no_mark = "今天天气很好我们一起去公园散步吧然后去吃饭好不好呢朋友们大家一起来吧。下一句。"
+    assert spoken(no_mark, FirstSegment(cjk_chars=10)) == [
+        "今天天气很好我们一起",
+        "去公园散步吧然后去吃饭好不好呢朋友们大家一起来吧。",
+        "下一句。",
+    ]
+    marked = "今天天气很好我们一起去公园散步吧，然后去吃饭好不好呢朋友们大家一起来吧。"
+    assert spoken(marked, FirstSegment(min_chars=12))[0] == "今天天气很好我们一起去公园散步吧，"
+    assert spoken("你好。今天好吗？", FirstSegment()) == ["你好。", "今天好吗？"]  # short: whole

@@ -49,6 +49,17 @@ def test_explicit_backends_via_env(tmp_path):
         ("router: {port: fast}", {}, "router.port: must be a number"),
         ("router: {port: 1.5}", {}, "router.port: must be a whole number"),
         ("cosyvoice_tts: {chunking: {max_chunk_ms: 5}}", {}, "cosyvoice_tts.chunking.max_chunk_ms: must be 10..2000"),
+        ("brain: {prompt_cache_mb: -1}", {}, "brain.prompt_cache_mb: must be 0 (off) or 1..65536 MiB, got -1"),
+        (
+            "moss_sts: {chunking: {first_segment_words: -1}}",
+            {},
+            "moss_sts.chunking.first_segment_words: must be 0 (clause marks only) or 1..50",
+        ),
+        (
+            "{}",
+            {"VOICEFLEET_COSYVOICE_TTS__CHUNKING__FIRST_SEGMENT_CJK_CHARS": "0"},
+            "cosyvoice_tts.chunking.first_segment_cjk_chars: must be 1..200",
+        ),
         ("router: {backends: {cosyvoice_tts: nowhere}}", {}, "router.backends.cosyvoice_tts: must be host:port"),
         ("router: {backends: {asr: 'dns:///asr-headless'}}", {}, "router.backends.asr: must be host:port, dns:///"),
         ("router: {backends: {asr: 'ipv4:10.0.0.1:5,10.0.0.2'}}", {}, "router.backends.asr: must be host:port"),

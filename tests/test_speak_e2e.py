@@ -134,3 +134,18 @@ def test_request_id_is_assigned_when_missing(router_tts):
     replies = list(router_tts.Synthesize(synthesizer_pb2.SynthesizeRequest(text="Hi."), timeout=30))
     ids = {r.request_id for r in replies}
     assert len(ids) == 1 and len(ids.pop()) >= 8
+
+
+def test_a_long_first_sentence_without_a_comma_starts_before_its_end(direct_tts):
+    """Issue 23: the first audio of a 70-character first sentence with no clause mark is its first few words (the
+    first chunk's text span ends well before the sentence does), and the whole reply is still heard word for word."""
+    text = "The weather service expects heavy rain over the northern hills tonight. Please stay safe."
+    sentence_end = text.index(".") + 1
+    assert sentence_end == 71
+    replies, pcm = synthesize(direct_tts, text, rate=16000)
+    first_span = replies[0].text_span
+    assert 0 < first_span.end_char < sentence_end - 20, first_span  # its first few words, not the sentence
+    assert text[first_span.start_char : first_span.end_char] == "The weather service expects heavy"
+    assert max(r.text_span.end_char for r in replies) == len(text)  # every word is spoken
+    error, heard = intelligible(text, pcm, 16000)
+    assert error <= INTELLIGIBLE, f"heard {heard!r} (WER {error:.2f} > {INTELLIGIBLE})"

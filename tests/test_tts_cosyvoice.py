@@ -59,8 +59,10 @@ def make_config(tmp_path: Path, **overrides) -> CosyVoiceGpuConfig:
     return CosyVoiceGpuConfig(**values)
 
 
-async def started(config) -> CosyVoice3Engine:
-    engine = CosyVoice3Engine("cosyvoice_tts", config, ChunkingConfig(), auto_model=FakeAutoModel, seed_all=seed_all)
+async def started(config, chunking: ChunkingConfig | None = None) -> CosyVoice3Engine:
+    engine = CosyVoice3Engine(
+        "cosyvoice_tts", config, chunking or ChunkingConfig(), auto_model=FakeAutoModel, seed_all=seed_all
+    )
     await engine.start()
     return engine
 
@@ -138,7 +140,8 @@ async def test_clash_with_registered_and_preset_voice(tmp_path):
 
 
 async def test_streams_small_first_chunk_then_bigger_and_resets_per_segment(tmp_path):
-    engine = await started(make_config(tmp_path))
+    # Whole sentences (no first-segment cut after 5 words: the hops within a segment are what is checked here).
+    engine = await started(make_config(tmp_path), ChunkingConfig(first_segment_words=0))
     text = "one two three four five six seven eight nine ten eleven twelve. " * 2
     for _ in range(2):  # the hop must start small again on the next request (the library never resets it)
         pieces = await collect(engine, text.strip(), voice="cosyvoice_zh_prompt")

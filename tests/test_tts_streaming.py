@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from services.common.engines import BufferPolicy, TextEvent
-from services.common.text import IncrementalSegmenter, stream_segments
+from services.common.text import FirstSegment, IncrementalSegmenter, speech_segments, stream_segments
 from tests.conftest import wait_until
 from tests.speech import INTELLIGIBLE, intelligible
 from voice.v1 import synthesizer_pb2 as pb
@@ -262,3 +262,67 @@ async def test_stream_segments_timer_flush_and_end():
     assert got == ["no punctuation", "here then.", "more"]
     queue.put_nowait(None)
     assert [s async for s in segments] == []
+
+
+def fed_word_by_word(segmenter, text, step=" "):
+    out = []
+    for piece in text.split(step) if step else list(text):
+        out += fed(segmenter, piece + (step or ""))
+    return out
+
+
+def test_the_first_segment_of_streaming_text_is_cut_after_a_few_complete_words():
+    """Issue 23: a long first sentence of streamed text is cut where the same text in one piece is (after a few
+    words), as soon as it is known to be long; later segments stay sentences."""
+    text = "The weather service expects heavy rain over the northern hills tonight and for a while after."
+    s = IncrementalSegmenter(min_chars=40, first=FirstSegment(words=5, max_chars=60))
+    assert fed(s, "The weather service expects heav") == []
+    assert fed(s, "y rain over the northern hil") == []  # 60 characters: the sentence may still end soon
+    assert fed(s, "l") == ["The weather service expects heavy"]  # 61 and no end: long; "heavy" is complete
+    rest = fed_word_by_word(s, "s tonight and for a while after. And after that, more.")
+    # later segments are sentences, not 5 words ("And after that," is under min_chars 40: no clause cut)
+    assert rest == ["rain over the northern hills tonight and for a while after.", "And after that, more."]
+    one_piece = speech_segments(text, FirstSegment(words=5, max_chars=60))
+    assert text[slice(*one_piece[0])] == "The weather service expects heavy"  # the same cut as whole text
+
+
+def test_a_short_first_sentence_of_streaming_text_is_spoken_whole():
+    """No cut inside a first sentence of up to max_chars: prosody (streamed = offline segmentation)."""
+    s = IncrementalSegmenter(min_chars=60, first=FirstSegment(words=5, max_chars=60))
+    assert fed_word_by_word(s, "Please call me back tomorrow morning. The meeting moved to room seven. ") == [
+        "Please call me back tomorrow morning.",
+        "The meeting moved to room seven.",
+    ]
+
+
+def test_the_first_segment_of_streaming_text_at_a_clause_mark():
+    s = IncrementalSegmenter(min_chars=60, first=FirstSegment(words=8, min_chars=12, max_chars=40))
+    got = fed_word_by_word(s, "Well, the forecast for the hills says rain, then sun and wind later tonight. ok")
+    assert got == [
+        "Well, the forecast for the hills says rain,",  # "Well," is under min_chars; the next mark is past it
+        "then sun and wind later tonight.",
+    ]
+
+
+def test_the_first_segment_of_streaming_cjk_is_cut_after_n_characters():
+    s = IncrementalSegmenter(min_chars=60, first=FirstSegment(cjk_chars=10, max_chars=60))
+    got = fed_word_by_word(s, "今天天气很好我们一起去公园散步吧然后去吃饭。下一句。", step="")
+    assert got == ["今天天气很好我们一起", "去公园散步吧然后去吃饭。", "下一句。"]
+
+
+async def test_stream_segments_uses_the_policys_first_rule():
+    async def events():
+        for word in "Thanks for waiting on the line today, I have your order here. ".split(" "):
+            yield TextEvent(text=word + " ")
+        yield TextEvent(end=True)
+
+    policy = BufferPolicy(min_chars=60, max_wait_s=5, first=FirstSegment(words=4, max_chars=40))
+    got = [seg.text async for seg in stream_segments(events(), policy)]
+    assert got == ["Thanks for waiting on the line today,", "I have your order here."]  # a mark past 12 chars
+
+
+def test_a_word_of_a_long_stream_counts_only_once_whitespace_follows_it():
+    s = IncrementalSegmenter(min_chars=60, first=FirstSegment(words=2, min_chars=4, max_chars=10))
+    assert fed(s, "Antidisestablishmentarian") == []  # long already, but the word may still grow
+    assert fed(s, "ism and") == []  # word 2 ("and") may still grow
+    assert fed(s, " more") == ["Antidisestablishmentarianism and"]

@@ -3,12 +3,14 @@ field), the check that raises it, and the sections that more than one service's 
 
 A service declares its own section next to its code (``services/<name>/config.py``, built from these);
 ``services/common/config.py`` composes all sections and loads the file. This module imports nothing of the
-project, so any section module can import it.
+project but services.common.text (which imports nothing of it), so any section module can import it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from services.common.text import FirstSegment
 
 
 class ConfigError(ValueError):
@@ -101,10 +103,15 @@ class ServerConfig:
 class ChunkingConfig:
     """How an engine cuts its output: a small first piece for time to first audio, bigger ones after."""
 
-    # A first sentence longer than this is cut at its first clause mark (, ; :) past min_first_chars,
-    # so the first audio does not wait for a long sentence. 0 disables the cut.
+    # The first segment of a text is spoken early (services/common/text.py FirstSegment; docs/tts.md#chunking):
+    # a first sentence longer than first_segment_max_chars (0: never cut) is cut at its first clause mark (, ; :)
+    # past min_first_chars, else after first_segment_words words (0: clause marks only), or in text without spaces
+    # (CJK) after first_segment_cjk_chars characters. Streaming text cuts its first segment the same way as soon
+    # as the cut is there (it cannot know the sentence's length). Later segments stay whole sentences (prosody).
     first_segment_max_chars: int = 60
     min_first_chars: int = 12
+    first_segment_words: int = 5
+    first_segment_cjk_chars: int = 10
     # Audio is sent in chunks of at most this many ms (the engine's own pieces are cut to fit).
     max_chunk_ms: int = 200
     # The first chunk of a stream is at most this many ms (0: max_chunk_ms), so a player can start early.
@@ -113,12 +120,33 @@ class ChunkingConfig:
     def validate(self, path: str) -> None:
         check(path, "first_segment_max_chars", self.first_segment_max_chars >= 0, "must be >= 0")
         check(path, "min_first_chars", self.min_first_chars >= 1, "must be >= 1")
+        check(
+            path,
+            "first_segment_words",
+            0 <= self.first_segment_words <= 50,
+            f"must be 0 (clause marks only) or 1..50, got {self.first_segment_words}",
+        )
+        check(
+            path,
+            "first_segment_cjk_chars",
+            1 <= self.first_segment_cjk_chars <= 200,
+            f"must be 1..200, got {self.first_segment_cjk_chars}",
+        )
         check(path, "max_chunk_ms", 10 <= self.max_chunk_ms <= 2000, f"must be 10..2000, got {self.max_chunk_ms}")
         check(
             path,
             "first_chunk_ms",
             self.first_chunk_ms == 0 or 10 <= self.first_chunk_ms <= 2000,
             f"must be 0 or 10..2000, got {self.first_chunk_ms}",
+        )
+
+    def first_segment(self) -> FirstSegment:
+        """The first-segment rule these knobs make (one rule for Synthesize and streaming text)."""
+        return FirstSegment(
+            max_chars=self.first_segment_max_chars,
+            min_chars=self.min_first_chars,
+            words=self.first_segment_words,
+            cjk_chars=self.first_segment_cjk_chars,
         )
 
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from services.common.errors import FailedPrecondition
-from services.common.text import BufferPolicy, TextEvent, stream_segments
+from services.common.text import BufferPolicy, FirstSegment, TextEvent, stream_segments
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,8 @@ class TtsEngine(abc.ABC):
         while more text arrives. Engines that take streaming text natively, or remote engines, override it.
         """
         speak = self._text_stream_speaker()
+        if policy.first is None and self.first_segment is not None:
+            policy = dataclasses.replace(policy, first=self.first_segment)
         async with contextlib.aclosing(stream_segments(events, policy)) as segments:
             async for segment in segments:
                 async with contextlib.aclosing(speak(segment.text, options)) as pieces:
@@ -108,6 +110,10 @@ class TtsEngine(abc.ABC):
                         yield dataclasses.replace(
                             piece, text_start=piece.text_start + segment.start, text_end=piece.text_end + segment.start
                         )
+
+    #: Where the first segment of streaming text is cut (its chunking config's rule; services.common.text
+    #: FirstSegment). None: the first segment is cut like every other (the caller's BufferPolicy alone).
+    first_segment: FirstSegment | None = None
 
     #: The engine's SegmentScheduler (services/common/scheduler.py) when it schedules its work first-chunk-first;
     #: the servicer's admission control reads its predicted wait. None: the engine does not (remote engines).

@@ -328,6 +328,7 @@ class Admission:
         self.field = field  # the config field a refusal names, e.g. "cosyvoice_tts.max_concurrent_syntheses"
         self.clock = clock
         self.active = 0
+        self._room: asyncio.Event | None = None  # set when a place frees (``room()`` waits on it)
         # A stream's life in seconds (for the retry hint when full); 2 s until measured.
         self._stream_s = _Ewma(2.0)
         self.unit = unit  # what is admitted: "streams", or "sessions" for conversations (a refusal's reason label)
@@ -373,15 +374,44 @@ class Admission:
 
     @contextlib.contextmanager
     def stream(self, scheduler: SegmentScheduler | None = None):
-        """Admit one stream for the ``with`` block, or raise ResourceExhausted before any work starts."""
+        """Admit one stream for the ``with`` block, or raise ResourceExhausted before any work starts.
+
+        The block gets a ``release()`` that frees the place before the block ends (idempotent): a call that has
+        ended frees it at once, before its cleanup (closing a session, stopping engines) has finished.
+        """
         self.check(scheduler)
         self.active += 1
         started = self.clock()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.active -= 1
+                self._stream_s.add(self.clock() - started)
+                if self._room is not None:
+                    self._room.set()
+
         try:
-            yield
+            yield release
         finally:
-            self.active -= 1
-            self._stream_s.add(self.clock() - started)
+            release()
+
+    async def room(self, grace_s: float) -> None:
+        """At capacity, wait up to ``grace_s`` for a place to free before ``stream()`` decides.
+
+        A caller that hangs up and calls again at once can overtake its own hang-up: the cancel and the new call
+        travel separately (between processes, the router's cancel of its backend call and the new call race), so
+        the new call may be checked while the old one still holds its place. A short wait lets that place go."""
+        deadline = self.clock() + grace_s
+        while self.active >= self.max_streams and (left := deadline - self.clock()) > 0:
+            if self._room is None:
+                self._room = asyncio.Event()
+            self._room.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):  # not wait_for: on 3.11 it can swallow a cancel
+                    await self._room.wait()
 
 
 def _clamp(seconds: float) -> float:

@@ -49,6 +49,9 @@ MAX_TEMPERATURE = 2.0
 MAX_BARGE_IN_MS = 5000
 MAX_BARGE_IN_PHRASES = 100
 MAX_BARGE_IN_PHRASE_CHARS = 64
+# A new session at capacity waits this long for a place to free before it is refused: a caller who hangs up and calls
+# again at once can overtake its own hang-up (the cancel and the new call race, across the router most of all).
+ENDING_CALL_GRACE_S = 0.5
 
 ACTIONS = {
     conversation_pb2.ConversationControl.ACTION_INTERRUPT: INTERRUPT,
@@ -123,7 +126,8 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
             raise InvalidArgument("config", f"the first message must carry config; it carried {payload or 'nothing'}")
         options, in_fmt, out_fmt = self._options(first.config, request_id, context)
         self.engine.check_options(options)
-        with self._admission.stream():  # a slot, or RESOURCE_EXHAUSTED at once
+        await self._admission.room(ENDING_CALL_GRACE_S)
+        with self._admission.stream() as free_place:  # a place, or RESOURCE_EXHAUSTED
             session = await self.engine.open_session(options)
             pump = asyncio.create_task(self._pump(requests, session, in_fmt))
             relay = _Relay(request_id, out_fmt, self.labels)
@@ -133,6 +137,9 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
                         yield response
                 await pump  # its error (bad message, idle timeout, ...) is the call's status
             finally:
+                # The call has ended (hang-up, half-close, error): its place is free now, not after the cleanup
+                # below, which may wait for a transcription or a synthesis step to stop.
+                free_place()
                 pump.cancel()
                 await session.close()
                 with contextlib.suppress(BaseException):

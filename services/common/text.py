@@ -24,6 +24,25 @@ class TextEvent:
 
 
 @dataclass(frozen=True)
+class FirstSegment:
+    """Where the FIRST segment of a text is cut, so its audio starts early; later segments stay sentence-sized
+    (prosody). One rule for Synthesize (``speech_segments``) and streaming text (``IncrementalSegmenter``); its
+    knobs are ``<service>.chunking`` (ChunkingConfig.first_segment)."""
+
+    # A first sentence up to this long is spoken whole: a cut inside a phrase costs an audible pause (piper: the
+    # "meeting" sentence cut after 5 words came out 0.25 s longer). A CJK character counts as three (``spoken_len``).
+    # Streaming text: decided once more than this arrived without a sentence end. 0: never cut.
+    max_chars: int = 60
+    # The first segment has at least this many characters (no "Oh," alone); in whole text so has what follows it.
+    min_chars: int = 12
+    # No clause mark: cut after this many words (0: never cut inside a clause), at a word boundary; in a stream
+    # only once whitespace after the word arrived (the word is complete).
+    words: int = 5
+    # Text without spaces (CJK): cut after this many characters when no clause mark comes.
+    cjk_chars: int = 10
+
+
+@dataclass(frozen=True)
 class BufferPolicy:
     """When buffered streaming text is spoken (TextBufferPolicy in the contract)."""
 
@@ -31,6 +50,8 @@ class BufferPolicy:
     min_chars: int = 60
     # Whatever complete words are buffered are spoken once no new text came for this long.
     max_wait_s: float = 0.4
+    # The first segment's own, earlier cut (None: the first segment follows the rules above like every other).
+    first: FirstSegment | None = None
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
@@ -43,22 +64,82 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     return [s for s in (_trim(text, a, b) for a, b in spans) if s]
 
 
-def speech_segments(text: str, first_max_chars: int, min_first_chars: int) -> list[tuple[int, int]]:
-    """Sentence spans, with a long first sentence cut at its first clause mark past ``min_first_chars``.
+def speech_segments(text: str, first: FirstSegment | None) -> list[tuple[int, int]]:
+    """Sentence spans, with a first sentence longer than ``first.max_chars`` cut where ``first_cut`` says.
 
     A shorter first segment means earlier first audio; later segments stay whole sentences for prosody.
+    ``first`` None (or max_chars 0): sentences only.
     """
     spans = sentence_spans(text)
-    if not spans or not first_max_chars:
+    if not spans or first is None or not first.max_chars:
         return spans
     a, b = spans[0]
-    if b - a <= first_max_chars:
+    if spoken_len(text, a, b) <= first.max_chars:
         return spans
-    for m in _CLAUSE_MARK.finditer(text, a + min_first_chars, b - min_first_chars):
-        head, tail = _trim(text, a, m.end()), _trim(text, m.end(), b)
-        if head and tail:
-            return [head, tail, *spans[1:]]
-    return spans
+    cut = first_cut(text, a, b, first, complete=True)
+    if cut is None:
+        return spans
+    head, tail = _trim(text, a, cut), _trim(text, cut, b)
+    return [head, tail, *spans[1:]] if head and tail else spans
+
+
+# CJK ideographs, kana and hangul: text written without spaces between words.
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_WORD = re.compile(r"\S+")
+
+
+def spoken_len(text: str, a: int, b: int) -> int:
+    """Length of ``text[a:b]`` in characters of English speech: a CJK character (a syllable) is spoken about as long
+    as three letters, so a first-segment bound in characters holds for both."""
+    return b - a + 2 * len(_CJK.findall(text, a, b))
+
+
+def _spoken_index(text: str, a: int, b: int, limit: int) -> int:
+    """The end of the longest ``text[a:i]`` (i <= b) whose ``spoken_len`` is at most ``limit`` + 1."""
+    i, length = a, 0
+    while i < b and length <= limit:
+        length += 3 if _CJK.match(text, i) else 1
+        i += 1
+    return i
+
+
+def first_cut(text: str, a: int, b: int, rule: FirstSegment, complete: bool) -> int | None:
+    """Where the first segment of the sentence ``text[a:b]`` ends, earlier than the sentence end; None: no cut.
+
+    The first clause mark (within ``rule.max_chars``) with at least ``rule.min_chars`` before it, else the end of
+    word ``rule.words`` once the segment has ``rule.min_chars``, or in text without spaces (CJK) character
+    ``rule.cjk_chars``. ``complete``: the sentence ends at ``b`` (whole text; the rest must keep ``rule.min_chars``
+    too). Not complete (a stream, ``b`` is what arrived so far): a word counts only when whitespace follows it, as
+    the next token may extend it.
+    """
+    while a < b and text[a].isspace():
+        a += 1
+    tail_min = rule.min_chars if complete else 0
+    # Clause marks count within the first max_chars only: what a stream has seen when it decides (so streamed text
+    # is cut where the same text in one piece is).
+    seen = _spoken_index(text, a, b, rule.max_chars) if rule.max_chars else b
+    for m in _CLAUSE_MARK.finditer(text, a + rule.min_chars, max(a, min(seen, b - tail_min))):
+        if complete and not _trim(text, m.end(), b):
+            break
+        return m.end()
+    if rule.words <= 0:
+        return None
+    words = 0
+    for m in _WORD.finditer(text, a, b):
+        cjk = _CJK.search(text, m.start(), m.end())
+        if cjk is not None:  # no spaces to cut at: count characters from the first CJK one
+            cut = cjk.start() + rule.cjk_chars
+            if cut < m.end() and b - cut >= tail_min:
+                return cut  # a CJK character is a whole unit: it needs no whitespace after it
+            if cut < m.end():
+                continue
+        words += 1
+        if words < rule.words or m.end() - a < rule.min_chars:
+            continue
+        if m.end() >= b or (not complete and m.end() >= len(text)):
+            return None  # the word may still grow (stream) or is the sentence's last (whole text)
+        return m.end() if b - m.end() > tail_min else None
+    return None
 
 
 def _trim(text: str, a: int, b: int) -> tuple[int, int] | None:
@@ -85,13 +166,21 @@ class IncrementalSegmenter:
       * a clause mark (, ; : and CJK ，；：、) once the segment has at least ``min_chars`` characters;
       * the last whitespace before ``max_chars`` when no punctuation comes (text with no punctuation at all);
     and ``flush()`` ends one wherever the text is. Spans index ``self.text``, the concatenation of every piece.
+
+    With ``first``, the FIRST segment is cut as ``speech_segments`` cuts whole text (``first_cut``: a first sentence
+    longer than ``first.max_chars`` at its first clause mark, or after its first few complete words), decided as
+    soon as more than ``first.max_chars`` arrived without a sentence end: speech starts while the rest of the
+    sentence is still being written, and streamed text is cut where the same text in one piece would be. Later
+    segments follow the rules above.
     """
 
-    def __init__(self, min_chars: int = 60, max_chars: int = 300):
+    def __init__(self, min_chars: int = 60, max_chars: int = 300, first: FirstSegment | None = None):
         self.min_chars = min_chars
         self.max_chars = max(max_chars, min_chars + 1)
+        self.first = first
         self.text = ""
         self._start = 0  # start of the text not yet given out as a segment
+        self._first_given = False
 
     @property
     def pending(self) -> bool:
@@ -131,11 +220,21 @@ class IncrementalSegmenter:
         if cut is None and len(text) - body > self.max_chars:
             spaces = [m.start() for m in _WHITESPACE.finditer(text, body, body + self.max_chars)]
             cut = spaces[-1] if spaces and spaces[-1] > body else body + self.max_chars
+        if self.first is not None and self.first.max_chars and not self._first_given:
+            # The whole-text rule, decided as soon as it can be: a first sentence is known to be long once more
+            # than max_chars arrived without its end; a short one is spoken whole (as Synthesize speaks it).
+            end = sentence.end() if sentence else len(text)
+            if spoken_len(text, body, end) > self.first.max_chars:
+                early = first_cut(text, body, end, self.first, complete=sentence is not None)
+                if early is not None and (cut is None or early < cut):
+                    cut = early
         return cut
 
     def _take(self, end: int) -> list[tuple[int, int]]:
         span = _trim(self.text, self._start, end)
         self._start = end
+        if span:
+            self._first_given = True
         return [span] if span else []
 
 
@@ -159,7 +258,7 @@ async def stream_segments(events: AsyncIterator[TextEvent], policy: BufferPolicy
     after ``end`` are still read until the caller has spoken the last segment, so an error they raise (e.g. text
     after end_of_text) reaches the caller. Closing this generator stops the reading task.
     """
-    segmenter = IncrementalSegmenter(policy.min_chars)
+    segmenter = IncrementalSegmenter(policy.min_chars, first=policy.first)
     ready: asyncio.Queue = asyncio.Queue()
     failure: list[BaseException] = []
 

@@ -6,8 +6,9 @@ brain, RemoteTtsEngine for cosyvoice_tts). It only needs ``AsrEngine.open_stream
 ``TtsEngine.synthesize_text_stream``, and it imports nothing heavy.
 
 Reply path: the brain's text deltas are forwarded as they arrive, both to the caller (REPLY_TEXT) and into
-``synthesize_text_stream`` (StreamingSynthesize semantics: speech starts at the first complete sentence or long
-clause, while the brain is still writing), so the first audio waits for the first sentence, not the whole reply.
+``synthesize_text_stream`` (StreamingSynthesize semantics: speech starts at the reply's first clause or first few
+words, while the brain is still writing; later segments are sentences), so the first audio waits for neither the
+first sentence nor the whole reply.
 The audio pieces' text spans index the reply text, which is how an interrupted reply is cut back to what was heard.
 """
 
@@ -34,7 +35,8 @@ from services.conversation.brain import ChatBrain
 from services.conversation.dialogue import DialogueLimits, DialogueSession, ReplySink, UserTurn
 
 # Speak a clause once it has this many characters (before its sentence ends); speak what is buffered after this
-# long without new text. Small values: earlier first audio.
+# long without new text. The reply's FIRST segment is cut earlier still, by the TTS engine's first-segment rule
+# (its chunking config: first clause mark or first few words; services/common/text.py FirstSegment).
 REPLY_BUFFERING = BufferPolicy(min_chars=40, max_wait_s=0.3)
 
 

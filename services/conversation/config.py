@@ -30,6 +30,13 @@ class BrainConfig:
     model: str = "smollm2-135m-instruct"
     n_ctx: int = 2048
     n_threads: int = 2
+    # The local server's prompt cache (llama-cpp-python's LlamaRAMCache; 0 = off): the model state after each reply
+    # is kept, and the next request resumes from the longest cached prefix of its prompt, so a turn evaluates only
+    # its new tokens even when sessions alternate on the one model (without it, only the previous request's prefix
+    # is reused). The library counts only llama.cpp's state (~23 KB per token of context with SmolLM2) against this
+    # bound, not the logits row it also keeps per token (~196 KB): the process can hold ~10x this in RAM. 64 MiB kept
+    # 4 alternating 8-turn sessions whole (peak RSS 1.2 GB); docs/conversation.md#the-brain.
+    prompt_cache_mb: int = 64
     # Where clients reach the brain (OpenAI base URL, ending in /v1); "" = http://host:port/v1 (the local server).
     base_url: str = ""
     # Sent as "Authorization: Bearer ..." when set (vLLM --api-key); better given as VOICEFLEET_BRAIN__API_KEY.
@@ -45,6 +52,12 @@ class BrainConfig:
         check(path, "model", bool(self.model.strip()), "must name the served model")
         check(path, "n_ctx", 256 <= self.n_ctx <= 131_072, f"must be 256..131072, got {self.n_ctx}")
         check(path, "n_threads", 1 <= self.n_threads <= 64, "must be 1..64")
+        check(
+            path,
+            "prompt_cache_mb",
+            0 <= self.prompt_cache_mb <= 65_536,
+            f"must be 0 (off) or 1..65536 MiB, got {self.prompt_cache_mb}",
+        )
         check(
             path,
             "base_url",

@@ -73,7 +73,7 @@ from services.common.config_base import ChunkingConfig, SchedulingConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler
-from services.common.text import speech_segments
+from services.common.text import FirstSegment, speech_segments
 from services.cosyvoice_tts.config import CosyVoiceGpuConfig
 
 log = logging.getLogger("voicefleet.cosyvoice")
@@ -173,6 +173,7 @@ class CosyVoice3Engine(TtsEngine):
         self._library_lock = threading.Lock()
         self.gpu = gpu
         self.chunking = chunking
+        self.first_segment = chunking.first_segment()  # streaming text cuts its first segment early too
         scheduling = scheduling or SchedulingConfig()
         # ONE segment in the library at a time: CosyVoice's tts() keeps a model-wide hop and a process-wide seed, and
         # the cancel cleanup must know its request's uuid (module doc). The scheduler decides which segment goes next
@@ -474,19 +475,23 @@ class CosyVoice3Engine(TtsEngine):
 
     # --- synthesis ------------------------------------------------------------------------------------------------
     def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
-        return self._speak(text, options, self.scheduler.playback())
+        return self._speak(text, options, self.scheduler.playback(), self.first_segment)
 
     def _text_stream_speaker(self):
-        return functools.partial(self._speak, playback=self.scheduler.playback())
+        # Streaming text: the segmenter already cut the first segment early (self.first_segment); the segments it
+        # hands over are spoken as whole sentences.
+        return functools.partial(self._speak, playback=self.scheduler.playback(), first_segment=None)
 
-    async def _speak(self, text: str, options: SynthesisOptions, playback: Playback) -> AsyncIterator[AudioPiece]:
+    async def _speak(
+        self, text: str, options: SynthesisOptions, playback: Playback, first_segment: FirstSegment | None
+    ) -> AsyncIterator[AudioPiece]:
         if options.voice not in self._voices:
             raise NotFound(f"config.voice: {options.voice!r} is not a voice of {self.served_by}")
         out_rate = NATIVE_RATE
         resample_on_gpu = self.gpu.device.startswith("cuda") and 0 < options.sample_rate_hz < NATIVE_RATE
         if resample_on_gpu:
             out_rate = options.sample_rate_hz
-        segments = speech_segments(text, self.chunking.first_segment_max_chars, self.chunking.min_first_chars)
+        segments = speech_segments(text, first_segment)
         for start, end in segments:
             resampler = GpuStreamResampler(NATIVE_RATE, out_rate, self.gpu.device) if resample_on_gpu else None
             async with playback.turn():  # a slot in the library, when this segment is due

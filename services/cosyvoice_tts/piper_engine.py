@@ -34,7 +34,7 @@ from services.common.config_base import ChunkingConfig, SchedulingConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler, split_cores
-from services.common.text import speech_segments
+from services.common.text import FirstSegment, speech_segments
 
 log = logging.getLogger("voicefleet.piper")
 
@@ -45,6 +45,7 @@ class PiperTtsEngine(TtsEngine):
     def __init__(self, service: str, chunking: ChunkingConfig, scheduling: SchedulingConfig | None = None):
         self.service = service
         self.chunking = chunking
+        self.first_segment = chunking.first_segment()  # streaming text cuts its first segment early too
         scheduling = scheduling or SchedulingConfig()
         workers, self.threads_per_run = split_cores(scheduling.workers)
         # Per-thread nice is Linux's; and a run's priority is its thread's only when it runs on that thread alone
@@ -142,14 +143,18 @@ class PiperTtsEngine(TtsEngine):
         self._cancel_to_stop.observe(time.monotonic() - cancelled_at)
 
     def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
-        return self._speak(text, options, self.scheduler.playback())
+        return self._speak(text, options, self.scheduler.playback(), self.first_segment)
 
     def _text_stream_speaker(self):
-        return functools.partial(self._speak, playback=self.scheduler.playback())
+        # Streaming text: the segmenter already cut the first segment early (self.first_segment); the segments it
+        # hands over are spoken as whole sentences.
+        return functools.partial(self._speak, playback=self.scheduler.playback(), first_segment=None)
 
-    async def _speak(self, text: str, options: SynthesisOptions, playback: Playback) -> AsyncIterator[AudioPiece]:
+    async def _speak(
+        self, text: str, options: SynthesisOptions, playback: Playback, first_segment: FirstSegment | None
+    ) -> AsyncIterator[AudioPiece]:
         loop = asyncio.get_running_loop()
-        segments = speech_segments(text, self.chunking.first_segment_max_chars, self.chunking.min_first_chars)
+        segments = speech_segments(text, first_segment)
         rate = self.native_sample_rate
         for start, end in segments:
             run_options = onnxruntime.RunOptions()

@@ -65,7 +65,17 @@ def server_command(config) -> list[str]:
         # or cut after a word, with no error. Requests take turns instead.
         "--interrupt_requests",
         "False",
+        *prompt_cache_args(b.prompt_cache_mb),
     ]
+
+
+def prompt_cache_args(megabytes: int) -> list[str]:
+    """llama-cpp-python's prompt cache in RAM (``cache``, ``cache_type``, ``cache_size`` in llama_cpp/server/
+    settings.py): each request resumes from the cached state with the longest common prefix of its prompt
+    (Llama._create_completion), so alternating sessions do not evaluate their whole context again every turn."""
+    if not megabytes:
+        return []
+    return ["--cache", "True", "--cache_type", "ram", "--cache_size", str(megabytes << 20)]
 
 
 # The brain's llama.cpp is built for x86-64-v3 (scripts/build-brain-wheel.sh); these CPU flags are what it needs.

@@ -39,7 +39,7 @@ from services.common.config_base import ChunkingConfig, EspeakConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.common.scheduler import Playback, SegmentScheduler
-from services.common.text import speech_segments
+from services.common.text import FirstSegment, speech_segments
 from services.qwen_tts import presets
 from services.qwen_tts.espeak import DEFAULT_WPM, Espeak, EspeakVoice, SynthJob, bcp47
 
@@ -77,6 +77,7 @@ class EspeakTtsEngine(TtsEngine):
     ):
         self.service = service
         self.chunking = chunking
+        self.first_segment = chunking.first_segment()  # streaming text cuts its first segment early too
         self.config = espeak or EspeakConfig()
         self._espeak: Espeak | None = None
         self._routes: dict[str, _Route] = {}
@@ -189,12 +190,16 @@ class EspeakTtsEngine(TtsEngine):
         return route
 
     def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
-        return self._speak(text, options, self.scheduler.playback())
+        return self._speak(text, options, self.scheduler.playback(), self.first_segment)
 
     def _text_stream_speaker(self):
-        return functools.partial(self._speak, playback=self.scheduler.playback())
+        # Streaming text: the segmenter already cut the first segment early (self.first_segment); the segments it
+        # hands over are spoken as whole sentences.
+        return functools.partial(self._speak, playback=self.scheduler.playback(), first_segment=None)
 
-    async def _speak(self, text: str, options: SynthesisOptions, playback: Playback) -> AsyncIterator[AudioPiece]:
+    async def _speak(
+        self, text: str, options: SynthesisOptions, playback: Playback, first_segment: FirstSegment | None
+    ) -> AsyncIterator[AudioPiece]:
         if self._espeak is None:
             raise FailedPrecondition("espeak engine is not started")
         espeak_voice = self._route(options.voice).espeak_voice(options.language)
@@ -203,7 +208,7 @@ class EspeakTtsEngine(TtsEngine):
         max_piece = max(2, int(rate * self.chunking.max_chunk_ms / 1000)) * 2
         loop = asyncio.get_running_loop()
         first = True
-        for start, end in speech_segments(text, self.chunking.first_segment_max_chars, self.chunking.min_first_chars):
+        for start, end in speech_segments(text, first_segment):
             queue: asyncio.Queue = asyncio.Queue()
 
             def sink(pcm: bytes, queue=queue) -> None:  # on the espeak thread, once per callback

@@ -34,7 +34,7 @@ from services.common.config_base import ChunkingConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, NotFound
 from services.common.scheduler import Playback, SegmentScheduler
-from services.common.text import speech_segments
+from services.common.text import FirstSegment, speech_segments
 from services.qwen_tts import presets
 from services.qwen_tts.config import QwenGpuConfig
 from services.qwen_tts.vllm_omni_engine import check_rate, qwen_language_name, qwen_voice_info
@@ -57,6 +57,7 @@ class QwenTtsEngine(TtsEngine):
         self.service = service
         self.memory_budget_bytes = memory_budget_bytes
         self.chunking = chunking
+        self.first_segment = chunking.first_segment()  # streaming text cuts its first segment early too
         self.config = gpu
         # One GPU worker: generate calls run one after another (the model is not re-entrant); the scheduler picks
         # which segment goes next (a new stream's first before a running stream's next, docs/scheduling.md).
@@ -186,12 +187,16 @@ class QwenTtsEngine(TtsEngine):
         self._cancel_to_stop.observe(time.monotonic() - cancelled_at)
 
     def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
-        return self._speak(text, options, self.scheduler.playback())
+        return self._speak(text, options, self.scheduler.playback(), self.first_segment)
 
     def _text_stream_speaker(self):
-        return functools.partial(self._speak, playback=self.scheduler.playback())
+        # Streaming text: the segmenter already cut the first segment early (self.first_segment); the segments it
+        # hands over are spoken as whole sentences.
+        return functools.partial(self._speak, playback=self.scheduler.playback(), first_segment=None)
 
-    async def _speak(self, text: str, options: SynthesisOptions, playback: Playback) -> AsyncIterator[AudioPiece]:
+    async def _speak(
+        self, text: str, options: SynthesisOptions, playback: Playback, first_segment: FirstSegment | None
+    ) -> AsyncIterator[AudioPiece]:
         info = next((v for v in self._voices if v.id.lower() == (options.voice or self._voices[0].id).lower()), None)
         if info is None:
             raise NotFound(f"config.voice: {options.voice!r} is not a voice of {self.served_by}")
@@ -199,7 +204,7 @@ class QwenTtsEngine(TtsEngine):
         check_rate(self.served_by, options.speaking_rate)
         seed = options.seed or self.config.default_seed
         loop = asyncio.get_running_loop()
-        for start, end in speech_segments(text, self.chunking.first_segment_max_chars, self.chunking.min_first_chars):
+        for start, end in speech_segments(text, first_segment):
             async with playback.turn():
                 future = loop.run_in_executor(self._executor, self._generate, text[start:end], info.id, language, seed)
                 try:
