@@ -110,6 +110,14 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
         # The latency series exist at 0 from the start, so a rate() on the dashboard sees the very first event.
         for histogram in (metrics.STS_FIRST_AUDIO, metrics.STS_BARGE_IN_TO_SILENCE):
             histogram.labels(*self.labels)
+        for counter, values in (
+            (metrics.STS_END_OF_TURN, ("complete", "incomplete")),
+            (metrics.STS_PREEMPTIVE_REPLIES, ("used", "discarded")),
+            (metrics.STS_BARGE_IN_DECISIONS, ("stop_word", "words", "long_speech", "stop_word_final")),
+            (metrics.STS_BARGE_IN_REFUSED, ("backchannel", "own_words")),
+        ):
+            for value in values:
+                counter.labels(*self.labels, value)
 
     async def Converse(self, request_iterator, context):
         requests = aiter(request_iterator)

@@ -551,7 +551,9 @@ class DialogueSession(StsSession):
             verdict = self._word_rule.judge(r.transcript)
             if verdict.interrupt and self.state != LISTENING and self._own_words(r.transcript):
                 return  # the agent's own voice heard back
-            if not (verdict.interrupt and self.options.barge_in.enabled):
+            # Speech that ended without interrupting: only a stop word in its final still does. Whisper writes words
+            # into a hum ("And then we chant." for "mm-hm"), so word counts are read on interims only.
+            if not (verdict.why == "stop_word" and self.options.barge_in.enabled):
                 if verdict.why == "backchannel":
                     metrics.STS_BARGE_IN_REFUSED.labels(*self._labels, "backchannel").inc()
                 return  # a backchannel (or too few words) over the reply: not the user's turn
