@@ -236,7 +236,12 @@ def run_mixed_load(fleet) -> None:
 
         say = {
             text: trim(synthesize(router, text, engine="cosyvoice_tts", rate=RATE))
-            for text in ("The quick brown fox jumps over the lazy dog.", "What is two plus two?", "Stop. Thank you.")
+            for text in (
+                "The quick brown fox jumps over the lazy dog.",
+                "What is two plus two?",
+                "Stop. Thank you.",
+                "Mm-hm.",
+            )
         }
         story = "Please tell me a long story about a brave little dragon who wanted to fly."
         say[story] = trim(synthesize(router, story, engine="cosyvoice_tts", rate=RATE))
@@ -290,6 +295,8 @@ def run_mixed_load(fleet) -> None:
             talk.send(say[story], label="story")
             assert talk.wait(lambda: bool(talk.of("reply_audio", 1)), timeout=120), talk.events[-5:]
             time.sleep(0.5)
+            talk.send(say["Mm-hm."], label="backchannel")  # over the reply: not a barge-in (counted as refused)
+            time.sleep(2.0)
             talk.send(say["Stop. Thank you."], label="barge-in")
             assert talk.wait(lambda: bool(talk.of("interrupted")), timeout=60), talk.events[-5:]
             talk.wait(lambda: talk.ended(2), timeout=120)

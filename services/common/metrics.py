@@ -192,8 +192,9 @@ STS_BARGE_IN_DECISIONS = Counter(
 )
 STS_BARGE_IN_REFUSED = Counter(
     "voicefleet_sts_barge_in_refused_total",
-    "Speech over the reply that did not interrupt it, by why: backchannel (only backchannel words), own_words (the"
-    " reply's own words heard back: echo).",
+    "Speech over the reply that did not interrupt it, by why: backchannel (only backchannel words), short_speech (it"
+    " ended before its interims held enough words, and its final no stop word), own_words (the reply's own words"
+    " heard back: echo).",
     ["service", "engine", "why"],
 )
 STS_BRAIN_FIRST_TOKEN = Histogram(

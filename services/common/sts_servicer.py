@@ -114,7 +114,7 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
             (metrics.STS_END_OF_TURN, ("complete", "incomplete")),
             (metrics.STS_PREEMPTIVE_REPLIES, ("used", "discarded")),
             (metrics.STS_BARGE_IN_DECISIONS, ("stop_word", "words", "long_speech", "stop_word_final")),
-            (metrics.STS_BARGE_IN_REFUSED, ("backchannel", "own_words")),
+            (metrics.STS_BARGE_IN_REFUSED, ("backchannel", "short_speech", "own_words")),
         ):
             for value in values:
                 counter.labels(*self.labels, value)

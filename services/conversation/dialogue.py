@@ -554,9 +554,10 @@ class DialogueSession(StsSession):
             # Speech that ended without interrupting: only a stop word in its final still does. Whisper writes words
             # into a hum ("And then we chant." for "mm-hm"), so word counts are read on interims only.
             if not (verdict.why == "stop_word" and self.options.barge_in.enabled):
-                if verdict.why == "backchannel":
-                    metrics.STS_BARGE_IN_REFUSED.labels(*self._labels, "backchannel").inc()
-                return  # a backchannel (or too few words) over the reply: not the user's turn
+                if verdict.why != "empty":
+                    refused = "backchannel" if verdict.why == "backchannel" else "short_speech"
+                    metrics.STS_BARGE_IN_REFUSED.labels(*self._labels, refused).inc()
+                return  # a backchannel (or a short remark) over the reply: not the user's turn
             if self.state != LISTENING and self._reply is not None and not self._reply.interrupted_reason:
                 self._overlap_start_ms, self._overlap_utt = start, r.utterance_index
                 self._barge_in(f"{verdict.why}_final")
