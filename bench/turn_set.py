@@ -37,7 +37,7 @@ from services.common import audio
 
 RATE = 16_000  # what the caller sends (the conversation's input format)
 CACHE = Path(__file__).parent.parent / "build" / "turn_set"
-SET_VERSION = 1  # bump when the way lines are made changes (the cache key)
+SET_VERSION = 2  # bump when the way lines are made changes (the cache key)
 LEVEL_WINDOW_MS = 10
 LEVEL_BELOW_PEAK_DB = 40.0
 LEVEL_FLOOR_DBFS = -55.0
@@ -106,6 +106,8 @@ class Counts:
     backchannels: int = 6
     stop_words: int = 6
     echo: int = 3
+    lengths: tuple[str, ...] = tuple(LENGTHS)
+    pauses_ms: tuple[int, ...] = PAUSES_MS
 
 
 @dataclass
@@ -283,20 +285,22 @@ def build(seed: int = 23, counts: Counts | None = None, cache: Path | None = Non
         return line
 
     complete = []
-    for length, pool in LENGTHS.items():
+    for length in counts.lengths:
+        pool = LENGTHS[length]
         for i, marked in enumerate(rng.sample(pool, min(counts.complete_per_length, len(pool)))):
             complete.append(speak(f"{length}-{i}", "complete", _plain(marked), length=length).id)
 
     paused = []
     marked_pool = [(length, s) for length in ("medium", "long") for s in LENGTHS[length]]
-    for pause_ms in PAUSES_MS:
+    for pause_ms in counts.pauses_ms:
         for i, (length, marked) in enumerate(rng.sample(marked_pool, min(counts.paused_per_pause, len(marked_pool)))):
             paused.append(_paused(voice, seed, f"paused{pause_ms}-{i}", marked, length, pause_ms, lines).id)
 
     trials = []
     prompts = {}
-    for i, prompt in enumerate(LONG_REPLY_PROMPTS):
-        prompts[prompt] = speak(f"prompt-{i}", "prompt", prompt).id
+    if counts.backchannels or counts.stop_words or counts.echo:
+        for i, prompt in enumerate(LONG_REPLY_PROMPTS):
+            prompts[prompt] = speak(f"prompt-{i}", "prompt", prompt).id
     for kind, vocabulary, n in (
         ("backchannel", BACKCHANNELS, counts.backchannels),
         ("stop", STOP_WORDS, counts.stop_words),
@@ -342,7 +346,8 @@ def _paused(voice: Voice, seed: int, line_id: str, marked: str, length: str, pau
     samples, alignment = voice.say(text, piper_seed)
     cut = word_gap_sample(voice, samples, alignment, voice.words_in(before))
     whole = np.frombuffer(audio.resample(samples.tobytes(), voice.rate, RATE), dtype=np.int16)
-    cut16 = round(cut * RATE / voice.rate)
+    per_ms = RATE // 1000
+    cut16 = round(cut * RATE / voice.rate / per_ms) * per_ms  # on a whole ms, so pause_at_ms is exact
     gap = np.zeros(RATE * pause_ms // 1000, dtype=np.int16)
     pcm = np.concatenate([_fade(whole[:cut16], True), gap, _fade(whole[cut16:], False)]).tobytes()
     start, end = speech_bounds_ms(pcm)
