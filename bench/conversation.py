@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import tempfile
 import time
 
@@ -49,8 +50,10 @@ SESSION_TURNS = 4
 BARGE_INS = 6
 SILENT_TURNS: list[str] = []  # completed turns that sent no reply audio (their reply text), across the run
 TURN_SET_SEED = 23
-# Sized for ~6 minutes of conversation bench on 2 cores (each line is spoken at real time).
-TURN_SET_COUNTS = Counts(complete_per_length=4, paused_per_pause=3, backchannels=5, stop_words=5, echo=3)
+# Each line is spoken at real time, so these counts set the run's length: about 6 minutes for both passes and the
+# trials on 2 cores. BENCH_TURN_COUNTS="complete per length,paused per pause,backchannels,stop words,echo" changes
+# them for a run (e.g. "6,4,6,6,3": tighter percentiles, about twice as long).
+TURN_SET_COUNTS = Counts(complete_per_length=3, paused_per_pause=3, backchannels=5, stop_words=4, echo=2)
 RAW_TURNS = RESULTS / "raw" / "conversation_turns.json"
 
 
@@ -159,8 +162,20 @@ def cpu_fleet():
             recorder.close()
 
 
+def turn_set_counts() -> Counts:
+    given = os.environ.get("BENCH_TURN_COUNTS", "")
+    if not given:
+        return TURN_SET_COUNTS
+    try:
+        complete, paused, backchannels, stops, echo = (int(n) for n in given.split(","))
+    except ValueError:
+        raise SystemExit(f"BENCH_TURN_COUNTS={given!r}: expected five whole numbers, e.g. 6,4,6,6,3") from None
+    return Counts(complete, paused, backchannels, stops, echo)
+
+
 def run():
-    turn_set = build_turn_set(TURN_SET_SEED, TURN_SET_COUNTS)  # piper in this process, before the fleet (cached)
+    counts = turn_set_counts()
+    turn_set = build_turn_set(TURN_SET_SEED, counts)  # piper in this process, before the fleet (cached)
     with cpu_fleet() as channel:
         say = _speaker(channel)
         for line in LINES:
@@ -193,7 +208,7 @@ def run():
         "turns_without_reply_audio": len(SILENT_TURNS),
         "barge_ins": BARGE_INS,
         "engine": "moss_sts/cascade (whisper tiny.en, SmolLM2-135M, piper)",
-        "turn_set": f"seed {TURN_SET_SEED}, {TURN_SET_COUNTS}; raw records in bench/results/latest/raw/{RAW_TURNS.name}",
+        "turn_set": f"seed {TURN_SET_SEED}, {counts}; raw records in bench/results/latest/raw/{RAW_TURNS.name}",
         **turn_tables,
     }
     return rows, extra

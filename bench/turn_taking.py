@@ -435,34 +435,33 @@ def conversation_config(mode: int, max_tokens: int = 0) -> conversation_pb2.Conv
 
 
 def run_pass(channel, turn_set: TurnSet, mode: int, seed: int) -> list[dict]:
-    """Every complete and paused line of the set, in a seeded order, in one session asking for ``mode``."""
+    """Every complete and paused line of the set, in a seeded order, each in a session of its own asking for
+    ``mode`` (one session at a time). Why not one long session: SmolLM2-135M copies the context's replies, which
+    the caller cut short, so replies shrank to "I'm" and the growing prompt slowed the brain (transcript -> first
+    text 3-7 s by the 30th turn on a busy machine): both would blur what this measures, the turn-taking."""
     order = turn_set.complete + turn_set.paused
     random.Random(seed).shuffle(order)
-    caller = Caller(channel, conversation_config(mode))
     records = []
-    try:
-        for i, line_id in enumerate(order):
+    for i, line_id in enumerate(order):
+        caller = Caller(channel, conversation_config(mode))
+        try:
             records.append(endpointing_line(caller, turn_set.line(line_id), f"{i}:{line_id}"))
-            if caller.done.is_set():
-                break
-    finally:
-        caller.close()
-    _check(caller, records)
+        finally:
+            caller.close()
+        _check(caller, records)
     return records
 
 
 def run_trials(channel, turn_set: TurnSet, mode: int) -> list[dict]:
-    """Backchannel, stop-word and echo trials, in one session asking for ``mode`` and long replies."""
-    caller = Caller(channel, conversation_config(mode, max_tokens=160))
+    """Backchannel, stop-word and echo trials, each in a session of its own asking for ``mode`` and long replies."""
     records = []
-    try:
-        for trial in turn_set.trials:
+    for trial in turn_set.trials:
+        caller = Caller(channel, conversation_config(mode, max_tokens=160))
+        try:
             records.append(barge_in_trial(caller, turn_set, trial))
-            if caller.done.is_set():
-                break
-    finally:
-        caller.close()
-    _check(caller, records)
+        finally:
+            caller.close()
+        _check(caller, records)
     return records
 
 
