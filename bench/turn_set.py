@@ -37,7 +37,7 @@ from services.common import audio
 
 RATE = 16_000  # what the caller sends (the conversation's input format)
 CACHE = Path(__file__).parent.parent / "build" / "turn_set"
-SET_VERSION = 2  # bump when the way lines are made changes (the cache key)
+SET_VERSION = 3  # bump when the way lines are made changes (the cache key)
 LEVEL_WINDOW_MS = 10
 LEVEL_BELOW_PEAK_DB = 40.0
 LEVEL_FLOOR_DBFS = -55.0
@@ -62,7 +62,8 @@ MEDIUM = [
     "I would like to find a quiet | coffee shop where I can sit and read for an hour.",
     "We are trying to decide whether | the red sofa or the grey one fits the room better.",
     "The train to the coast was | delayed again this morning because of the storm.",
-    "He might | have been made amiable himself if he had met kinder people as a boy.",
+    # (espeak joins "might have" into one word, so the "he might | have been" pause sits one phrase on.)
+    "He might have been made | amiable himself if he had met kinder people as a boy.",
     "Can you tell me how long it takes to | drive from Boston to New York in the evening?",
 ]
 LONG = [
@@ -226,8 +227,9 @@ def word_gap_sample(voice: Voice, samples: np.ndarray, alignment: list[tuple[str
     if not 0 < words_before <= len(gaps):
         raise ValueError(f"no word gap after word {words_before} ({len(gaps)} gaps)")
     start, end = gaps[words_before - 1]
-    # The duration predictor's frames are 256 samples: look a frame either side for the quietest 5 ms.
-    lo, hi = max(0, start - 256), min(len(samples), end + 256)
+    # The duration predictor's frames are 256 samples: look from a frame before the gap to its end for the quietest
+    # 5 ms (not past it: a quiet first consonant of the next word, the "f" of "four", would be cut off its word).
+    lo, hi = max(0, start - 256), min(len(samples), end)
     window = voice.rate * 5 // 1000
     x = samples[lo:hi].astype(np.float64)
     energy = np.convolve(x**2, np.ones(window), mode="valid")
@@ -344,6 +346,9 @@ def _paused(voice: Voice, seed: int, line_id: str, marked: str, length: str, pau
     text = _plain(marked)
     piper_seed = _piper_seed(seed, text)  # the same rendition as the complete line of this sentence
     samples, alignment = voice.say(text, piper_seed)
+    if voice.words_in(before) + voice.words_in(after) != voice.words_in(text):
+        # espeak made one phoneme word across the mark ("might have" -> "maɪthɐv"): no word gap to cut at there
+        raise ValueError(f"piper joins the words either side of '|' in {marked!r} into one: move the mark")
     cut = word_gap_sample(voice, samples, alignment, voice.words_in(before))
     whole = np.frombuffer(audio.resample(samples.tobytes(), voice.rate, RATE), dtype=np.int16)
     per_ms = RATE // 1000

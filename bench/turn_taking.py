@@ -504,7 +504,7 @@ def report(passes: dict[str, list[dict]], trials: list[dict], trials_mode: str):
                     f"turn-taking {mode}: speech end -> first reply audio, {name} (caller)",
                     "s",
                     latencies,
-                    "end of the last word as spoken -> first reply audio received; 1 session, real-time caller",
+                    "end of the last word as spoken -> first reply audio received; real-time caller, one session at a time",
                 )
             )
             column[f"speech end -> first reply audio p50 / p95, {name}"] = _p50_p95(latencies)
