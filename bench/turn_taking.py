@@ -221,7 +221,7 @@ class Caller:
             for _, e in self.events
             if e.turn_index >= first_turn
             and (
-                e.WhichOneof("event") in ("user_transcript", "reply_text", "reply_audio", "end_of_turn")
+                e.WhichOneof("event") in ("user_transcript", "reply_text", "reply_audio")
                 or (e.WhichOneof("event") == "state" and e.state.state != S.CONVERSATION_STATE_LISTENING)
             )
         }
@@ -242,7 +242,8 @@ def settle(caller: Caller, first_turn: int, said: Said, timeout: float = 40.0) -
     has played INTERRUPT_REPLY_AFTER_S after the line was said is cut short by the caller (ACTION_INTERRUPT)."""
     deadline = time.monotonic() + timeout
     cut: set[int] = set()
-    said.done.wait(timeout)
+    while not said.done.wait(0.05) and not caller.done.is_set() and time.monotonic() < deadline:
+        pass  # the call may end first (a refused config): then nothing more will be said
     while time.monotonic() < deadline and not caller.done.is_set():
         now = time.monotonic()
         for turn in caller.open_turns(first_turn) - cut:
@@ -308,6 +309,8 @@ def endpointing_line(caller: Caller, line, label: str) -> dict:
     first_turn = caller.next_turn()
     said = caller.say(label, line.pcm)
     settle(caller, first_turn, said)
+    if not said.frames:
+        return {"unsaid": line.id}  # the call ended before the line could be said (session_error says why)
     speech_end = said.spoken_at(line.speech_end_ms)
     first_audio = caller.of("reply_audio", first_turn)
     thinking = [(t, e) for t, e in caller.of("state", first_turn) if e.state.state == S.CONVERSATION_STATE_THINKING]
@@ -413,13 +416,17 @@ def barge_in_trial(caller: Caller, turn_set: TurnSet, trial) -> dict:
     return record
 
 
-def _check(caller: Caller, records: list[dict]) -> None:
+def _check(caller: Caller, records: list[dict]) -> bool:
+    """Record how the call failed, if it did (the caller's own cancel at close is no failure); True if it did."""
     error = caller.error
     if isinstance(error, grpc.RpcError):
         if error.code() != grpc.StatusCode.CANCELLED:
             records.append({"session_error": f"{error.code().name}: {error.details()}"})
-    elif error is not None:
+            return True
+        return False
+    if error is not None:
         raise RuntimeError("the caller failed") from error
+    return False
 
 
 # --- passes ---------------------------------------------------------------------------------------------------------
@@ -445,10 +452,12 @@ def run_pass(channel, turn_set: TurnSet, mode: int, seed: int) -> list[dict]:
     for i, line_id in enumerate(order):
         caller = Caller(channel, conversation_config(mode))
         try:
-            records.append(endpointing_line(caller, turn_set.line(line_id), f"{i}:{line_id}"))
+            record = endpointing_line(caller, turn_set.line(line_id), f"{i}:{line_id}")
         finally:
             caller.close()
-        _check(caller, records)
+        if _check(caller, records):
+            break  # the server refused or failed the call: one record says so, and no line counts from it
+        records.append(record)
     return records
 
 
@@ -458,10 +467,12 @@ def run_trials(channel, turn_set: TurnSet, mode: int) -> list[dict]:
     for trial in turn_set.trials:
         caller = Caller(channel, conversation_config(mode, max_tokens=160))
         try:
-            records.append(barge_in_trial(caller, turn_set, trial))
+            record = barge_in_trial(caller, turn_set, trial)
         finally:
             caller.close()
-        _check(caller, records)
+        if _check(caller, records):
+            break
+        records.append(record)
     return records
 
 
@@ -513,7 +524,7 @@ def report(passes: dict[str, list[dict]], trials: list[dict], trials_mode: str):
         column["speech end -> committed (THINKING) p50 / p95"] = _p50_p95(commits)
         slow = [r for r in one_turn if r["speech_end_to_first_audio_s"] > SLOW_COMMIT_S]
         column[f"slow commits (reply > {SLOW_COMMIT_S:g} s after speech end)"] = _pct(len(slow), len(one_turn))
-        column["complete lines answered before their end or split"] = _pct(
+        column["complete lines not answered as one turn (split, or no reply)"] = _pct(
             sum(r["turns_with_words"] != 1 for r in complete), len(complete)
         )
         for pause in sorted({r["pause_ms"] for r in lines if r["kind"] == "paused"}):
@@ -537,7 +548,8 @@ def report(passes: dict[str, list[dict]], trials: list[dict], trials_mode: str):
         if errors:
             column["session error"] = "; ".join(errors)
         endpointing[mode] = column
-    table = {name: {mode: endpointing[mode][name] for mode in endpointing} for name in next(iter(endpointing.values()))}
+    names = dict.fromkeys(name for column in endpointing.values() for name in column)  # every row, first-seen order
+    table = {name: {mode: column.get(name, "") for mode, column in endpointing.items()} for name in names}
 
     done = [t for t in trials if "trial" in t and "skipped" not in t]
     stops = [t for t in done if t["kind"] == "stop" and not t["reply_ended_before_cue_end"]]
