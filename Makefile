@@ -98,8 +98,14 @@ lint: install $(BUF) proto-check  ## buf lint on the contracts, ruff on the code
 	$(BIN)/ruff format --check services tests bench
 	$(BIN)/python -m tests.assert_lint tests bench  # asserts that cannot fail (`... or True`, constants)
 
-bench: install  ## benchmarks → bench/results/latest/ (JSON + results.md, committed) and the README table quoting them
-	$(BIN)/python -m bench.run
+# `make bench conversation asr` runs just those benchmarks: the words after `bench` are names, not targets.
+ifeq (bench,$(firstword $(MAKECMDGOALS)))
+BENCH_NAMES := $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS))
+$(eval $(BENCH_NAMES):;@:)
+endif
+
+bench: install  ## benchmarks → bench/results/latest/ (JSON + results.md, committed) and the README table quoting them; `make bench NAME...` runs some
+	$(BIN)/python -m bench.run $(BENCH_NAMES)
 
 soak: install  ## load + soak through the router: PROFILE=mixed (30 min mixed traffic) or converse (1,000 turns)
 	$(BIN)/python -m bench.soak --profile $(or $(PROFILE),mixed) $(if $(MINUTES),--minutes $(MINUTES))

@@ -10,14 +10,28 @@ piper speech made by the fleet (moss_sts's Synthesizer).
 * barge-in -> silence: the caller talks over a long reply; first frame of that speech sent -> last reply audio
   received (includes barge_in.min_speech_ms of speech by design), and the interruption itself (last audio received
   -> interrupted event) plus the server's histogram (barge-in detected -> last audio handed out).
+
+Turn-taking (issue 23 item 8; bench/turn_taking.py, the set from bench/turn_set.py): a caller that speaks at the
+pace of real time (20 ms frames) and plays the reply says complete utterances of three lengths and the same
+sentences with a 500 / 800 / 1200 ms mid-phrase pause, in one session asking for MODE_SILENCE and in another for
+MODE_SEMANTIC; then backchannels and stop words during a reply and the reply's own echo in its microphone. Rows:
+speech end -> first reply audio per length, speech end -> commit, stop word -> interrupted; tables: false cut-offs
+per pause, slow commits, backchannels that interrupted, echo interruptions, the server's TurnTimings. The raw
+per-line records go to bench/results/latest/raw/conversation_turns.json.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import tempfile
 import time
 
-from bench.harness import Row
+from bench import turn_taking
+from bench.harness import RESULTS, Row
+from bench.turn_set import Counts
+from bench.turn_set import build as build_turn_set
 from services.cli.fleet import LocalFleet, free_port
 from tests.test_conversation_fleet import RATE, BrainRecorder, Talk, close
 from voice.v1 import audio_pb2, conversation_pb2, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
@@ -35,6 +49,12 @@ SESSIONS = (1, 4)  # callers talking at once (issue 10)
 SESSION_TURNS = 4
 BARGE_INS = 6
 SILENT_TURNS: list[str] = []  # completed turns that sent no reply audio (their reply text), across the run
+TURN_SET_SEED = 23
+# Each line is spoken at real time, so these counts set the run's length: about 6 minutes for both passes and the
+# trials on 2 cores. BENCH_TURN_COUNTS="complete per length,paused per pause,backchannels,stop words,echo" changes
+# them for a run (e.g. "6,4,6,6,3": tighter percentiles, about twice as long).
+TURN_SET_COUNTS = Counts(complete_per_length=3, paused_per_pause=3, backchannels=5, stop_words=4, echo=2)
+RAW_TURNS = RESULTS / "raw" / "conversation_turns.json"
 
 
 def _speaker(channel):
@@ -120,7 +140,11 @@ def _barge_ins(channel, say, n: int) -> tuple[list[float], list[float]]:
     return to_silence, cut
 
 
-def run():
+@contextlib.contextmanager
+def cpu_fleet():
+    """brain (behind the recording pass-through) + moss_sts + router on free loopback ports: a channel to the router."""
+    import grpc
+
     with tempfile.TemporaryDirectory() as tmp:
         brain_port = free_port()
         recorder = BrainRecorder(brain_port)
@@ -130,19 +154,39 @@ def run():
             brain={"port": brain_port, "base_url": f"http://127.0.0.1:{recorder.port}/v1"},
             moss_sts={"default_max_tokens": 48},
         )
-        import grpc
-
         try:
             with grpc.insecure_channel(fleet.config.router.address) as channel:
-                say = _speaker(channel)
-                for line in LINES:
-                    say(line)
-                server, client = _turns(channel, say, TURNS)
-                concurrent = {k: _sessions(channel, say, k, SESSION_TURNS) for k in SESSIONS}
-                to_silence, cut = _barge_ins(channel, say, BARGE_INS)
+                yield channel
         finally:
             fleet.stop()
             recorder.close()
+
+
+def turn_set_counts() -> Counts:
+    given = os.environ.get("BENCH_TURN_COUNTS", "")
+    if not given:
+        return TURN_SET_COUNTS
+    try:
+        complete, paused, backchannels, stops, echo = (int(n) for n in given.split(","))
+    except ValueError:
+        raise SystemExit(f"BENCH_TURN_COUNTS={given!r}: expected five whole numbers, e.g. 6,4,6,6,3") from None
+    return Counts(complete, paused, backchannels, stops, echo)
+
+
+def run():
+    counts = turn_set_counts()
+    turn_set = build_turn_set(TURN_SET_SEED, counts)  # piper in this process, before the fleet (cached)
+    with cpu_fleet() as channel:
+        say = _speaker(channel)
+        for line in LINES:
+            say(line)
+        server, client = _turns(channel, say, TURNS)
+        concurrent = {k: _sessions(channel, say, k, SESSION_TURNS) for k in SESSIONS}
+        to_silence, cut = _barge_ins(channel, say, BARGE_INS)
+        passes, trials = turn_taking.measure(channel, turn_set, TURN_SET_SEED)
+    turn_rows, turn_tables, raw = turn_taking.report(passes, trials, "semantic")
+    RAW_TURNS.parent.mkdir(parents=True, exist_ok=True)
+    RAW_TURNS.write_text(json.dumps({"seed": TURN_SET_SEED, "set": str(turn_set.directory), **raw}, indent=1))
     rows = [
         Row("speech end -> first reply audio (server TurnTimings)", "s", server, "includes the 400 ms hangover"),
         Row("last user frame sent -> first reply audio (caller)", "s", client, "line's trailing silence inside"),
@@ -157,11 +201,14 @@ def run():
         ),
         Row("barge-in speech sent -> last reply audio (caller)", "s", to_silence, "includes min_speech 500 ms"),
         Row("last reply audio -> interrupted event (caller)", "s", cut),
+        *turn_rows,
     ]
     extra = {
         "turns": TURNS,
         "turns_without_reply_audio": len(SILENT_TURNS),
         "barge_ins": BARGE_INS,
         "engine": "moss_sts/cascade (whisper tiny.en, SmolLM2-135M, piper)",
+        "turn_set": f"seed {TURN_SET_SEED}, {counts}; raw records in bench/results/latest/raw/{RAW_TURNS.name}",
+        **turn_tables,
     }
     return rows, extra
