@@ -69,22 +69,26 @@ class RemoteAsrEngine(AsrEngine):
 
 
 def config_to_proto(options: RecognitionOptions) -> recognizer_pb2.RecognitionConfig:
-    e = options.endpointing
     return recognizer_pb2.RecognitionConfig(
         input_format=audio_pb2.AudioFormat(encoding=S16LE, sample_rate_hz=options.sample_rate_hz, channels=1),
         language=options.language,
         interim_results=options.interim_results,
-        endpointing=recognizer_pb2.EndpointingConfig(
-            threshold=e.threshold,
-            min_speech_ms=e.min_speech_ms,
-            hangover_ms=e.hangover_ms,
-            max_utterance_ms=e.max_utterance_ms,
-            mode=PROTO_MODES[e.mode],
-            turn_threshold=e.turn_threshold,
-            min_silence_ms=e.min_silence_ms,
-            max_silence_ms=e.max_silence_ms,
-        ),
+        endpointing=endpointing_to_proto(options.endpointing),
         phrase_hints=list(options.phrase_hints),
+    )
+
+
+def endpointing_to_proto(e) -> recognizer_pb2.EndpointingConfig:
+    """Engine Endpointing -> EndpointingConfig (Recognizer and Conversation configs alike)."""
+    return recognizer_pb2.EndpointingConfig(
+        threshold=e.threshold,
+        min_speech_ms=e.min_speech_ms,
+        hangover_ms=e.hangover_ms,
+        max_utterance_ms=e.max_utterance_ms,
+        mode=PROTO_MODES[e.mode],
+        turn_threshold=e.turn_threshold,
+        min_silence_ms=e.min_silence_ms,
+        max_silence_ms=e.max_silence_ms,
     )
 
 

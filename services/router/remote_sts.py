@@ -45,8 +45,8 @@ from services.common.engines import (
 from services.common.errors import Unavailable, from_rpc_error
 from services.common.sts_servicer import STATE_NAMES
 from services.router.backends import Backend, backend_timeout
-from services.router.remote_asr import event_from_proto
-from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc, recognizer_pb2, routing_pb2
+from services.router.remote_asr import endpointing_to_proto, event_from_proto
+from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc, routing_pb2
 
 BACKEND_FAULTS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL)
 ACTIONS = {
@@ -103,12 +103,7 @@ def config_to_proto(options: SessionOptions) -> conversation_pb2.ConversationCon
             temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed
         ),
         language=options.language,
-        endpointing=recognizer_pb2.EndpointingConfig(
-            threshold=e.threshold,
-            min_speech_ms=e.min_speech_ms,
-            hangover_ms=e.hangover_ms,
-            max_utterance_ms=e.max_utterance_ms,
-        ),
+        endpointing=endpointing_to_proto(e),
         barge_in=conversation_pb2.BargeInConfig(
             disabled=not b.enabled,
             min_speech_ms=b.min_speech_ms,
