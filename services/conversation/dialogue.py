@@ -80,6 +80,10 @@ log = logging.getLogger("voicefleet.conversation.dialogue")
 RATE = 16_000  # rate of the audio a session takes (ASR engines' native rate)
 GATE_WINDOW = 512  # level gate window while a too-long turn is skipped (32 ms)
 GATE_QUIET_DBFS = -45.0  # a window below this is a pause for the level gate
+# While a reply is held for its commit: a window this loud after the user's speech ended may be them going on (the
+# recognizer confirms speech only after min_speech_ms), so the commit waits for its word (RESUME_WAIT_MS at most).
+RESUME_DBFS = -40.0
+RESUME_QUIET_MS = 160
 USER_AUDIO_PAD_MS = 200  # audio kept before a user turn's start for engines that answer audio
 
 
@@ -309,6 +313,7 @@ class DialogueSession(StsSession):
         # Preemptive reply: started at a candidate end of turn, held until the user has been silent turn_commit_ms.
         self._candidate: _Reply | None = None
         self._commit_at_ms: int | None = None
+        self._last_loud_ms = -1  # stream ms of the last loud window heard while a reply is held
         self._discarded = 0  # candidates of the turn being heard that were dropped (the user went on)
         self._labels = (service, served_by.rsplit("/", 1)[-1])
         # The reply leaking back into the caller's microphone is cancelled before anything listens to it.
@@ -352,7 +357,11 @@ class DialogueSession(StsSession):
             self._arrivals.append((self._fed_samples * 1000 // RATE, now))
             if self._stream is not None and to_asr:
                 await self._stream.feed(to_asr)
+        if self._candidate is not None and to_asr:
+            self._listen_for_resume(to_asr)
         self._check_limits()
+        if self._candidate is not None:
+            await asyncio.sleep(0)  # let the recognizer's events for this audio (a SPEECH_START) be read first
         self._check_commit()
 
     async def control(self, action: str) -> None:
@@ -611,21 +620,40 @@ class DialogueSession(StsSession):
             return
         turn.preemptive = True
         self._commit_at_ms = commit_at
-        self._turn_task = asyncio.create_task(self._run_turn(turn, held=True), name=f"dialogue-turn-{turn.index}")
+        self._last_loud_ms = -1
+        reply = _Reply(turn, served_by=self.served_by, held=True)
+        self._candidate = self._reply = reply  # at once: a SPEECH_START read next must find it to drop it
+        self._turn_task = asyncio.create_task(self._run_turn(turn, reply), name=f"dialogue-turn-{turn.index}")
 
     def _clear_heard_turn(self) -> None:
         self._pending, self._pending_chars = [], 0
         self._turn_start_ms = None
         self._discarded = 0
 
+    def _listen_for_resume(self, pcm: bytes) -> None:
+        x = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
+        end = self._fed_ms()
+        for i in range(0, len(x) - GATE_WINDOW + 1, GATE_WINDOW):
+            w = x[i : i + GATE_WINDOW]
+            if 10 * np.log10(float(np.mean(w * w)) + 1e-12) >= RESUME_DBFS:
+                self._last_loud_ms = end - (len(x) - i - GATE_WINDOW) * 1000 // RATE
+
     def _check_commit(self) -> None:
         if (
-            self._candidate is not None
-            and not self._speech_active
-            and self._commit_at_ms is not None
-            and self._fed_ms() >= self._commit_at_ms
+            self._candidate is None
+            or self._speech_active
+            or self._commit_at_ms is None
+            or self._fed_ms() < self._commit_at_ms
         ):
-            self._commit()
+            return
+        now = self._fed_ms()
+        speech_end = self._last_speech_end_ms or 0
+        resuming = self._last_loud_ms > speech_end + GATE_WINDOW * 2000 // RATE and (
+            now - self._last_loud_ms < RESUME_QUIET_MS
+        )
+        if resuming and now < self._commit_at_ms + self.options.endpointing.min_speech_ms + RESUME_QUIET_MS:
+            return  # sound after the speech ended: wait for the recognizer to say whether it is speech
+        self._commit()
 
     def _commit(self) -> None:
         """The held reply's turn is over: its text and audio go out (from where generation got to)."""
@@ -783,11 +811,12 @@ class DialogueSession(StsSession):
         return False
 
     # --- replies --------------------------------------------------------------------------------------------
-    async def _run_turn(self, turn: UserTurn, held: bool = False) -> None:
-        reply = _Reply(turn, served_by=self.served_by, held=held)
-        self._reply = reply
-        if held:
-            self._candidate = reply
+    async def _run_turn(self, turn: UserTurn, reply: _Reply | None = None) -> None:
+        if reply is None:
+            reply = _Reply(turn, served_by=self.served_by)
+            self._reply = reply
+        elif reply.discarded:
+            return  # dropped before it started
         gen = asyncio.create_task(self.generate_reply(turn, ReplySink(self, reply)), name="dialogue-reply")
         self._gen_task = reply.gen_task = gen
         await asyncio.wait({gen})
