@@ -13,6 +13,7 @@ Routes:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -68,7 +69,6 @@ HTTP_STATUS = {
     grpc.StatusCode.UNAVAILABLE: 503,
     grpc.StatusCode.UNIMPLEMENTED: 501,
 }
-UPSTREAM_QUEUE = 32  # client frames waiting for the router; a full queue stops reading the socket (TCP back-pressure)
 
 
 class AccessLogger(AbstractAccessLogger):
@@ -260,7 +260,7 @@ class Gateway:
         GATEWAY_ADDED.labels("speech").observe(max(0.0, time.perf_counter() - received - router_first))
         sent = len(first.audio.data)
         try:
-            async for reply in call:
+            while (reply := await call.read()) is not grpc.aio.EOF:
                 await response.write(reply.audio.data)
                 sent += len(reply.audio.data)
         except grpc.aio.AioRpcError as e:
@@ -421,7 +421,7 @@ class Gateway:
 
 class Session:
     """One conversation WebSocket <-> one Converse stream on the router. Three tasks: the socket's reader (client
-    frames and controls to a bounded upstream queue), the router's reader (events to a bounded send queue) and the
+    frames and controls written to the call as flow control allows), the router's reader (events to a bounded send queue) and the
     writer (send queue to the socket)."""
 
     def __init__(self, gateway: Gateway, ws: web.WebSocketResponse, request: web.Request):
@@ -429,7 +429,6 @@ class Session:
         self.section = gateway.section
         self.ws = ws
         self.request = request
-        self.upstream: asyncio.Queue = asyncio.Queue(UPSTREAM_QUEUE)
         self.outbound: asyncio.Queue = asyncio.Queue(self.section.send_queue_messages)
         self.close_code = 1000
         self.close_reason = ""
@@ -450,23 +449,23 @@ class Session:
         request_id = request_id or f"gw-{uuid.uuid4().hex[:12]}"
         self.rate = config.input_format.sample_rate_hz
         stub = conversation_pb2_grpc.ConversationStub(self.gateway.channel)
-
-        async def requests():
-            yield conversation_pb2.ConverseRequest(request_id=request_id, config=config)
-            while (item := await self.upstream.get()) is not None:
-                yield item
-
-        call = stub.Converse(requests(), metadata=self.gateway.metadata(self.request))
+        # The write/read API (not request iterators): a write waits for HTTP/2 flow control, so a router that falls
+        # behind stops the socket being read and TCP pushes back on the client; nothing piles up here.
+        call = stub.Converse(metadata=self.gateway.metadata(self.request))
+        await call.write(conversation_pb2.ConverseRequest(request_id=request_id, config=config))
         await self.ws.send_json(
             {"type": "ready", "request_id": request_id, "output_sample_rate": config.output_format.sample_rate_hz}
         )
         tasks = [
-            asyncio.create_task(self._read_socket(), name="gw-socket"),
+            asyncio.create_task(self._read_socket(call), name="gw-socket"),
             asyncio.create_task(self._read_router(call), name="gw-router"),
             asyncio.create_task(self._write_socket(), name="gw-writer"),
         ]
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if tasks[0] in done and self.close_code == 1000 and not self.ws.closed:
+                # A write found the call over: the router's reader is about to say why.
+                await asyncio.wait([tasks[1]], timeout=5)
             # The router's stream ended (or failed): let the writer send what is queued, the error event included.
             if tasks[1].done() and not tasks[2].done():
                 await asyncio.wait([asyncio.create_task(self.outbound.put(None)), tasks[2]], timeout=2)
@@ -510,7 +509,7 @@ class Session:
         GATEWAY_MESSAGES.labels("in", "config").inc()
         return protocol.conversation_config(parsed, self.section.max_text_chars)
 
-    async def _read_socket(self) -> None:
+    async def _read_socket(self, call) -> None:
         try:
             while True:
                 message = await self._receive()
@@ -518,24 +517,25 @@ class Session:
                     protocol.check_frame(message.data, self.rate, self.section.max_frame_ms)
                     GATEWAY_MESSAGES.labels("in", "audio").inc()
                     GATEWAY_BYTES.labels("in", "conversation").inc(len(message.data))
-                    # Waits while the router is behind: the socket is not read, TCP pushes back on the client.
-                    await self.upstream.put(conversation_pb2.ConverseRequest(audio=message.data))
+                    request = conversation_pb2.ConverseRequest(audio=message.data)
                 elif message.type == WSMsgType.TEXT:
-                    item = protocol.control(protocol.parse_json(message.data))
+                    request = protocol.control(protocol.parse_json(message.data))
                     GATEWAY_MESSAGES.labels("in", "control").inc()
-                    await self.upstream.put(item)
+                else:
+                    continue
+                try:
+                    await call.write(request)
+                except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                    return  # the call is over; the router's reader reports why
         except ProtocolError as e:
             self.fail(e.code, e.reason)
         except _ClientGone:
-            pass
-        finally:
-            if self.upstream.full():
-                self.upstream.get_nowait()
-            self.upstream.put_nowait(None)  # half-close the router stream
+            with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                await call.done_writing()  # half-close: the router ends the session
 
     async def _read_router(self, call) -> None:
         try:
-            async for response in call:
+            while (response := await call.read()) is not grpc.aio.EOF:
                 received = time.perf_counter()
                 item = protocol.event(response)
                 if item is None:

@@ -125,7 +125,7 @@ def conversation_config(message: dict, max_text_chars: int = 5000) -> tuple[str,
         raise ProtocolError(BAD_FIELD, f"config.sample_rate: required ({rates}), the rate of your audio frames")
     rate = _take(message, "config.", "sample_rate", int, 0, _rate_ok, rates)
     out_rate = _take(message, "config.", "output_sample_rate", int, 0, lambda r: r == 0 or _rate_ok(r), rates)
-    text = (str, None, "a string")
+    text = (str, "", None, "a string")
     request_id = _take(message, "config.", "request_id", str, "", lambda s: len(s) <= 128, "a string up to 128 chars")
     voice = _take(message, "config.", "voice", *text)
     language = _take(message, "config.", "language", *text)

@@ -14,7 +14,7 @@ let muted = false;
 
 // What the page played, for tests and anyone curious: window.voicefleet.tapStart() / tapTake().
 const tapState = { on: false, chunks: [], samples: 0, marks: {} };
-const status = { events: [], turns: [], speakDone: 0, flushedSamples: [] };
+const status = { events: [], turns: [], speakDone: 0, drained: 0, flushedSamples: [] };
 
 function showError(text) {
   $("error").textContent = text;
@@ -32,6 +32,7 @@ async function audio() {
   player.connect(tap).connect(ctx.destination);
   player.port.onmessage = (e) => {
     if (e.data.flushed !== undefined) status.flushedSamples.push(e.data.flushed);
+    if (e.data.drained) status.drained += 1;
   };
   tap.port.onmessage = (e) => {
     if (!tapState.on) return;
@@ -158,6 +159,7 @@ function onEvent(m) {
     case "interrupted":
       flushPlayback(); // at once: what is queued would play over the user
       $("state").textContent = `interrupted (${m.reason})`;
+      $("reply-text").textContent = `${m.heard_text} (interrupted)`;
       break;
     case "turn_complete": {
       status.turns.push(m);
