@@ -107,3 +107,19 @@ def pytest_terminal_summary(terminalreporter):
             red=True,
             bold=True,
         )
+
+
+@pytest.fixture(scope="session")
+def gateway_fleet(tmp_path_factory):
+    """asr + brain + moss_sts + router + gateway (tests/test_gateway*.py): the conversation cascade, speech from moss_sts's
+    piper (the router's default TTS here), transcription by asr, all through the gateway's HTTP port. A small
+    max_sessions and idle timeout so their limits are quick to reach."""
+    running = start_fleet(
+        tmp_path_factory.mktemp("gateway-fleet"),
+        services=("asr", "brain", "moss_sts", "router", "gateway"),
+        router={"default_tts_backend": "moss_sts"},
+        moss_sts={"default_max_tokens": 40, "max_concurrent_sessions": 6},
+        gateway={"max_sessions": 4, "idle_timeout_seconds": 3},
+    )
+    yield running
+    running.fleet.stop()
