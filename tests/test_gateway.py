@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 
 import aiohttp
 import openai
 import pytest
+import yaml
 
+from services.cli.fleet import free_port
 from services.common import audio
+from tests.conftest import wait_until
 from tests.speech import INTELLIGIBLE, intelligible, wer
 
 pytestmark = pytest.mark.timeout(300)
@@ -204,3 +210,133 @@ async def test_bad_input_closes_with_a_reason_while_another_session_goes_on(gate
         assert turn["events"][-1]["type"] == "turn_complete", turn["events"][-3:]
         async with session.get(url(gateway_fleet, "/healthz")) as health:
             assert health.status == 200
+
+
+# --- limits and access ------------------------------------------------------------------------------------------
+async def test_idle_socket_is_closed_naming_the_timeout(gateway_fleet):
+    async with aiohttp.ClientSession() as session, session.ws_connect(url(gateway_fleet, "/v1/conversation")) as ws:
+        await ws.send_json({"type": "config", "sample_rate": 16000})
+        code, reason = await close_of(ws)  # the fleet's gateway.idle_timeout_seconds is 3
+    assert code == 4008 and "idle" in reason, (code, reason)
+
+
+async def test_sessions_over_max_sessions_are_refused_and_counted(gateway_fleet):
+    before = gateway_fleet.metric("gateway", "voicefleet_gateway_refusals_total", reason="max_sessions")
+    async with aiohttp.ClientSession() as session:
+        open_sockets = []
+        try:
+            for _ in range(gateway_fleet.config.gateway.max_sessions):
+                ws = await session.ws_connect(url(gateway_fleet, "/v1/conversation"))
+                await ws.send_json({"type": "config", "sample_rate": 16000})
+                assert (await ws.receive_json(timeout=10))["type"] == "ready"
+                open_sockets.append(ws)
+            sessions = gateway_fleet.metric("gateway", "voicefleet_gateway_sessions")
+            async with session.ws_connect(url(gateway_fleet, "/v1/conversation")) as extra:
+                code, reason = await close_of(extra)
+        finally:
+            for ws in open_sockets:
+                await ws.close()
+    assert code == 4029 and "max_sessions" in reason, (code, reason)
+    assert sessions == gateway_fleet.config.gateway.max_sessions
+    assert gateway_fleet.metric("gateway", "voicefleet_gateway_refusals_total", reason="max_sessions") == before + 1
+
+
+async def test_foreign_origin_is_refused(gateway_fleet):
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as caught:
+            await session.ws_connect(url(gateway_fleet, "/v1/conversation"), origin="https://evil.example")
+        assert caught.value.status == 403
+        own = f"http://{gateway_fleet.address('gateway')}"  # the page's own origin is always allowed
+        async with session.ws_connect(url(gateway_fleet, "/v1/conversation"), origin=own) as ws:
+            await ws.send_json({"type": "config", "sample_rate": 16000})
+            assert (await ws.receive_json(timeout=10))["type"] == "ready"
+
+
+@pytest.fixture(scope="module")
+def gateway_with_token(gateway_fleet, tmp_path_factory):
+    """A second gateway in front of the same router, with security.bearer_tokens set; its log is kept."""
+    directory = tmp_path_factory.mktemp("gateway-token")
+    raw = yaml.safe_load(Path(gateway_fleet.config_path).read_text())
+    raw["gateway"] = {
+        **raw["gateway"],
+        "port": free_port(),
+        "metrics_port": 0,
+        "router": gateway_fleet.address("router"),
+    }
+    raw["security"] = {"bearer_tokens": ["s3cret-token-for-test"]}
+    path = directory / "voicefleet.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    log = directory / "gateway.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "services.gateway", "--config", str(path)], stdout=out, stderr=subprocess.STDOUT
+        )
+    address = f"127.0.0.1:{raw['gateway']['port']}"
+
+    def up():
+        try:
+            return urllib.request.urlopen(f"http://{address}/healthz", timeout=1).status == 200
+        except OSError:
+            return False
+
+    assert wait_until(up, timeout=60), log.read_text()
+    yield address, log
+    process.terminate()
+    process.wait(timeout=20)
+
+
+def test_bearer_token_is_required_and_never_logged(gateway_with_token):
+    address, log = gateway_with_token
+    token = "s3cret-token-for-test"
+    without = openai.OpenAI(base_url=f"http://{address}/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as caught:
+        without.audio.speech.create(model="tts-1", voice="joe", input=FOX)
+    assert "bearer token" in caught.value.message
+    client = openai.OpenAI(base_url=f"http://{address}/v1", api_key=token, max_retries=0)
+    pcm = client.audio.speech.create(model="tts-1", voice="joe", input=FOX, response_format="pcm").content
+    error, heard = intelligible(FOX, pcm, 24_000)
+    assert error <= INTELLIGIBLE, heard
+
+    async def browser_style():  # a browser cannot set headers on a WebSocket: the token rides in the query
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await session.ws_connect(f"http://{address}/v1/conversation")
+            async with session.ws_connect(f"http://{address}/v1/conversation?access_token={token}") as ws:
+                await ws.send_json({"type": "config", "sample_rate": 16000})
+                return refused.value.status, (await ws.receive_json(timeout=10))["type"]
+
+    assert asyncio.run(browser_style()) == (401, "ready")
+    logged = log.read_text()
+    assert "/v1/conversation" in logged and token not in logged
+
+
+async def test_gateway_metrics_count_sessions_messages_and_refusals(gateway_fleet, question_pcm):
+    def metric(name, **labels):
+        return gateway_fleet.metric("gateway", name, **labels)
+
+    names = {
+        "speech_ok": ("voicefleet_gateway_requests_total", {"endpoint": "speech", "outcome": "200"}),
+        "speech_added": ("voicefleet_gateway_added_seconds_count", {"endpoint": "speech"}),
+        "audio_in": ("voicefleet_gateway_messages_total", {"direction": "in", "kind": "audio"}),
+        "bytes_in": ("voicefleet_gateway_bytes_total", {"direction": "in", "endpoint": "conversation"}),
+        "bad_input": ("voicefleet_gateway_refusals_total", {"reason": "bad_input"}),
+        "closed_4003": ("voicefleet_gateway_requests_total", {"endpoint": "conversation", "outcome": "4003"}),
+    }
+    before = {key: metric(name, **labels) for key, (name, labels) in names.items()}
+    async with aiohttp.ClientSession() as session:
+        body = {"input": FOX, "voice": "joe", "response_format": "pcm"}
+        async with session.post(url(gateway_fleet, "/v1/audio/speech"), json=body) as reply:
+            assert reply.status == 200 and len(await reply.read()) > 0
+        async with session.ws_connect(url(gateway_fleet, "/v1/conversation")) as ws:
+            await ws.send_json({"type": "config", "sample_rate": 16000})
+            await ws.send_bytes(question_pcm[:6400])
+            await ws.send_bytes(b"\x00")
+            code, _ = await close_of(ws)
+    assert code == 4003
+    after = {key: metric(name, **labels) for key, (name, labels) in names.items()}
+    assert after["speech_ok"] == before["speech_ok"] + 1
+    assert after["speech_added"] == before["speech_added"] + 1
+    assert after["audio_in"] == before["audio_in"] + 1
+    assert after["bytes_in"] == before["bytes_in"] + 6400
+    assert after["bad_input"] == before["bad_input"] + 1
+    assert after["closed_4003"] == before["closed_4003"] + 1
