@@ -8,7 +8,7 @@ text the page shows, stops playing when the user speaks over the reply (barge-in
 
 Chromium is installed by `make test` when missing and root (Makefile target `chromium`); without it (or without the
 playwright package) these tests are skipped and pytest prints a loud line saying so (tests/conftest.py).
-Set VOICEFLEET_SCREENSHOTS=docs to refresh the page's screenshots in docs/.
+Set GATEWAY_SCREENSHOTS=docs to refresh the page's screenshots in docs/.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def page(gateway_url, microphone_wav):
 
 
 def screenshot(page, name: str, tmp_path: Path) -> None:
-    directory = Path(os.environ.get("VOICEFLEET_SCREENSHOTS") or tmp_path)
+    directory = Path(os.environ.get("GATEWAY_SCREENSHOTS") or tmp_path)
     directory.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(directory / name), full_page=True)
 
