@@ -97,7 +97,16 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """A loud line when the real-Prometheus tests did not run: a green run without them proves less."""
+    """A loud line when the real-Prometheus or real-browser tests did not run: a green run without them proves less."""
+    browser = [r for r in terminalreporter.stats.get("skipped", []) if "test_gateway_browser.py" in r.nodeid]
+    if browser:
+        terminalreporter.write_sep(
+            "!",
+            f"BROWSER TESTS SKIPPED ({len(browser)}): no chromium or no playwright; the gateway's page (Talk, barge-in,"
+            " Speak) was NOT checked in a browser. Install Debian's chromium (make test does it when run as root).",
+            red=True,
+            bold=True,
+        )
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if "test_prometheus.py" in r.nodeid]
     if skipped:
         terminalreporter.write_sep(
