@@ -168,6 +168,33 @@ async def test_conversation_turn_over_the_websocket(gateway_fleet, question_pcm)
     assert error <= INTELLIGIBLE, (complete["reply_text"], heard)
 
 
+async def test_router_error_is_an_error_event_with_the_grpc_code(gateway_fleet, question_pcm):
+    async with aiohttp.ClientSession() as session, session.ws_connect(url(gateway_fleet, "/v1/conversation")) as ws:
+        await ws.send_json({"type": "config", "sample_rate": 16000, "voice": "no-such-voice"})
+        for start in range(0, 16000, 1280):  # audio until the router answers
+            await ws.send_bytes(question_pcm[start : start + 1280])
+        events = []
+        while (message := await ws.receive(timeout=30)).type == aiohttp.WSMsgType.TEXT:
+            events.append(json.loads(message.data))
+    error = events[-1]
+    assert "ready" not in [e["type"] for e in events]  # refused at its config: never ready
+    assert error["type"] == "error" and error["code"] == "NOT_FOUND" and "no-such-voice" in error["message"], events
+    assert message.type == aiohttp.WSMsgType.CLOSE and message.data == 4404, (message.type, message.data)
+
+
+async def test_upload_over_max_upload_bytes_is_413(gateway_fleet):
+    limit = gateway_fleet.config.gateway.max_upload_bytes
+    form = aiohttp.FormData()
+    form.add_field("model", "whisper-1")
+    form.add_field("file", bytes(limit + 1024), filename="big.wav", content_type="audio/wav")
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url(gateway_fleet, "/v1/audio/transcriptions"), data=form) as reply,
+    ):
+        body = await reply.json()
+    assert reply.status == 413 and "max_upload_bytes" in body["error"]["message"], body
+
+
 async def close_of(ws) -> tuple[int, str]:
     """(close code, reason) of a socket the server closes; events before it (ready) are skipped."""
     while True:

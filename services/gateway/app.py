@@ -52,6 +52,9 @@ from voice.v1 import (
 )
 
 log = logging.getLogger("voicefleet.gateway")
+# Longest wait for the router's first answer to a session's config before audio is taken (a backend that sends no
+# first event still gets its audio after this long).
+ACCEPT_WAIT_S = 5.0
 STATIC_DIR = Path(__file__).with_name("static")
 TTS_BACKENDS = ("cosyvoice_tts", "qwen_tts", "moss_sts")
 # OpenAI's pcm is 24 kHz s16le mono; wav here is the same samples with a header.
@@ -333,24 +336,30 @@ class Gateway:
         if (refused := self.refuse(request)) is not None:
             return self._count("transcriptions", refused)
         fields: dict[str, str] = {}
-        data = b""
+        data = bytearray()
+        limit = self.section.max_upload_bytes
+        too_big = api_error(413, f"file: larger than gateway.max_upload_bytes ({limit})", param="file")
+        if (request.content_length or 0) > limit:
+            GATEWAY_REFUSALS.labels("too_big").inc()
+            return self._count("transcriptions", too_big)
         try:
             reader = await request.multipart()
             async for part in reader:
                 if part.name == "file":
-                    data = bytes(await part.read())
+                    # Read in chunks against the limit: a chunked upload has no Content-Length to refuse up front.
+                    while chunk := await part.read_chunk():
+                        data += chunk
+                        if len(data) > limit:
+                            GATEWAY_REFUSALS.labels("too_big").inc()
+                            return self._count("transcriptions", too_big)
                 elif part.name:
                     fields[part.name] = await part.text()
         except (ValueError, AssertionError, KeyError):
             return self._count("transcriptions", api_error(400, "send multipart/form-data with a 'file' part"))
-        except web.HTTPRequestEntityTooLarge:
-            GATEWAY_REFUSALS.labels("too_big").inc()
-            msg = f"file: larger than gateway.max_upload_bytes ({self.section.max_upload_bytes})"
-            return self._count("transcriptions", api_error(413, msg, param="file"))
         if not data:
             return self._count("transcriptions", api_error(400, "file: required, a 16-bit PCM WAV", param="file"))
         try:
-            pcm, rate = audio.read_wav(data)
+            pcm, rate = audio.read_wav(bytes(data))
             if not audio.MIN_RATE_HZ <= rate <= audio.MAX_RATE_HZ:
                 raise ValueError(f"{rate} Hz is outside {audio.MIN_RATE_HZ}..{audio.MAX_RATE_HZ} Hz")
         except (ValueError, EOFError) as e:
@@ -406,6 +415,9 @@ class Gateway:
         GATEWAY_SESSIONS.inc()
         try:
             code = await Session(self, ws, request).run()
+        except Exception:  # a bug of ours: this session ends, the gateway and the other sessions go on
+            log.exception("conversation session failed")
+            code = await self._close(ws, 1011, "gateway error (logged)")
         finally:
             self.sessions.discard(ws)
             GATEWAY_SESSIONS.dec()
@@ -453,27 +465,35 @@ class Session:
         # behind stops the socket being read and TCP pushes back on the client; nothing piles up here.
         call = stub.Converse(metadata=self.gateway.metadata(self.request))
         await call.write(conversation_pb2.ConverseRequest(request_id=request_id, config=config))
-        await self.ws.send_json(
-            {"type": "ready", "request_id": request_id, "output_sample_rate": config.output_format.sample_rate_hz}
-        )
-        tasks = [
-            asyncio.create_task(self._read_socket(call), name="gw-socket"),
-            asyncio.create_task(self._read_router(call), name="gw-router"),
-            asyncio.create_task(self._write_socket(), name="gw-writer"),
-        ]
+        # The router checks the config (voice, rates, capacity) before its first event (the session's LISTENING
+        # state). Audio waits for that answer: a refused session gets its own status, not one raced by our writes.
+        first = asyncio.ensure_future(call.read())
+        await asyncio.wait([first], timeout=ACCEPT_WAIT_S)
+        refused = first.done() and first.exception() is not None
+        if not refused:
+            ready = {
+                "type": "ready",
+                "request_id": request_id,
+                "output_sample_rate": config.output_format.sample_rate_hz,
+            }
+            await self.ws.send_json(ready)
+        router = asyncio.create_task(self._read_router(call, first), name="gw-router")
+        writer = asyncio.create_task(self._write_socket(), name="gw-writer")
+        socket = None if refused else asyncio.create_task(self._read_socket(call), name="gw-socket")
+        tasks = [t for t in (socket, router, writer) if t is not None]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            if tasks[0] in done and self.close_code == 1000 and not self.ws.closed:
+            if socket in done and self.close_code == 1000 and not self.ws.closed:
                 # A write found the call over: the router's reader is about to say why.
-                await asyncio.wait([tasks[1]], timeout=5)
+                await asyncio.wait([router], timeout=5)
             # The router's stream ended (or failed): let the writer send what is queued, the error event included.
-            if tasks[1].done() and not tasks[2].done():
-                await asyncio.wait([asyncio.create_task(self.outbound.put(None)), tasks[2]], timeout=2)
+            if router.done() and not writer.done():
+                await asyncio.wait([asyncio.create_task(self.outbound.put(None)), writer], timeout=2)
         finally:
             call.cancel()
-            for task in tasks:
+            for task in (*tasks, first):
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, first, return_exceptions=True)
         if self.close_code in (protocol.IDLE,):
             GATEWAY_REFUSALS.labels("idle").inc()
         elif self.close_code == protocol.SLOW_CLIENT:
@@ -533,21 +553,13 @@ class Session:
             with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
                 await call.done_writing()  # half-close: the router ends the session
 
-    async def _read_router(self, call) -> None:
+    async def _read_router(self, call, first) -> None:
         try:
-            while (response := await call.read()) is not grpc.aio.EOF:
-                received = time.perf_counter()
-                item = protocol.event(response)
-                if item is None:
-                    continue
-                try:
-                    self.outbound.put_nowait((item, received))
-                except asyncio.QueueFull:
-                    if isinstance(item, dict) and item["type"] == "transcript" and not item["final"]:
-                        GATEWAY_DROPPED.labels("interim_transcript").inc()
-                        continue
-                    self.fail(protocol.SLOW_CLIENT, f"client too slow: {self.outbound.maxsize} messages unsent")
+            response = await first
+            while response is not grpc.aio.EOF:
+                if not self._queue(response, time.perf_counter()):
                     return
+                response = await call.read()
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.CANCELLED:
                 return
@@ -555,6 +567,21 @@ class Session:
             if not self.outbound.full():
                 self.outbound.put_nowait((error, time.perf_counter()))
             self.fail(protocol.ROUTER_CLOSE_CODES.get(e.code(), 1011), f"router: {e.code().name}: {e.details()}")
+
+    def _queue(self, response, received: float) -> bool:
+        """Queue one router event for the client; False when the client is too slow and the session must close."""
+        item = protocol.event(response)
+        if item is None:
+            return True
+        try:
+            self.outbound.put_nowait((item, received))
+        except asyncio.QueueFull:
+            if isinstance(item, dict) and item["type"] == "transcript" and not item["final"]:
+                GATEWAY_DROPPED.labels("interim_transcript").inc()
+                return True
+            self.fail(protocol.SLOW_CLIENT, f"client too slow: {self.outbound.maxsize} messages unsent")
+            return False
+        return True
 
     async def _write_socket(self) -> None:
         while (entry := await self.outbound.get()) is not None:
