@@ -78,7 +78,9 @@ class AccessLogger(AbstractAccessLogger):
     """Method, path and status; never the query string (a browser's ?access_token=) nor headers."""
 
     def log(self, request, response, time):  # noqa: A002 - aiohttp's signature
-        self.logger.info("%s %s %s %.1fms", request.method, request.path, response.status, time * 1000)
+        # Probes (the supervisor, compose, the kubelet) ask every few seconds: DEBUG, so the log shows requests.
+        level = logging.DEBUG if request.path in ("/healthz", "/readyz") else logging.INFO
+        self.logger.log(level, "%s %s %s %.1fms", request.method, request.path, response.status, time * 1000)
 
 
 def api_error(status: int, message: str, param: str | None = None, code: str | None = None) -> web.Response:
