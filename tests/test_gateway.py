@@ -215,6 +215,7 @@ BAD_SESSIONS = [
     (['{"type": "config", "sample_rate": 16000, "barge_in": {"min_words": "two"}}'], 4001, "barge_in.min_words"),
     (['{"type": "config", "sample_rate": 16000}', b"\x00\x00\x00"], 4003, "16-bit"),
     (['{"type": "config", "sample_rate": 16000}', b"\x00\x00" * 32000], 4003, "max_frame_ms"),
+    (['{"type": "config", "sample_rate": 16000}', b"\x00\x00" * 160_000], 1009, ""),  # over max_message_bytes
     (['{"type": "config", "sample_rate": 16000}', '{"type": "louder"}'], 4004, "type"),
     (['{"type": "config", "sample_rate": 16000}', '{"type": "config", "sample_rate": 16000}'], 4004, "config"),
     (['{"type": "config", "sample_rate": 16000}', '{"type": "mute", "now": true}'], 4001, "mute.now"),
@@ -279,18 +280,12 @@ async def test_foreign_origin_is_refused(gateway_fleet):
             assert (await ws.receive_json(timeout=10))["type"] == "ready"
 
 
-@pytest.fixture(scope="module")
-def gateway_with_token(gateway_fleet, tmp_path_factory):
-    """A second gateway in front of the same router, with security.bearer_tokens set; its log is kept."""
-    directory = tmp_path_factory.mktemp("gateway-token")
+def another_gateway(gateway_fleet, directory: Path, router: str, **sections):
+    """One more gateway process from the fleet's config (its own port, ``router``, ``sections`` merged in): yields
+    (address, log path) once it answers /healthz, stops it after."""
     raw = yaml.safe_load(Path(gateway_fleet.config_path).read_text())
-    raw["gateway"] = {
-        **raw["gateway"],
-        "port": free_port(),
-        "metrics_port": 0,
-        "router": gateway_fleet.address("router"),
-    }
-    raw["security"] = {"bearer_tokens": ["s3cret-token-for-test"]}
+    raw["gateway"] = {**raw["gateway"], "port": free_port(), "metrics_port": 0, "router": router}
+    raw.update(sections)
     path = directory / "voicefleet.yaml"
     path.write_text(yaml.safe_dump(raw))
     log = directory / "gateway.log"
@@ -306,10 +301,39 @@ def gateway_with_token(gateway_fleet, tmp_path_factory):
         except OSError:
             return False
 
-    assert wait_until(up, timeout=60), log.read_text()
-    yield address, log
-    process.terminate()
-    process.wait(timeout=20)
+    try:
+        assert wait_until(up, timeout=60), log.read_text()
+        yield address, log
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def gateway_with_token(gateway_fleet, tmp_path_factory):
+    """A second gateway in front of the same router, with security.bearer_tokens set; its log is kept."""
+    directory = tmp_path_factory.mktemp("gateway-token")
+    security = {"bearer_tokens": ["s3cret-token-for-test"]}
+    yield from another_gateway(gateway_fleet, directory, gateway_fleet.address("router"), security=security)
+
+
+@pytest.fixture
+def gateway_without_router(gateway_fleet, tmp_path):
+    yield from another_gateway(gateway_fleet, tmp_path, f"127.0.0.1:{free_port()}")  # no router listens there
+
+
+async def test_router_down_is_503_and_an_unavailable_error_event(gateway_without_router):
+    address, _ = gateway_without_router
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"http://{address}/v1/audio/speech", json={"input": FOX}) as reply:
+            body = await reply.json()
+        assert reply.status == 503 and "UNAVAILABLE" in body["error"]["message"], body
+        async with session.ws_connect(f"http://{address}/v1/conversation") as ws:
+            await ws.send_json({"type": "config", "sample_rate": 16000})
+            error = await ws.receive_json(timeout=30)
+            code, reason = await close_of(ws)
+    assert error["type"] == "error" and error["code"] == "UNAVAILABLE", error
+    assert code == 4503 and "UNAVAILABLE" in reason, (code, reason)
 
 
 def test_bearer_token_is_required_and_never_logged(gateway_with_token):

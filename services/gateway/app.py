@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 import grpc
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.abc import AbstractAccessLogger
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -466,7 +466,9 @@ class Session:
         # The write/read API (not request iterators): a write waits for HTTP/2 flow control, so a router that falls
         # behind stops the socket being read and TCP pushes back on the client; nothing piles up here.
         call = stub.Converse(metadata=self.gateway.metadata(self.request))
-        await call.write(conversation_pb2.ConverseRequest(request_id=request_id, config=config))
+        with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+            # A router that cannot be reached fails this write; the read below then says why (UNAVAILABLE).
+            await call.write(conversation_pb2.ConverseRequest(request_id=request_id, config=config))
         # The router checks the config (voice, rates, capacity) before its first event (the session's LISTENING
         # state). Audio waits for that answer: a refused session gets its own status, not one raced by our writes.
         first = asyncio.ensure_future(call.read())
@@ -514,8 +516,9 @@ class Session:
         if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
             raise _ClientGone
         if message.type == WSMsgType.ERROR:
-            # aiohttp closed the socket itself, e.g. 1009 for a message over max_message_bytes.
-            GATEWAY_REFUSALS.labels("too_big").inc()
+            # aiohttp closed the socket itself: 1009 for a message over max_message_bytes, 1002 for a broken frame.
+            too_big = getattr(self.ws.exception(), "code", None) == WSCloseCode.MESSAGE_TOO_BIG
+            GATEWAY_REFUSALS.labels("too_big" if too_big else "bad_input").inc()
             raise _ClientGone
         return message
 
