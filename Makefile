@@ -11,7 +11,7 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
-.PHONY: install run test test-gpu check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench soak clean golden prometheus
+.PHONY: install run test test-gpu check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench soak clean golden prometheus chromium
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,10 +26,10 @@ $(STAMP): $(REQS)
 
 install: $(STAMP)  ## create .venv with the CPU fleet and test tools
 
-run: install  ## start the local CPU fleet (router on 127.0.0.1:50051); Ctrl-C stops it
+run: install  ## start the local CPU fleet (router on 127.0.0.1:50051, the page on http://127.0.0.1:8080/); Ctrl-C stops it
 	$(BIN)/voicefleet up
 
-test: install prometheus k8s-tools  ## unit + integration tests on real servers over loopback (CPU only)
+test: install prometheus chromium k8s-tools  ## unit + integration tests on real servers over loopback (CPU only)
 	$(BIN)/python -m pytest
 
 # Real Prometheus for the observability tests: Debian's package, installed when missing and we are root (as in CI).
@@ -42,6 +42,20 @@ prometheus:
 	      || echo "!!! could not install prometheus: the Prometheus tests will be SKIPPED !!!"; \
 	  else \
 	    echo "!!! promtool not found and not root: the Prometheus tests will be SKIPPED (apt-get install prometheus) !!!"; \
+	  fi; \
+	fi
+
+# Real Chromium for the gateway's browser tests (tests/test_gateway_browser.py), driven by Playwright from PyPI pointed at
+# Debian's binary (never `playwright install`, which downloads a browser from outside). Installed when missing and root;
+# otherwise the browser tests skip and pytest prints a loud line saying so.
+chromium:
+	@if ! command -v chromium >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's chromium for the gateway's browser tests ..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+	      || echo "!!! could not install chromium: the browser tests will be SKIPPED !!!"; \
+	  else \
+	    echo "!!! chromium not found and not root: the browser tests will be SKIPPED (apt-get install chromium) !!!"; \
 	  fi; \
 	fi
 

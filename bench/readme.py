@@ -28,6 +28,7 @@ QUOTED: list[tuple[str, str]] = [
     ("router", "failover: SIGKILL before first audio -> first audio from the fallback"),
     ("leases", "lease acquire -> granted (free card, loopback gRPC)"),
     ("brain", "generation tokens/s"),
+    ("gateway", "gateway added to first audio p95 (its histogram, speech)"),
 ]
 # (benchmark, key of a {row: {column: value}} table in its JSON, caption) quoted below the figures.
 QUOTED_TABLES: list[tuple[str, str, str]] = [

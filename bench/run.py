@@ -26,6 +26,7 @@ BENCHMARKS = [
     "router",
     "supervisor",
     "brain",
+    "gateway",
 ]
 
 

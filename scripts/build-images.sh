@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 base=${VOICEFLEET_BASE_IMAGE:-voicefleet-base:bookworm}
 tag=${VOICEFLEET_TAG:-latest}
 services=("$@")
-[ ${#services[@]} -gt 0 ] || services=(router cosyvoice_tts qwen_tts asr moss_sts brain)
+[ ${#services[@]} -gt 0 ] || services=(router cosyvoice_tts qwen_tts asr moss_sts brain gateway)
 export DOCKER_BUILDKIT=0
 for s in "${services[@]}"; do
   case $s in

@@ -12,7 +12,7 @@ shift
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 services=("$@")
-[ ${#services[@]} -gt 0 ] || services=(router cosyvoice_tts qwen_tts asr moss_sts brain)
+[ ${#services[@]} -gt 0 ] || services=(router cosyvoice_tts qwen_tts asr moss_sts brain gateway)
 
 wheel() {  # wheel OUT ARGS...: wheels for ARGS (requirement files/options) into OUT, no cache writes
   "$python" -m pip wheel -q --no-cache-dir --prefer-binary -w "$@" 2> >(grep -v "WARNING: Location 'file:" >&2)
@@ -31,6 +31,7 @@ for s in "${services[@]}"; do
   start=$SECONDS
   case $s in
     router) wheel "$out" -r services/router/requirements.txt ;;
+    gateway) wheel "$out" -r services/gateway/requirements.txt ;;
     cosyvoice_tts|qwen_tts) wheel "$out" -r "services/$s/requirements-cpu.txt" ;;
     asr|moss_sts)
       wheel "$out" -r "services/$s/requirements-cpu.txt"

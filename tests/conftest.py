@@ -97,7 +97,16 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """A loud line when the real-Prometheus tests did not run: a green run without them proves less."""
+    """A loud line when the real-Prometheus or real-browser tests did not run: a green run without them proves less."""
+    browser = [r for r in terminalreporter.stats.get("skipped", []) if "test_gateway_browser.py" in r.nodeid]
+    if browser:
+        terminalreporter.write_sep(
+            "!",
+            f"BROWSER TESTS SKIPPED ({len(browser)}): no chromium or no playwright; the gateway's page (Talk, barge-in,"
+            " Speak) was NOT checked in a browser. Install Debian's chromium (make test does it when run as root).",
+            red=True,
+            bold=True,
+        )
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if "test_prometheus.py" in r.nodeid]
     if skipped:
         terminalreporter.write_sep(
@@ -107,3 +116,19 @@ def pytest_terminal_summary(terminalreporter):
             red=True,
             bold=True,
         )
+
+
+@pytest.fixture(scope="session")
+def gateway_fleet(tmp_path_factory):
+    """asr + brain + moss_sts + router + gateway (tests/test_gateway*.py): the conversation cascade, speech from moss_sts's
+    piper (the router's default TTS here), transcription by asr, all through the gateway's HTTP port. A small
+    max_sessions and idle timeout so their limits are quick to reach."""
+    running = start_fleet(
+        tmp_path_factory.mktemp("gateway-fleet"),
+        services=("asr", "brain", "moss_sts", "router", "gateway"),
+        router={"default_tts_backend": "moss_sts"},
+        moss_sts={"default_max_tokens": 40, "max_concurrent_sessions": 6},
+        gateway={"max_sessions": 4, "idle_timeout_seconds": 3},
+    )
+    yield running
+    running.fleet.stop()

@@ -23,15 +23,17 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import openai
 import pytest
 
 from services.cli.fleet import free_port
+from services.common import audio
 from tests.speech import wer
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 PROJECT = "voicefleet-test"
-MEMBERS = ("router", "cosyvoice_tts", "qwen_tts", "asr", "moss_sts", "brain")
+MEMBERS = ("router", "cosyvoice_tts", "qwen_tts", "asr", "moss_sts", "brain", "gateway")
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 QUESTION = "What is the capital of France?"
 
@@ -51,9 +53,11 @@ class Stack:
     def __init__(self):
         self.router_port = free_port()
         self.prometheus_port = free_port()
+        self.gateway_port = free_port()
         self.env = {
             **os.environ,
             "VOICEFLEET_ROUTER_PORT": str(self.router_port),
+            "VOICEFLEET_GATEWAY_PORT": str(self.gateway_port),
             "VOICEFLEET_PROMETHEUS_PORT": str(self.prometheus_port),
         }
         files = ["-f", str(DEPLOY / "compose.yaml"), "-f", str(DEPLOY / "compose.no-registry.yaml")]
@@ -145,7 +149,7 @@ def stack():
     try:
         t0 = time.monotonic()
         # Everything but Grafana (no image for it here); `up` returns once the router's dependencies are healthy.
-        s.run("up", "-d", "--no-build", "router", "prometheus")
+        s.run("up", "-d", "--no-build", "router", "gateway", "prometheus")
         s.wait_healthy(MEMBERS, timeout=900)
         DURATIONS["up until every container is healthy"] = time.monotonic() - t0
         yield s
@@ -171,14 +175,14 @@ def timed(what: str):
     return Timer()
 
 
-def test_only_the_router_is_published_and_limits_apply(stack):
+def test_only_the_router_and_the_gateway_are_published_and_limits_apply(stack):
     containers = stack.containers()
     published = {
         name: [b["HostIp"] for bindings in (c["HostConfig"]["PortBindings"] or {}).values() for b in bindings]
         for name, c in containers.items()
     }
-    assert published["router"] == ["127.0.0.1"]
-    assert all(not published[n] for n in MEMBERS if n != "router"), published
+    assert published["router"] == ["127.0.0.1"] and published["gateway"] == ["127.0.0.1"]
+    assert all(not published[n] for n in MEMBERS if n not in ("router", "gateway")), published
     for name in MEMBERS:
         host = containers[name]["HostConfig"]
         assert host["Memory"] > 0 and host["NanoCpus"] > 0, f"{name}: no resource limits"
@@ -186,7 +190,7 @@ def test_only_the_router_is_published_and_limits_apply(stack):
 
 
 def test_prometheus_scrapes_every_service_by_name(stack):
-    up = stack.wait_query('up{job="voicefleet"} == 1', lambda r: len(r) == 5)
+    up = stack.wait_query('up{job="voicefleet"} == 1', lambda r: len(r) == 6)
     assert {r["metric"]["instance"].split(":")[0] for r in up} == set(MEMBERS) - {"brain"}
 
 
@@ -199,6 +203,16 @@ def test_speak_then_transcribe_through_the_router(stack, tmp_path):
         out = cli(stack, "transcribe", str(wav))
     transcript = re.search(r"^transcript: (.*)$", out, re.M).group(1)
     assert wer(SENTENCE, transcript) <= 0.2, transcript
+
+
+def test_speak_and_transcribe_through_the_gateway_with_the_openai_client(stack):
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{stack.gateway_port}/v1", api_key="unused", max_retries=0)
+    with timed("speech through the gateway (openai client)"):
+        pcm = client.audio.speech.create(model="tts-1", voice="joe", input=SENTENCE, response_format="pcm").content
+    heard = client.audio.transcriptions.create(
+        model="whisper-1", file=("fox.wav", audio.wav_bytes(pcm, 24_000), "audio/wav")
+    ).text
+    assert wer(SENTENCE, heard) <= 0.2, heard
 
 
 def test_converse_through_the_router(stack, tmp_path):

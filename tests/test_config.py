@@ -17,7 +17,22 @@ def test_defaults_are_the_local_cpu_fleet():
     assert c.cosyvoice_tts.engine == "cpu"
     assert c.router.backends["cosyvoice_tts"] == "127.0.0.1:50052"
     assert c.router.backends["qwen_tts"] == "127.0.0.1:50053"
-    assert c.qwen_tts.engine == "cpu" and c.fleet.services[-1] == "router"
+    assert c.qwen_tts.engine == "cpu" and c.fleet.services[-2:] == ["router", "gateway"]
+    assert c.gateway.address == "127.0.0.1:8080" and c.gateway.router == ""  # "" = this config's router
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"VOICEFLEET_GATEWAY__MAX_SESSIONS": "0"}, "gateway.max_sessions"),
+        ({"VOICEFLEET_GATEWAY__ROUTER": "router-without-port"}, "gateway.router"),
+        ({"VOICEFLEET_GATEWAY__ALLOWED_ORIGINS": "example.com"}, "gateway.allowed_origins"),
+        ({"VOICEFLEET_GATEWAY__MAX_FRAME_MS": "9000"}, "gateway.max_frame_ms"),
+    ],
+)
+def test_bad_gateway_settings_fail_naming_the_field(override, field):
+    with pytest.raises(ConfigError, match=field):
+        load_config(env=override)
 
 
 def test_env_overrides_file(tmp_path):

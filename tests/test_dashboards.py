@@ -23,6 +23,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -48,7 +49,7 @@ from voice.v1 import (
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "voicefleet.json"
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
-SCRAPED = ("router", "cosyvoice_tts", "qwen_tts", "asr", "moss_sts")
+SCRAPED = ("router", "cosyvoice_tts", "qwen_tts", "asr", "moss_sts", "gateway")
 RATE_WINDOW = "30s"  # Grafana's $__rate_interval for a 1 s scrape at this zoom
 pytestmark = [
     pytest.mark.dashboards,
@@ -105,7 +106,7 @@ class Prometheus:
 def fleet(tmp_path_factory):
     running = start_fleet(
         tmp_path_factory.mktemp("dashboard-fleet"),
-        services=("cosyvoice_tts", "qwen_tts", "asr", "brain", "moss_sts", "router"),
+        services=("cosyvoice_tts", "qwen_tts", "asr", "brain", "moss_sts", "router", "gateway"),
         router={
             "leases": {"capacity_gb": 10, "min_residency_seconds": 1, "ttl_seconds": 6, "renew_deadline_seconds": 4},
             "routes": {"first_audio_timeout_ms": 2000},
@@ -228,8 +229,23 @@ def run_mixed_load(fleet) -> None:
                 n += 1
                 time.sleep(0.5)
 
+        def gateway_speaker():  # the gateway's panels: OpenAI-style speech through its HTTP port
+            url = f"http://{fleet.address('gateway')}/v1/audio/speech"
+            n = 0
+            while not stop.is_set():
+                body = json.dumps({"input": f"Gateway sentence number {n}.", "response_format": "pcm"}).encode()
+                request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+                try:
+                    urllib.request.urlopen(request, timeout=120).read()
+                except urllib.error.HTTPError as e:
+                    if e.code not in (429, 503):
+                        errors.append(e)
+                n += 1
+                time.sleep(1.0)
+
         threads = [threading.Thread(target=speaker, args=(e,), daemon=True) for e in ("cosyvoice_tts", "qwen_tts")] + [
-            threading.Thread(target=speaker, args=("", routing_pb2.ROUTE_MODE_REALTIME), daemon=True)
+            threading.Thread(target=speaker, args=("", routing_pb2.ROUTE_MODE_REALTIME), daemon=True),
+            threading.Thread(target=gateway_speaker, daemon=True),
         ]
         for t in threads:
             t.start()

@@ -73,12 +73,16 @@ def test_compose_runs_like_production():
         assert limits["cpus"] and limits["memory"], f"{name}: resource limits"
         for dependency, condition in svc.get("depends_on", {}).items():
             assert condition == {"condition": "service_healthy"}, f"{name} -> {dependency}"
-        if name != "router":
+        if name not in ("router", "gateway"):
             assert "ports" not in svc, f"{name} must stay on the compose network"
     router_deps = set(compose["services"]["router"]["depends_on"])
-    assert router_deps == set(config.fleet.services) - {"router"}
+    assert router_deps == set(config.fleet.services) - {"router", "gateway"}
     assert compose["services"]["router"]["ports"] == ["127.0.0.1:${VOICEFLEET_ROUTER_PORT:-50051}:50051"]
     assert config.router.port == 50051
+    # The gateway: the page and HTTP API on 127.0.0.1:8080, in front of the router (by compose name).
+    assert compose["services"]["gateway"]["ports"] == ["127.0.0.1:${VOICEFLEET_GATEWAY_PORT:-8080}:8080"]
+    assert set(compose["services"]["gateway"]["depends_on"]) == {"router"}
+    assert config.gateway.port == 8080 and config.gateway.router == f"router:{config.router.port}"
     for name in ("prometheus", "grafana"):
         image = compose["services"][name]["image"]
         assert re.fullmatch(r"[a-z/]+:v?\d+\.\d+\.\d+", image), f"{name} image must be pinned: {image}"

@@ -25,7 +25,7 @@ SHARED_ENGINES = {
     "services.qwen_tts.espeak_engine",
 }
 # Config section declarations: services/<name>/config.py, composed by services/common/config.py.
-SECTIONS = {f"services.{name}.config" for name in (*MODEL_SERVICES, "router", "conversation")}
+SECTIONS = {f"services.{name}.config" for name in (*MODEL_SERVICES, "router", "conversation", "gateway")}
 
 
 def _module_name(path: Path) -> str:
@@ -125,6 +125,14 @@ def test_model_services_share_only_the_named_engines():
 def test_cli_talks_to_the_fleet_only_through_the_runtime():
     def allowed(m: str, dep: str) -> bool:
         return _layer(m) != "cli" or _layer(dep) in ("cli", "common", "services")
+
+    assert _violations(allowed) == []
+
+
+def test_gateway_talks_to_the_fleet_only_through_the_runtime():
+    # The gateway is a client of the router (gRPC contracts + the shared runtime), like the CLI.
+    def allowed(m: str, dep: str) -> bool:
+        return _layer(m) != "gateway" or _layer(dep) in ("gateway", "common", "services")
 
     assert _violations(allowed) == []
 

@@ -450,6 +450,7 @@ def check_member(m: Member) -> None:
     targets = [*m.config.router.backends.values()] if m.section == "router" else []
     targets += m.config.router.leases.authorities if m.section == "router" else []
     targets += [m.config.residency.lease_authority] if m.section in MODEL_SERVICES else []
+    targets += [m.config.gateway.router] if m.section == "gateway" else []
     if any(t for t in targets) and m.env_vars.get("GRPC_DNS_RESOLVER") != "native":
         m.problem("names gRPC targets by Service name but has no GRPC_DNS_RESOLVER=native")
 
@@ -544,6 +545,10 @@ def check_routes(objects: list[dict], fleet: list[Member], problems: list[str]) 
                 )
             if "lease_authority" in sections and not m.config.router.leases.authorities:
                 m.problem("lease authorities run, but router.leases.authorities is empty (routers cannot see them)")
+        if m.section == "gateway":
+            problems += service_for(
+                objects, fleet, m.config.gateway.router or "", "router", False, f"{m.where} gateway.router"
+            )
         if m.section in ("router", "moss_sts") and "brain" in sections:
             url = re.fullmatch(r"https?://([^/]+)/v1", m.config.brain.url)
             if not url:
@@ -631,7 +636,7 @@ def check_network_policies(objects: list[dict], fleet: list[Member], problems: l
                     problems.append(f"NetworkPolicy: {a.where} may not reach {b.where} on port {b.settings.port}")
     intruder = {"app.kubernetes.io/name": "intruder", "app.kubernetes.io/part-of": "voicefleet"}
     for m in fleet:
-        if m.section == "router":
+        if m.section in ("router", "gateway"):  # the front doors: exposed as you choose
             continue
         for labels, namespace, what in ((intruder, ns, "another pod of the namespace"), ({}, {}, "another namespace")):
             if allows(objects, labels, namespace, m, m.settings.port):
@@ -794,8 +799,11 @@ def test_manifests_agree_with_the_services_config(fleet):
 
 def test_the_fleets_hold_what_the_overlays_promise():
     kinds = {k: {(o["kind"], o["metadata"]["name"]) for o in render(k)} for k in KUSTOMIZATIONS}
-    workloads = {("Deployment", n) for n in ("router", "cosyvoice-tts", "qwen-tts", "asr", "moss-sts", "brain")}
+    workloads = {
+        ("Deployment", n) for n in ("router", "cosyvoice-tts", "qwen-tts", "asr", "moss-sts", "brain", "gateway")
+    }
     assert workloads <= kinds["base"]
+    assert {("Service", "gateway"), ("Ingress", "gateway")} <= kinds["base"]
     headless = {("Service", f"{n}-headless") for n in ("cosyvoice-tts", "qwen-tts", "asr", "moss-sts")}
     assert headless | {("Service", "router"), ("Service", "brain"), ("Secret", "voicefleet-security")} <= kinds["base"]
     assert {("DaemonSet", "lease-authority"), ("PersistentVolumeClaim", MODELS_CLAIM)} <= kinds["overlays/gpu"]
@@ -835,7 +843,8 @@ def test_gpu_overlay_runs_every_model_on_its_gpu_engine_with_the_compose_memory_
 
 def test_tls_is_on_in_tls_and_production_and_probes_ask_the_plaintext_health_port():
     """overlays/tls (CPU) and overlays/production (GPU) switch TLS, mTLS and the fleet token on in every gRPC container
-    with the Secret's files and key; base and overlays/gpu leave them off. Everywhere the gRPC probes ask health_port."""
+    with the Secret's files and key (the gateway too: it serves HTTPS and calls the router with them); base and
+    overlays/gpu leave them off. Everywhere the gRPC probes ask health_port."""
     files = {"tls_cert": f"{TLS_DIR}/tls.crt", "tls_key": f"{TLS_DIR}/tls.key", "tls_ca": f"{TLS_DIR}/ca.crt"}
     for kustomization in FLEETS:
         problems: list[str] = []
@@ -851,6 +860,8 @@ def test_tls_is_on_in_tls_and_production_and_probes_ask_the_plaintext_health_por
                 assert s.mtls and s.fleet_token == secret["stringData"]["fleet-token"], (kustomization, m.where)
             else:
                 assert not (s.tls_cert or s.tls_ca or s.mtls or s.fleet_token), (kustomization, m.where)
+            if m.section == "gateway":  # HTTP: no grpc.health port; its probes are the health probe and TCP
+                continue
             assert m.health_port and m.health_port == m.settings.port + 10, (kustomization, m.where)  # the scheme
             probes = [m.container[k]["grpc"]["port"] for k in ("startupProbe", "readinessProbe", "livenessProbe")]
             assert probes == [m.health_port] * 3, (kustomization, m.where)

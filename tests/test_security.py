@@ -1,10 +1,15 @@
 """A fleet with mutual TLS, a bearer token on the router and a fleet token (real certificates made by openssl here):
 clients without the token are refused with a clear status, fleet-only RPCs refuse outsiders, plaintext is refused,
-and the fleet itself works (the router reaches TLS backends; model services hold GPU leases over the fleet channel)."""
+and the fleet itself works (the router reaches TLS backends; model services hold GPU leases over the fleet channel; the
+gateway serves HTTPS with the same certificate)."""
 
 from __future__ import annotations
 
+import json
+import ssl
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -65,7 +70,7 @@ def secure_fleet(tmp_path_factory):
     pki = make_pki(d)
     fleet = start_fleet(
         d,
-        services=("cosyvoice_tts", "router"),
+        services=("cosyvoice_tts", "router", "gateway"),
         security={**pki, "mtls": True, "bearer_tokens": [TOKEN], "fleet_token": FLEET_TOKEN},
         residency={"enabled": True},
         cosyvoice_tts={"health_port": free_port()},
@@ -183,3 +188,26 @@ def test_cli_uses_tls_and_the_token_from_the_config(secure_fleet, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "time to first audio" in result.stdout
+
+
+def test_gateway_serves_https_with_the_fleet_certificate_and_reaches_the_tls_router(secure_fleet):
+    """The gateway: HTTPS with security.tls_cert, the client's bearer token checked, and the router (TLS, mTLS, fleet
+    token) reached through the fleet channel."""
+    fleet, pki = secure_fleet
+    address = fleet.address("gateway")
+    context = ssl.create_default_context(cafile=pki["tls_ca"])
+    body = json.dumps({"input": "Hello there.", "response_format": "pcm"}).encode()
+
+    def speech(scheme: str, token: str | None):
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+        request = urllib.request.Request(f"{scheme}://{address}/v1/audio/speech", data=body, headers=headers)
+        with urllib.request.urlopen(request, timeout=60, context=context if scheme == "https" else None) as reply:
+            return reply.status, reply.read()
+
+    status, pcm = speech("https", TOKEN)
+    assert status == 200 and len(pcm) > 24_000  # audio from cosyvoice_tts behind the TLS router
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        speech("https", None)
+    assert refused.value.code == 401
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        speech("http", TOKEN)  # plaintext HTTP on the TLS port is not served

@@ -243,6 +243,17 @@ class WhisperFinals:
         return FinalText(text=text, confidence=round(confidence, 3), language=info.language or (language or ""))
 
 
+def check_turn_model(config: AsrServiceConfig, needs_it: str) -> None:
+    """At start, for a service whose configured default needs semantic endpointing (moss_sts's conversations): the
+    turn model's file must be there; else exit naming the package (services/asr/turn_model.py)."""
+    from services.asr.turn_model import TurnModelMissing, turn_model_path
+
+    try:
+        turn_model_path(config.turn_model_path)
+    except TurnModelMissing as e:
+        raise SystemExit(f"{needs_it}, but {e}") from None
+
+
 class CpuAsrEngine(AsrEngine):
     name = "whisper-2pass"
 

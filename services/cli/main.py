@@ -63,6 +63,13 @@ def cmd_up(args) -> int:
             if m.name == "brain":  # not a gRPC service: llama.cpp's OpenAI-compatible HTTP server
                 print(f"  {m.name:<14} http {m.address:<16} OpenAI-compatible chat (http://{m.address}/v1)")
                 continue
+            if m.name == "gateway":  # HTTP: the page, the conversation WebSocket, OpenAI-compatible audio
+                scheme = "https" if config.security.tls_cert else "http"
+                print(
+                    f"  {m.name:<14} http {m.address:<16} open {scheme}://{m.address}/ in a browser"
+                    f" (metrics http://127.0.0.1:{m.metrics_port}/metrics)"
+                )
+                continue
             print(f"  {m.name:<14} grpc {m.address:<16} metrics http://127.0.0.1:{m.metrics_port}/metrics{front}")
         if config.fleet.supervisor_port:
             print(f"  supervisor     http 127.0.0.1:{config.fleet.supervisor_port:<6}     /members, /metrics")

@@ -29,6 +29,7 @@ from services.common.config_base import ConfigError, is_host_port
 from services.common.config_base import check as _check  # the name the sections below call it by
 from services.conversation.config import BrainConfig
 from services.cosyvoice_tts.config import CosyVoiceTtsConfig
+from services.gateway.config import GatewayConfig
 from services.moss_sts.config import MossStsConfig
 from services.qwen_tts.config import QwenTtsConfig
 from services.router.config import LeaseAuthorityConfig, RouterConfig
@@ -169,10 +170,11 @@ class RestartConfig:
 
 @dataclass
 class FleetConfig:
-    """What `voicefleet up` starts, in this order (the router last, once its backends are up)."""
+    """What `voicefleet up` starts, in this order (the router once its backends are up; the gateway, its HTTP front
+    door, after it)."""
 
     services: list[str] = field(
-        default_factory=lambda: ["cosyvoice_tts", "qwen_tts", "asr", "brain", "moss_sts", "router"]
+        default_factory=lambda: ["cosyvoice_tts", "qwen_tts", "asr", "brain", "moss_sts", "router", "gateway"]
     )
     # Seconds to wait for every service to report SERVING.
     start_timeout_seconds: float = 120.0
@@ -182,7 +184,7 @@ class FleetConfig:
     supervisor_port: int = 9300
 
     def validate(self, path: str) -> None:
-        known = (*MODEL_SERVICES, "brain", "router", "lease_authority")
+        known = (*MODEL_SERVICES, "brain", "router", "gateway", "lease_authority")
         for name in self.services:
             _check(path, "services", name in known, f"unknown service {name!r}; known: {', '.join(known)}")
         _check(path, "start_timeout_seconds", self.start_timeout_seconds > 0, "must be > 0")
@@ -199,6 +201,7 @@ class Config:
     asr: AsrServiceConfig = field(default_factory=lambda: AsrServiceConfig(port=50054, metrics_port=9304))
     moss_sts: MossStsConfig = field(default_factory=lambda: MossStsConfig(port=50055, metrics_port=9305))
     brain: BrainConfig = field(default_factory=BrainConfig)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
     lease_authority: LeaseAuthorityConfig = field(
         default_factory=lambda: LeaseAuthorityConfig(port=50056, metrics_port=9306)
     )

@@ -28,6 +28,57 @@ def is_host_port(address: str) -> bool:
     return bool(sep and host and port.isdigit())
 
 
+# Barge-in by words (services/conversation/barge_in.py): the defaults of moss_sts.barge_in_stop_words,
+# barge_in_backchannels and barge_in_min_words. Here, with the config, so config sections import no dialogue code.
+DEFAULT_STOP_WORDS: tuple[str, ...] = (
+    "stop",
+    "wait",
+    "hold on",
+    "hang on",
+    "cancel",
+    "pause",
+    "shut up",
+    "be quiet",
+    "excuse me",
+    "no no",
+    "enough",
+)
+
+# Single words (normalised): what listeners say to show they follow, and how recognizers spell it.
+DEFAULT_BACKCHANNELS: tuple[str, ...] = (
+    "mmhm",
+    "mmhmm",
+    "mhm",
+    "mm",
+    "mmm",
+    "hmm",
+    "hm",
+    "uhhuh",
+    "uh",
+    "huh",
+    "um",
+    "ah",
+    "oh",
+    "yeah",
+    "yes",
+    "yep",
+    "yup",
+    "ok",
+    "okay",
+    "right",
+    "sure",
+    "alright",
+    "i",
+    "see",
+    "got",
+    "it",
+    "cool",
+    "nice",
+    "great",
+)
+DEFAULT_MIN_WORDS = 3
+
+
 @dataclass
 class ServerConfig:
     """What every gRPC service has."""

@@ -78,8 +78,28 @@ def wait_ready(channel: grpc.Channel, service: str, wait_s: float) -> str:
     return status
 
 
-# Fleet members that are not gRPC services (readiness: a real chat completion).
-HTTP_MEMBERS = {"brain"}
+# Fleet members that are not gRPC services (readiness: a real chat completion; the gateway's /readyz).
+HTTP_MEMBERS = {"brain", "gateway"}
+
+
+def gateway_status(address: str, timeout: float = 1.0, settings=None) -> str:
+    """SERVING when the gateway answers /readyz with 200 (it is up and its router answers health SERVING)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    scheme, context = "http", None
+    if settings is not None and settings.tls_cert:
+        scheme = "https"
+        context = ssl.create_default_context(cafile=settings.tls_ca or None)
+        context.check_hostname = False  # probes ask 127.0.0.1; the certificate names the service
+    try:
+        with urllib.request.urlopen(f"{scheme}://{address}/readyz", timeout=max(timeout, 2.0), context=context) as r:
+            return "SERVING" if r.status == 200 else "NOT_SERVING"
+    except urllib.error.HTTPError:
+        return "NOT_SERVING"
+    except (urllib.error.URLError, OSError, ValueError):
+        return "UNREACHABLE"
 
 
 def brain_status(address: str, timeout: float = 1.0) -> str:
@@ -107,6 +127,8 @@ def member_status(name: str, address: str, timeout: float = 1.0, settings=None, 
     """Readiness of a fleet member: gRPC health for services, a real completion for the brain. The router is ready
     when it is live and every service its backends serve is callable (a backend for it is routable), so "is up"
     means ListVoices lists every TTS service's voices and a call is served."""
+    if name == "gateway":
+        return gateway_status(address, timeout, settings)
     if name in HTTP_MEMBERS:
         return brain_status(address, timeout)
     if name == "router":

@@ -259,6 +259,45 @@ FAILOVERS = Counter(
     ["from", "to", "reason"],
 )
 
+# The gateway (services/gateway): the browser and HTTP front door. ``endpoint``: conversation (the WebSocket),
+# speech, transcriptions, voices; ``outcome``: an HTTP status ("200", "400", ...) or a WebSocket close code ("1000",
+# "4003", ...).
+GATEWAY_SESSIONS = Gauge("voicefleet_gateway_sessions", "Conversation WebSockets open now.")
+GATEWAY_REQUESTS = Counter(
+    "voicefleet_gateway_requests_total",
+    "Finished gateway requests and WebSocket sessions, by endpoint and outcome (HTTP status or close code).",
+    ["endpoint", "outcome"],
+)
+GATEWAY_MESSAGES = Counter(
+    "voicefleet_gateway_messages_total",
+    "WebSocket messages, by direction (in: from the client, out: to it) and kind (audio, event, control, config).",
+    ["direction", "kind"],
+)
+GATEWAY_BYTES = Counter(
+    "voicefleet_gateway_bytes_total",
+    "Audio bytes through the gateway, by direction (in: from clients, out: to them) and endpoint.",
+    ["direction", "endpoint"],
+)
+GATEWAY_REFUSALS = Counter(
+    "voicefleet_gateway_refusals_total",
+    "Requests and sessions the gateway refused or closed on its own, by reason: origin, unauthenticated, max_sessions,"
+    " bad_input, idle, too_big, slow_client.",
+    ["reason"],
+)
+GATEWAY_DROPPED = Counter(
+    "voicefleet_gateway_dropped_messages_total",
+    "Messages to a slow client dropped because its send queue was full (interim transcripts only; anything else"
+    " closes the session, counted as a refusal slow_client).",
+    ["kind"],
+)
+GATEWAY_ADDED = Histogram(
+    "voicefleet_gateway_added_seconds",
+    "Time the gateway itself adds: speech: request received to first audio written, less the router's own time to"
+    " its first chunk; conversation: a reply audio chunk received from the router to written to the socket.",
+    ["endpoint"],
+    buckets=RELAY_BUCKETS,
+)
+
 # The local supervisor (`voicefleet up`): served on fleet.supervisor_port, label ``member`` = the fleet member.
 SUPERVISOR_RESTARTS = Counter(
     "voicefleet_supervisor_restarts_total",

@@ -12,53 +12,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-DEFAULT_STOP_WORDS: tuple[str, ...] = (
-    "stop",
-    "wait",
-    "hold on",
-    "hang on",
-    "cancel",
-    "pause",
-    "shut up",
-    "be quiet",
-    "excuse me",
-    "no no",
-    "enough",
+from services.common.config_base import (  # noqa: F401 - the lists live with the config that names them
+    DEFAULT_BACKCHANNELS,
+    DEFAULT_MIN_WORDS,
+    DEFAULT_STOP_WORDS,
 )
-
-# Single words (normalised): what listeners say to show they follow, and how recognizers spell it.
-DEFAULT_BACKCHANNELS: tuple[str, ...] = (
-    "mmhm",
-    "mmhmm",
-    "mhm",
-    "mm",
-    "mmm",
-    "hmm",
-    "hm",
-    "uhhuh",
-    "uh",
-    "huh",
-    "um",
-    "ah",
-    "oh",
-    "yeah",
-    "yes",
-    "yep",
-    "yup",
-    "ok",
-    "okay",
-    "right",
-    "sure",
-    "alright",
-    "i",
-    "see",
-    "got",
-    "it",
-    "cool",
-    "nice",
-    "great",
-)
-DEFAULT_MIN_WORDS = 3
 
 _HYPHEN = re.compile(r"(?<=\w)-(?=\w)")
 _NOT_WORD = re.compile(r"[^\w' ]+")

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.common.config_base import AsrEndpointingConfig, EspeakConfig, TtsServiceConfig, check
-from services.conversation.barge_in import DEFAULT_BACKCHANNELS, DEFAULT_MIN_WORDS, DEFAULT_STOP_WORDS, words
+from services.common.config_base import (
+    DEFAULT_BACKCHANNELS,
+    DEFAULT_MIN_WORDS,
+    DEFAULT_STOP_WORDS,
+    AsrEndpointingConfig,
+    EspeakConfig,
+    TtsServiceConfig,
+    check,
+)
 
 
 @dataclass
@@ -152,6 +159,11 @@ class MossStsConfig(TtsServiceConfig):
         check(path, "barge_in_unheard_ms", 200 <= self.barge_in_unheard_ms <= 10_000, "must be 200..10000")
         for name in ("barge_in_stop_words", "barge_in_backchannels"):
             phrases = getattr(self, name)
-            check(path, name, all(isinstance(w, str) and words(w) for w in phrases), "must be a list of words")
+            check(
+                path,
+                name,
+                all(isinstance(w, str) and w.strip() and len(w) <= 64 for w in phrases),
+                "must be a list of words or phrases of 1..64 characters",
+            )
         check(path, "turn_commit_ms", 0 <= self.turn_commit_ms <= 3000, "must be 0..3000")
         self.gpu.validate(f"{path}.gpu")

@@ -45,13 +45,10 @@ def make_tts(config: Config) -> TtsEngine:
 def make_engines(config: Config) -> tuple[StsEngine, TtsEngine]:
     section = config.moss_sts
     check_echo_cancellation(SERVICE, section)
-    if section.endpointing.mode == SEMANTIC_MODE:
-        from services.asr.turn_model import TurnModelMissing, turn_model_path
+    if section.endpointing.mode == SEMANTIC_MODE:  # the sessions' default mode needs the turn model's file
+        from services.asr.cpu_engine import check_turn_model
 
-        try:
-            turn_model_path(config.asr.turn_model_path)
-        except TurnModelMissing as e:  # the sessions' default mode needs a model this machine lacks
-            raise SystemExit(f"{SERVICE}: cannot start: moss_sts.endpointing.mode is semantic, but {e}") from None
+        check_turn_model(config.asr, f"{SERVICE}: cannot start: moss_sts.endpointing.mode is semantic")
     limits = DialogueLimits.from_config(section)
     if section.engine == "gpu":
         from services.moss_sts.moss_engine import MossSpeechEngine

@@ -1,0 +1,1 @@
+"""The gateway: the fleet's browser and HTTP front door (docs/gateway.md)."""
