@@ -37,9 +37,10 @@ def test_enough_words_interrupt_and_fewer_wait():
     assert RULE.judge("What about tomorrow at noon?") == RULE.judge("what about tomorrow")
     assert RULE.judge("what about tomorrow").interrupt
     assert RULE.judge("what about tomorrow").why == "words"
-    # pass 1's guess at a hum (2 words that are not backchannels) is not enough
+    # pass 1's guesses at a hum: too few words that are neither backchannels nor fillers
     assert not RULE.judge("and i'm a").interrupt
     assert RULE.judge("and i'm a").why == "too_few_words"
+    assert RULE.judge("and the nature of them").why == "too_few_words"
     assert not RULE.judge("").interrupt
 
 

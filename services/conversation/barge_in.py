@@ -18,6 +18,8 @@ from services.common.config_base import (  # noqa: F401 - the lists live with th
     DEFAULT_STOP_WORDS,
 )
 
+FILLER_WORDS = frozenset(("the", "an", "and", "of", "to", "in", "on", "is", "it", "that", "this", "them", "his", "her"))
+
 _HYPHEN = re.compile(r"(?<=\w)-(?=\w)")
 _NOT_WORD = re.compile(r"[^\w' ]+")
 
@@ -43,8 +45,9 @@ class WordRule:
         self.min_words = min_words or DEFAULT_MIN_WORDS
 
     def content_words(self, heard: list[str]) -> list[str]:
-        """Words that are not backchannels; single letters ("m m h m": pass 1 spelling a hum) do not count."""
-        return [w for w in heard if w not in self.backchannels and len(w) > 1]
+        """Words that are not backchannels. Single letters ("m m h m": pass 1 spelling a hum) and the commonest
+        function words do not count: pass 1 fills a hum with them ("and the nature of them" for "mm-hm")."""
+        return [w for w in heard if w not in self.backchannels and len(w) > 1 and w not in FILLER_WORDS]
 
     def judge(self, transcript: str) -> Verdict:
         heard = words(transcript)

@@ -313,7 +313,7 @@ class DialogueSession(StsSession):
         # Preemptive reply: started at a candidate end of turn, held until the user has been silent turn_commit_ms.
         self._candidate: _Reply | None = None
         self._commit_at_ms: int | None = None
-        self._last_loud_ms = -1  # stream ms of the last loud window heard while a reply is held
+        self._last_loud_ms = -1  # stream ms where the last loud window of the caller's audio ended
         self._discarded = 0  # candidates of the turn being heard that were dropped (the user went on)
         self._labels = (service, served_by.rsplit("/", 1)[-1])
         # The reply leaking back into the caller's microphone is cancelled before anything listens to it.
@@ -357,8 +357,8 @@ class DialogueSession(StsSession):
             self._arrivals.append((self._fed_samples * 1000 // RATE, now))
             if self._stream is not None and to_asr:
                 await self._stream.feed(to_asr)
-        if self._candidate is not None and to_asr:
-            self._listen_for_resume(to_asr)
+        if to_asr and not self._muted:
+            self._track_loudness(to_asr)
         self._check_limits()
         if self._candidate is not None:
             await asyncio.sleep(0)  # let the recognizer's events for this audio (a SPEECH_START) be read first
@@ -620,7 +620,6 @@ class DialogueSession(StsSession):
             return
         turn.preemptive = True
         self._commit_at_ms = commit_at
-        self._last_loud_ms = -1
         reply = _Reply(turn, served_by=self.served_by, held=True)
         self._candidate = self._reply = reply  # at once: a SPEECH_START read next must find it to drop it
         self._turn_task = asyncio.create_task(self._run_turn(turn, reply), name=f"dialogue-turn-{turn.index}")
@@ -630,7 +629,10 @@ class DialogueSession(StsSession):
         self._turn_start_ms = None
         self._discarded = 0
 
-    def _listen_for_resume(self, pcm: bytes) -> None:
+    def _track_loudness(self, pcm: bytes) -> None:
+        """Where the caller last made sound (a window >= RESUME_DBFS, after echo cancellation): the commit's "are
+        they going on?" and how long speech over the reply really lasted (an utterance stays open through silence
+        the turn model judges unfinished)."""
         x = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
         end = self._fed_ms()
         for i in range(0, len(x) - GATE_WINDOW + 1, GATE_WINDOW):
@@ -706,8 +708,9 @@ class DialogueSession(StsSession):
         ):
             # Words decide (``_judge_overlap``); speech that goes on this long interrupts whatever was heard (no
             # backchannel is that long; pass-1 interims can miss a word).
-            lasted = now_ms - self._overlap_start_ms
-            if lasted >= max(self.limits.barge_in_unheard_ms, self.options.barge_in.min_speech_ms):
+            lasted = self._last_loud_ms - self._overlap_start_ms  # sound, not an utterance held open in silence
+            sounding = now_ms - self._last_loud_ms < RESUME_QUIET_MS
+            if sounding and lasted >= max(self.limits.barge_in_unheard_ms, self.options.barge_in.min_speech_ms):
                 self._barge_in("long_speech")
         if (
             self.state == LISTENING
