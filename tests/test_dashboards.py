@@ -272,9 +272,15 @@ def run_mixed_load(fleet) -> None:
 
         # Admission: asr serves one stream at a time here; a second caller is turned away (twice, a few scrapes
         # apart: a counter's first sample already holds its first increment, which no rate() can see).
+        # The first caller holds the place before the others knock (the router's stream above may still be finishing
+        # on the asr service: wait for it to leave, then for the first caller to be in).
+        def recognizing() -> float:
+            return fleet.metric("asr", "voicefleet_active_streams", method="StreamingRecognize")
+
+        assert wait_until(lambda: recognizing() == 0, 30), "asr still serves the router's stream"
         first = threading.Thread(target=recognize, args=(asr, say["What is two plus two?"]), daemon=True)
         first.start()
-        time.sleep(0.5)
+        assert wait_until(lambda: recognizing() == 1, 30), "the first caller's stream never started"
         for _ in range(2):
             with pytest.raises(grpc.RpcError) as rejected:
                 recognize(asr, say["What is two plus two?"], pace=False)
