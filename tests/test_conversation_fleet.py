@@ -429,7 +429,7 @@ def test_semantic_end_of_turn_waits_through_a_pause_and_commits_a_finished_turn_
     assert conv.metric("moss_sts", "voicefleet_sts_end_of_turn_decisions_total", decision="incomplete") >= 1
 
 
-WHYS = ("stop_word", "words", "long_speech", "stop_word_final", "words_final")
+WHYS = ("stop_word", "words", "long_speech", "stop_word_final")
 
 
 def test_a_backchannel_over_the_reply_is_ignored_and_a_stop_word_interrupts(conv, router_channel, say):
