@@ -91,16 +91,7 @@ def endpointing_defaults(section) -> Endpointing:
 def event_fields(event: AsrEvent) -> dict:
     """An engine event as the oneof fields shared by StreamingRecognizeResponse and RecognizeResponse."""
     if event.kind == TURN_ESTIMATE:
-        t = event.turn
-        return {
-            "end_of_turn": recognizer_pb2.EndOfTurn(
-                probability=t.probability,
-                complete=t.complete,
-                silence_ms=t.silence_ms,
-                offset_ms=t.offset_ms,
-                utterance_index=t.utterance_index,
-            )
-        }
+        return {"end_of_turn": end_of_turn_to_proto(event.turn)}
     if event.kind in (SPEECH_START, SPEECH_END):
         kind = (
             recognizer_pb2.VadEvent.KIND_SPEECH_START
@@ -108,24 +99,35 @@ def event_fields(event: AsrEvent) -> dict:
             else recognizer_pb2.VadEvent.KIND_SPEECH_END
         )
         return {"vad": recognizer_pb2.VadEvent(kind=kind, offset_ms=event.offset_ms)}
-    r = event.result
-    return {
-        "result": recognizer_pb2.RecognitionResult(
-            transcript=r.transcript,
-            is_final=r.is_final,
-            stability=r.stability,
-            confidence=r.confidence,
-            utterance_index=r.utterance_index,
-            utterance_start_ms=r.utterance_start_ms,
-            utterance_end_ms=r.utterance_end_ms,
-            audio_processed_ms=r.audio_processed_ms,
-            language=r.language,
-            words=[
-                recognizer_pb2.WordInfo(word=w.word, start_ms=w.start_ms, end_ms=w.end_ms, confidence=w.confidence)
-                for w in r.words
-            ],
-        )
-    }
+    return {"result": result_to_proto(event.result)}
+
+
+def end_of_turn_to_proto(t) -> recognizer_pb2.EndOfTurn:
+    return recognizer_pb2.EndOfTurn(
+        probability=t.probability,
+        complete=t.complete,
+        silence_ms=t.silence_ms,
+        offset_ms=t.offset_ms,
+        utterance_index=t.utterance_index,
+    )
+
+
+def result_to_proto(r) -> recognizer_pb2.RecognitionResult:
+    return recognizer_pb2.RecognitionResult(
+        transcript=r.transcript,
+        is_final=r.is_final,
+        stability=r.stability,
+        confidence=r.confidence,
+        utterance_index=r.utterance_index,
+        utterance_start_ms=r.utterance_start_ms,
+        utterance_end_ms=r.utterance_end_ms,
+        audio_processed_ms=r.audio_processed_ms,
+        language=r.language,
+        words=[
+            recognizer_pb2.WordInfo(word=w.word, start_ms=w.start_ms, end_ms=w.end_ms, confidence=w.confidence)
+            for w in r.words
+        ],
+    )
 
 
 class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):

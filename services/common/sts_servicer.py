@@ -14,7 +14,13 @@ import contextlib
 from dataclasses import dataclass
 
 from services.common import audio, metrics
-from services.common.asr_servicer import endpointing_defaults, endpointing_from_config, next_or_idle
+from services.common.asr_servicer import (
+    end_of_turn_to_proto,
+    endpointing_defaults,
+    endpointing_from_config,
+    next_or_idle,
+    result_to_proto,
+)
 from services.common.engines import (
     END_OF_TURN,
     END_OF_TURN_JUDGED,
@@ -42,7 +48,7 @@ from services.common.errors import InvalidArgument
 from services.common.rpc import new_request_id, rpc
 from services.common.scheduler import Admission
 from services.common.tts_servicer import routing_from_proto
-from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc, recognizer_pb2
+from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc
 
 DEFAULT_OUTPUT_RATE = 16_000
 MAX_TEMPERATURE = 2.0
@@ -340,34 +346,6 @@ class _Relay:
             self.resampler = None
             metrics.STS_TURNS.labels(*self.labels, "error").inc()
             yield self._response(turn, turn_error=conversation_pb2.TurnError(code=event.code, message=event.message))
-
-
-def end_of_turn_to_proto(t) -> recognizer_pb2.EndOfTurn:
-    return recognizer_pb2.EndOfTurn(
-        probability=t.probability,
-        complete=t.complete,
-        silence_ms=t.silence_ms,
-        offset_ms=t.offset_ms,
-        utterance_index=t.utterance_index,
-    )
-
-
-def result_to_proto(r) -> recognizer_pb2.RecognitionResult:
-    return recognizer_pb2.RecognitionResult(
-        transcript=r.transcript,
-        is_final=r.is_final,
-        stability=r.stability,
-        confidence=r.confidence,
-        utterance_index=r.utterance_index,
-        utterance_start_ms=r.utterance_start_ms,
-        utterance_end_ms=r.utterance_end_ms,
-        audio_processed_ms=r.audio_processed_ms,
-        language=r.language,
-        words=[
-            recognizer_pb2.WordInfo(word=w.word, start_ms=w.start_ms, end_ms=w.end_ms, confidence=w.confidence)
-            for w in r.words
-        ],
-    )
 
 
 def instrument(servicer: ConversationServicer) -> ConversationServicer:
