@@ -128,6 +128,18 @@ class DialogueLimits:
         )
 
 
+def window_levels_db(pcm: bytes) -> tuple[np.ndarray, int]:
+    """Level (dBFS) of each window of s16le ``pcm`` and the window size in samples: the frame cut into equal windows
+    of about GATE_WINDOW (32 ms). A frame shorter than that (callers send 20 ms) is one window, so no frame size goes
+    unheard; at most a few samples of a frame's end are left out."""
+    x = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
+    if len(x) == 0:
+        return np.zeros(0), GATE_WINDOW
+    window = len(x) // max(1, round(len(x) / GATE_WINDOW))
+    w = x[: len(x) // window * window].reshape(-1, window)
+    return 10 * np.log10(np.mean(w * w, axis=1) + 1e-12), window
+
+
 def check_echo_cancellation(service: str, section) -> None:
     """At start: echo cancellation configured on (``moss_sts.echo_cancellation``) needs its wheel."""
     if section.echo_cancellation:
@@ -633,12 +645,11 @@ class DialogueSession(StsSession):
         """Where the caller last made sound (a window >= RESUME_DBFS, after echo cancellation): the commit's "are
         they going on?" and how long speech over the reply really lasted (an utterance stays open through silence
         the turn model judges unfinished)."""
-        x = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
-        end = self._fed_ms()
-        for i in range(0, len(x) - GATE_WINDOW + 1, GATE_WINDOW):
-            w = x[i : i + GATE_WINDOW]
-            if 10 * np.log10(float(np.mean(w * w)) + 1e-12) >= RESUME_DBFS:
-                self._last_loud_ms = end - (len(x) - i - GATE_WINDOW) * 1000 // RATE
+        levels, window = window_levels_db(pcm)
+        loud = np.flatnonzero(levels >= RESUME_DBFS)
+        if len(loud):
+            after_last = (len(levels) - 1 - loud[-1]) * window  # samples of the frame after the last loud window
+            self._last_loud_ms = self._fed_ms() - after_last * 1000 // RATE
 
     def _check_commit(self) -> None:
         if (
@@ -776,11 +787,9 @@ class DialogueSession(StsSession):
 
     def _gate(self, pcm: bytes) -> None:
         """While a too-long turn is skipped: a pause as long as the hangover ends the skipping."""
-        x = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
-        for i in range(0, len(x) - GATE_WINDOW + 1, GATE_WINDOW):
-            w = x[i : i + GATE_WINDOW]
-            level = 10 * np.log10(float(np.mean(w * w)) + 1e-12)
-            self._quiet_ms = self._quiet_ms + GATE_WINDOW * 1000 / RATE if level < GATE_QUIET_DBFS else 0.0
+        levels, window = window_levels_db(pcm)
+        for level in levels:
+            self._quiet_ms = self._quiet_ms + window * 1000 / RATE if level < GATE_QUIET_DBFS else 0.0
             if self._quiet_ms >= self.options.endpointing.hangover_ms:
                 self._skipping = False  # results stay dropped until the next speech starts
                 return
