@@ -202,8 +202,9 @@ def die_with_supervisor() -> None:
         raise SystemExit(f"the voicefleet supervisor (pid {parent}) is gone; not starting")
 
 
-def run_service(name: str, build: Callable[[Config], ServiceParts], argv: list[str] | None = None) -> None:
-    """Entry point of a service process: ``python -m services.<name> [--config PATH]``."""
+def load_service_config(name: str, argv: list[str] | None = None) -> Config:
+    """The start of every fleet process ``python -m services.<name> [--config PATH]``: die with the supervisor, read
+    the config and the security files; a bad one exits 2 naming the field."""
     die_with_supervisor()
     parser = argparse.ArgumentParser(prog=f"python -m services.{name}", description=f"voicefleet {name} service")
     parser.add_argument("--config", help="fleet config file (default: VOICEFLEET_CONFIG or the bundled default)")
@@ -215,6 +216,12 @@ def run_service(name: str, build: Callable[[Config], ServiceParts], argv: list[s
     except ConfigError as e:
         print(f"{name}: bad configuration: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    return config
+
+
+def run_service(name: str, build: Callable[[Config], ServiceParts], argv: list[str] | None = None) -> None:
+    """Entry point of a service process: ``python -m services.<name> [--config PATH]``."""
+    config = load_service_config(name, argv)
     section: ServerConfig = getattr(config, name)
     setup_logging(name, section.log_level)
 

@@ -6,19 +6,16 @@ WebSockets are closed with 1001 and in-flight HTTP requests get ``grace_seconds`
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import signal
 import ssl
-import sys
 
 from aiohttp import web
 
 from services.common import security
-from services.common.config import ConfigError, load_config
 from services.common.metrics import start_metrics_server
-from services.common.server import die_with_supervisor, setup_logging
+from services.common.server import load_service_config, setup_logging
 from services.gateway.app import AccessLogger, Gateway
 
 log = logging.getLogger("voicefleet.gateway")
@@ -66,17 +63,7 @@ async def serve(config) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    die_with_supervisor()
-    parser = argparse.ArgumentParser(prog="python -m services.gateway", description="voicefleet gateway")
-    parser.add_argument("--config", help="fleet config file (default: VOICEFLEET_CONFIG or the bundled default)")
-    args = parser.parse_args(argv)
-    try:
-        config = load_config(args.config)
-        security.configure(config.security)
-        security.check_files()
-    except ConfigError as e:
-        print(f"gateway: bad configuration: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+    config = load_service_config("gateway", argv)
     setup_logging("gateway", config.gateway.log_level)
     asyncio.run(serve(config))
 
