@@ -208,7 +208,7 @@ class GpuAsrEngine(AsrEngine):
         self.stream_pool.shutdown(wait=False, cancel_futures=True)
         self.final_pool.shutdown(wait=False, cancel_futures=True)
 
-    # Residency (a GPU lease holder; services/common/model_control.py): CTranslate2 moves the weights itself.
+    # Residency (a GPU lease holder; services/residency/model_residency.py): CTranslate2 moves the weights itself.
     # On CUDA, unload_model(to_cpu=True) keeps them in host memory and frees the device's (its CUDA allocator cache
     # with them); load_model() copies them back: no second read from disk. On a CPU device host memory IS the
     # device's, so to_cpu would keep everything (CTranslate2 does nothing): the model is unloaded whole and

@@ -277,7 +277,7 @@ class VllmOmniTtsEngine(TtsEngine):
                 " (qwen_tts.gpu.launch_sidecar: false)"
             ) from None
         cuda, deploy = found.stdout.strip().splitlines()[-2:]
-        from services.common.gpu_host import check_cuda_host
+        from services.residency.gpu_host import check_cuda_host
 
         check_cuda_host("qwen_tts vLLM-Omni sidecar", None if cuda == "None" else cuda)
         deploy = Path(deploy)
@@ -290,7 +290,7 @@ class VllmOmniTtsEngine(TtsEngine):
         gpu_memory_utilization scaled to add up to the lease."""
         import yaml
 
-        from services.common.gpu_host import device_total_bytes, memory_fraction
+        from services.residency.gpu_host import device_total_bytes, memory_fraction
 
         tree = yaml.safe_load(deploy.read_text())
         stages = [s for s in (tree.get("stages") or []) if isinstance(s, dict)] if isinstance(tree, dict) else []

@@ -7,7 +7,7 @@ calls ``on_revoke`` (offload, then ``release()``); a lease that ends without rel
 calls ``on_lost``.
 
 Also a command for operators and fault tests:
-    python -m services.common.lease_client --router 127.0.0.1:50051 --holder demo --gb 8 [--priority REALTIME]
+    python -m services.residency.lease_client --router 127.0.0.1:50051 --holder demo --gb 8 [--priority REALTIME]
 holds a lease until killed (prints GRANTED epoch=N when it has it).
 """
 

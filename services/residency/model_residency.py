@@ -1,13 +1,10 @@
-"""Where a service's model lives, the GPU lease that lets it be there, and voice.v1.ModelControl.
+"""Residency: whether one model's weights are on its device, and the lease that lets them be there.
 
 ``ModelResidency`` owns the state COLD → LOADING → RESIDENT → OFFLOADING → COLD. With leases on (GPU engines
 always; CPU engines when ``residency.enabled``, accounting their declared size on a virtual card), loading first
-acquires a lease from the router's GpuLeases, then loads the weights; a revoke waits for in-flight requests to
-finish, offloads and releases; a lost lease (renew deadline passed, router gone) offloads at once.
-
-``ResidentTtsEngine`` wraps a TTS engine so the shared servicer needs no change: a request to a COLD model waits
-(bounded: RESOURCE_EXHAUSTED with a retry hint past ``max_waiting_requests``) while the model is loaded back, and
-in-flight requests make the lease's renewals say ``busy`` (busy holders are not revoked).
+acquires a lease from GpuLeases (the router's, or the card's lease authority), then loads the weights; a revoke waits
+for in-flight requests to finish, offloads and releases; a lost lease (renew deadline passed, authority gone) offloads
+at once. In-flight requests make the lease's renewals say ``busy`` (busy holders are not revoked).
 """
 
 from __future__ import annotations
@@ -16,19 +13,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
 
 from services.common import metrics, security
 from services.common.config_base import ConfigError
-from services.common.engines import AsrEngine, AsrStream, StsEngine, StsSession, TtsEngine
 from services.common.errors import FailedPrecondition, ResourceExhausted, Unavailable
-from services.common.health import synthesis_probe
-from services.common.lease_client import GpuLease
-from services.common.rpc import new_request_id, rpc
-from voice.v1 import gpu_pb2, gpu_pb2_grpc
+from services.residency.lease_client import GpuLease
+from voice.v1 import gpu_pb2
 
 log = logging.getLogger("voicefleet.residency")
 GIB = 1 << 30
@@ -283,70 +277,6 @@ class ModelResidency:
         )
 
 
-class ResidentTtsEngine(TtsEngine):
-    """A TTS engine whose model may be offloaded: every request holds it resident (see ModelResidency.use)."""
-
-    def __init__(self, inner: TtsEngine, residency: ModelResidency):
-        self.inner = inner
-        self.residency = residency
-        self.name = inner.name
-        self.service = inner.service
-        self.clones_voices = inner.clones_voices
-
-    @property
-    def native_sample_rate(self) -> int:
-        return self.inner.native_sample_rate
-
-    @property
-    def scheduler(self):
-        """The inner engine's SegmentScheduler: admission predicts a newcomer's first-audio wait from it."""
-        return self.inner.scheduler
-
-    async def start(self) -> None:
-        await self.residency.load()
-
-    async def close(self) -> None:
-        await self.residency.close()
-        await self.inner.close()
-
-    async def voices(self):
-        return await self.inner.voices()
-
-    async def synthesize(self, text, options) -> AsyncIterator:
-        async with self.residency.use():
-            async with contextlib.aclosing(self.inner.synthesize(text, options)) as pieces:
-                async for piece in pieces:
-                    yield piece
-
-    async def synthesize_text_stream(self, events, options, policy) -> AsyncIterator:
-        async with self.residency.use():
-            async with contextlib.aclosing(self.inner.synthesize_text_stream(events, options, policy)) as pieces:
-                async for piece in pieces:
-                    yield piece
-
-    async def register_voice(self, *args, **kwargs):
-        async with self.residency.use():
-            return await self.inner.register_voice(*args, **kwargs)
-
-    def resident_bytes(self) -> int:
-        return self.inner.resident_bytes()
-
-    async def probe(self) -> str | None:
-        """The service's deep probe (services/common/health.py): a short synthesis, skipped while the model is off its
-        device, so a probe never pulls a swapped-out model back onto the GPU."""
-        if self.residency.state != RESIDENT:
-            return "model not resident"
-        return await synthesis_probe(self)()
-
-    @property
-    def device(self) -> str:
-        return self.inner.device
-
-    @property
-    def served_by(self) -> str:
-        return self.inner.served_by
-
-
 def engine_hooks(engine, model: str, service: str, gpu_engine: bool, pinned: bool = False) -> ResidencyHooks:
     """Residency hooks of an engine. A GPU engine that takes turns on the card must free its device memory on a
     revoke: it defines ``offload()`` and ``reload()`` (docs/leases.md, how each engine offloads), or it is configured
@@ -376,234 +306,3 @@ def engine_hooks(engine, model: str, service: str, gpu_engine: bool, pinned: boo
         device=lambda: engine.device,
         moves_weights=moves,
     )
-
-
-class ModelControlServicer(gpu_pb2_grpc.ModelControlServicer):
-    def __init__(self, residency: ModelResidency):
-        self.residency = residency
-        self.service = residency.service
-        for method in ("Load", "Offload", "GetModelStatus"):
-            setattr(self, method, rpc(self.service, method)(getattr(type(self), method)).__get__(self))
-
-    async def Load(self, request, context):
-        rid = request.request_id or new_request_id()
-        queue: asyncio.Queue = asyncio.Queue()
-        if request.priority:
-            self.residency.priority = request.priority
-        task = asyncio.create_task(self.residency.load(lambda stage, fraction: queue.put_nowait((stage, fraction))))
-        task.add_done_callback(lambda _t: queue.put_nowait(None))
-        try:
-            while (item := await queue.get()) is not None:
-                stage, fraction = item
-                yield gpu_pb2.LoadResponse(
-                    request_id=rid, stage=stage, progress=fraction, status=self.residency.status()
-                )
-            task.result()
-        finally:
-            if not task.done():
-                task.cancel()
-
-    async def Offload(self, request, context):
-        await self.residency.offload(request.reason or "ModelControl.Offload")
-        return gpu_pb2.OffloadResponse(
-            request_id=request.request_id or new_request_id(), status=self.residency.status()
-        )
-
-    async def GetModelStatus(self, request, context):
-        return gpu_pb2.GetModelStatusResponse(
-            request_id=request.request_id or new_request_id(), status=self.residency.status()
-        )
-
-
-def lease_bytes(config, service: str) -> int:
-    """The bytes ``service``'s lease asks for (residency.services.<service>.declared_gb): what its GPU engine sizes
-    its allocator to (docs/leases.md, memory plan)."""
-    spec = config.residency.services.get(service)
-    return int(spec.declared_gb * GIB) if spec else 0
-
-
-def holder_config(config, service: str):
-    """``service``'s residency.services entry, or the defaults of one."""
-    rc = config.residency
-    spec = rc.services.get(service)
-    if spec is None:
-        spec = type(next(iter(rc.services.values())))() if rc.services else None
-    return spec
-
-
-def residency_for(config, service: str, engine, model: str, gpu_engine: bool) -> ModelResidency:
-    """The residency of ``service``'s ``engine`` from the fleet config: leases always for GPU engines, on CPU when
-    enabled."""
-    rc = config.residency
-    spec = holder_config(config, service)
-    pinned = bool(spec and spec.pinned)
-    return ModelResidency(
-        service,
-        engine_hooks(engine, model, service, gpu_engine, pinned),
-        lease_enabled=gpu_engine or rc.enabled,
-        pinned=pinned,
-        lease_address=config.residency.lease_authority or config.router.address,
-        declared_bytes=int((spec.declared_gb if spec else 0) * GIB),
-        priority=gpu_pb2.LeasePriority.Value(f"LEASE_PRIORITY_{spec.priority}")
-        if spec
-        else gpu_pb2.LEASE_PRIORITY_INTERACTIVE,
-        swap_in_ms=spec.swap_in_ms if spec else 0,
-        swap_out_ms=spec.swap_out_ms if spec else 0,
-        acquire_timeout_s=rc.acquire_timeout_seconds,
-        max_waiting_requests=rc.max_waiting_requests,
-    )
-
-
-def resident_tts(
-    config, service: str, engine: TtsEngine, model: str, gpu_engine: bool
-) -> tuple[ResidentTtsEngine, object]:
-    """``engine`` wrapped to hold its model resident per request, and the service's ModelControl servicer."""
-    residency = residency_for(config, service, engine, model, gpu_engine)
-    return ResidentTtsEngine(engine, residency), model_control(residency)
-
-
-# --- Recognition and conversation hold their model too (asr, moss_sts) -------------------------------------------
-class _HeldUntilClosed:
-    """Holds a ModelResidency (``use()``) from open until ``close`` (idempotent): an ASR stream or a conversation
-    session keeps its model resident for its whole life, and its holder counts as busy meanwhile (busy holders are
-    not revoked), so a live conversation is never cut by a swap."""
-
-    def __init__(self, residency: ModelResidency):
-        self._residency = residency
-        self._stack = contextlib.AsyncExitStack()
-
-    async def hold(self) -> None:
-        await self._stack.enter_async_context(self._residency.use())
-
-    async def release(self) -> None:
-        await self._stack.aclose()
-
-
-class _HeldStream:
-    """What an ASR stream and a conversation session share: audio in, events out, and the hold released on close."""
-
-    def __init__(self, inner, held: _HeldUntilClosed):
-        self.inner, self._held = inner, held
-
-    async def feed(self, pcm: bytes) -> None:
-        await self.inner.feed(pcm)
-
-    async def finish(self) -> None:
-        await self.inner.finish()
-
-    def events(self):
-        return self.inner.events()
-
-    async def close(self) -> None:
-        try:
-            await self.inner.close()
-        finally:
-            await self._held.release()
-
-
-class _ResidentAsrStream(_HeldStream, AsrStream):
-    pass
-
-
-class _ResidentStsSession(_HeldStream, StsSession):
-    async def control(self, action: str) -> None:
-        await self.inner.control(action)
-
-    async def interrupt(self) -> None:
-        await self.inner.interrupt()
-
-
-class _ResidentEngine:
-    """What the ASR and conversation wrappers share: the inner engine's face, loading through the residency, and
-    opening a stream or session that holds the model until it is closed."""
-
-    def __init__(self, inner, residency: ModelResidency):
-        self.inner = inner
-        self.residency = residency
-        self.name = inner.name
-        self.service = inner.service
-
-    @property
-    def native_sample_rate(self) -> int:
-        return self.inner.native_sample_rate
-
-    async def start(self) -> None:
-        await self.residency.load()
-
-    async def close(self) -> None:
-        await self.residency.close()
-        await self.inner.close()
-
-    def check_options(self, options) -> None:
-        self.inner.check_options(options)
-
-    def resident_bytes(self) -> int:
-        return self.inner.resident_bytes()
-
-    @property
-    def device(self) -> str:
-        return self.inner.device
-
-    @property
-    def served_by(self) -> str:
-        return self.inner.served_by
-
-    async def _open_held(self, open_inner, wrap):
-        held = _HeldUntilClosed(self.residency)
-        await held.hold()
-        try:
-            return wrap(await open_inner(), held)
-        except BaseException:
-            await held.release()
-            raise
-
-
-class ResidentAsrEngine(_ResidentEngine, AsrEngine):
-    """An ASR engine whose model may be offloaded: every stream holds it resident until the stream is closed."""
-
-    async def open_stream(self, options) -> AsrStream:
-        return await self._open_held(lambda: self.inner.open_stream(options), _ResidentAsrStream)
-
-
-class ResidentStsEngine(_ResidentEngine, StsEngine):
-    """A conversation engine whose model may be offloaded: every session holds it resident until it is closed."""
-
-    async def voices(self):
-        return await self.inner.voices()
-
-    async def open_session(self, options) -> StsSession:
-        return await self._open_held(lambda: self.inner.open_session(options), _ResidentStsSession)
-
-
-def when_resident(residency: ModelResidency, probe: Callable[[], Awaitable[str | None]]):
-    """A deep probe that is skipped while the model is off its device: a probe must never pull a swapped-out model
-    back onto the card (ResidentTtsEngine.probe does the same for TTS)."""
-
-    async def probe_if_resident() -> str | None:
-        if residency.state != RESIDENT:
-            return "model not resident"
-        return await probe()
-
-    return probe_if_resident
-
-
-def model_control(residency: ModelResidency):
-    """The service's voice.v1.ModelControl servicer for ``residency``."""
-    from services.common.server import Servicer
-
-    return Servicer(
-        gpu_pb2_grpc.add_ModelControlServicer_to_server, ModelControlServicer(residency), "voice.v1.ModelControl"
-    )
-
-
-def resident_asr(config, service: str, engine: AsrEngine, model: str, gpu_engine: bool):
-    """``engine`` wrapped so each stream holds its model resident, and the service's ModelControl servicer."""
-    residency = residency_for(config, service, engine, model, gpu_engine)
-    return ResidentAsrEngine(engine, residency), model_control(residency)
-
-
-def resident_sts(config, service: str, sts: StsEngine, tts: TtsEngine, model: str, gpu_engine: bool):
-    """moss_sts: one model behind two services (Conversation sessions and its Synthesizer), so one residency: both
-    wrapped engines hold it, and the one ModelControl servicer moves it."""
-    residency = residency_for(config, service, sts, model, gpu_engine)
-    return ResidentStsEngine(sts, residency), ResidentTtsEngine(tts, residency), model_control(residency)
