@@ -235,3 +235,37 @@ def test_the_lease_follows_the_bytes_the_engine_was_measured_to_hold():
         assert r.lease_bytes() == 4 * GB
         asyncio.run(r.load())
         assert r.lease_bytes() == asks, (held, moves)
+
+
+def test_every_gpu_engine_declares_that_it_can_offload():
+    """GPU engines take turns on the card because they are Offloadable (declared, not guessed from their methods):
+    their residency moves the weights with their own offload and reload."""
+    from services.asr.gpu_engine import GpuAsrEngine
+    from services.common.engines import Offloadable
+    from services.cosyvoice_tts.cosyvoice_engine import CosyVoice3Engine
+    from services.moss_sts.moss_engine import MossSpeechEngine
+    from services.qwen_tts.qwen_engine import QwenTtsEngine
+    from services.qwen_tts.vllm_omni_engine import VllmOmniTtsEngine
+    from services.residency.model_residency import engine_hooks
+
+    gpu_engines = (GpuAsrEngine, CosyVoice3Engine, MossSpeechEngine, QwenTtsEngine, VllmOmniTtsEngine)
+    assert [c.__name__ for c in gpu_engines if not issubclass(c, Offloadable)] == []
+
+    class Swaps(Offloadable):  # the smallest engine that declares it
+        name, device = "swaps", "cuda"
+
+        async def start(self):
+            return None
+
+        async def offload(self):
+            return None
+
+        async def reload(self):
+            return None
+
+        def resident_bytes(self):
+            return 0
+
+    engine = Swaps()
+    hooks = engine_hooks(engine, "m", "qwen_tts", gpu_engine=True)
+    assert hooks.moves_weights and hooks.offload == engine.offload and hooks.reload == engine.reload

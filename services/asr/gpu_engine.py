@@ -33,7 +33,7 @@ from services.asr.cpu_engine import hint_prompt, whisper_language
 from services.asr.pipeline import FinalText, TwoPassStream
 from services.asr.turn_model import TurnSupport
 from services.asr.vad import RATE, SileroVad
-from services.common.engines import AsrEngine, AsrStream, RecognitionOptions, WordTiming
+from services.common.engines import AsrEngine, AsrStream, Offloadable, RecognitionOptions, WordTiming
 from services.common.errors import FailedPrecondition, InvalidArgument
 
 log = logging.getLogger("voicefleet.asr.gpu")
@@ -169,7 +169,7 @@ class WhisperPartial:
         self._chunks = []
 
 
-class GpuAsrEngine(AsrEngine):
+class GpuAsrEngine(AsrEngine, Offloadable):
     name = "whisper-gpu"
 
     def __init__(self, service: str, config: AsrServiceConfig):

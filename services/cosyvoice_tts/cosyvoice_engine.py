@@ -70,7 +70,7 @@ import numpy as np
 
 from services.common import audio, metrics
 from services.common.config_base import ChunkingConfig, SchedulingConfig
-from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
+from services.common.engines import AudioPiece, Offloadable, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
@@ -149,7 +149,7 @@ def _default_auto_model() -> Callable:
 DEFAULT_IN_FLIGHT = 1  # see __init__: the library allows one segment at a time
 
 
-class CosyVoice3Engine(TtsEngine):
+class CosyVoice3Engine(TtsEngine, Offloadable):
     name = "cosyvoice3"
     clones_voices = True
 

@@ -56,6 +56,7 @@ from services.common.config_base import ChunkingConfig
 from services.common.engines import (
     AsrEngine,
     AudioPiece,
+    Offloadable,
     Sampling,
     SessionOptions,
     StsEngine,
@@ -404,7 +405,7 @@ class MossSession(DialogueSession):
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-class MossSpeechEngine(StsEngine):
+class MossSpeechEngine(StsEngine, Offloadable):
     name = "moss-speech"
 
     def __init__(

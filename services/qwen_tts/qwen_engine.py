@@ -31,7 +31,7 @@ from pathlib import Path
 
 from services.common import metrics
 from services.common.config_base import ChunkingConfig
-from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
+from services.common.engines import AudioPiece, Offloadable, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, NotFound
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
@@ -42,7 +42,7 @@ from services.qwen_tts.vllm_omni_engine import check_rate, qwen_language_name, q
 log = logging.getLogger("voicefleet.qwen_tts.qwen")
 
 
-class QwenTtsEngine(TtsEngine):
+class QwenTtsEngine(TtsEngine, Offloadable):
     name = "qwen_tts"
 
     def __init__(

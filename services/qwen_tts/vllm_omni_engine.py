@@ -59,7 +59,7 @@ from urllib.parse import urlparse
 
 from services.common import metrics
 from services.common.config_base import ChunkingConfig, SchedulingConfig
-from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
+from services.common.engines import AudioPiece, Offloadable, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import sentence_spans
@@ -154,7 +154,7 @@ async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]
 DEFAULT_IN_FLIGHT = 8
 
 
-class VllmOmniTtsEngine(TtsEngine):
+class VllmOmniTtsEngine(TtsEngine, Offloadable):
     name = "vllm_omni"
 
     def __init__(

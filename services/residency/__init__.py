@@ -15,7 +15,8 @@ Vocabulary (one meaning each):
   ``model_residency`` (the state machine, holding a lease while RESIDENT), ``resident_engines`` (engines wrapped so
   each request holds the model resident), ``model_control`` (voice.v1.ModelControl: load, offload, status),
   ``from_config`` (all of it built from ``residency.*``).
-- **offload / reload**: what an engine does to free its device memory and take it back; ``torch_offload`` is that for torch engines, ``gpu_host`` checks the host's driver and caps a
+- **offload / reload**: what an ``Offloadable`` engine (services/common/engines.py) does to free its device memory
+  and take it back; ``torch_offload`` is that for torch engines, ``gpu_host`` checks the host's driver and caps a
   process's allocator at its lease.
 - **placement**: the router's view of where each model is resident, read from the lease tables, to route around
   cold models (services/router/placement.py). Not part of this package.

@@ -5,6 +5,9 @@ always; CPU engines when ``residency.enabled``, accounting their declared size o
 acquires a lease from GpuLeases (the router's, or the card's lease authority), then loads the weights; a revoke waits
 for in-flight requests to finish, offloads and releases; a lost lease (renew deadline passed, authority gone) offloads
 at once. In-flight requests make the lease's renewals say ``busy`` (busy holders are not revoked).
+
+``engine_hooks`` says how to move one engine's model: engines that can free their device memory declare
+``Offloadable`` (services/common/engines.py).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import grpc
 
 from services.common import metrics, security
 from services.common.config_base import ConfigError
+from services.common.engines import Offloadable
 from services.common.errors import FailedPrecondition, ResourceExhausted, Unavailable
 from services.residency.lease_client import GpuLease
 from voice.v1 import gpu_pb2
@@ -279,16 +283,14 @@ class ModelResidency:
 
 def engine_hooks(engine, model: str, service: str, gpu_engine: bool, pinned: bool = False) -> ResidencyHooks:
     """Residency hooks of an engine. A GPU engine that takes turns on the card must free its device memory on a
-    revoke: it defines ``offload()`` and ``reload()`` (docs/leases.md, how each engine offloads), or it is configured
-    ``pinned`` (never revoked). CPU engines only account their declared size on the virtual card: nothing to move."""
+    revoke: it is ``Offloadable`` (docs/leases.md, how each engine offloads), or it is configured ``pinned`` (never
+    revoked). CPU engines only account their declared size on the virtual card: nothing to move."""
 
     async def nothing() -> None:
         return None
 
-    offload, reload = getattr(engine, "offload", None), getattr(engine, "reload", None)
-    limit = getattr(engine, "offload_limit", None)  # an engine that offloads but cannot free all it holds says why
-    if not (callable(offload) and callable(reload)):
-        limit = "it has no offload and reload"
+    offloadable = isinstance(engine, Offloadable)
+    limit = engine.offload_limit if offloadable else "it is not Offloadable: it has no offload and reload"
     if gpu_engine and not pinned and limit:
         raise ConfigError(
             f"residency.services.{service}: engine {engine.name} cannot free its GPU memory ({limit}), so it cannot"
@@ -298,8 +300,8 @@ def engine_hooks(engine, model: str, service: str, gpu_engine: bool, pinned: boo
     moves = gpu_engine and not pinned
     return ResidencyHooks(
         start=engine.start,
-        reload=reload if moves else nothing,
-        offload=offload if moves else nothing,
+        reload=engine.reload if moves else nothing,
+        offload=engine.offload if moves else nothing,
         resident_bytes=engine.resident_bytes,
         engine=engine.name,
         model=model,
