@@ -1,4 +1,4 @@
-"""Holding a GPU lease from the router (the holder side of voice.v1.GpuLeases).
+"""Holding a GPU lease (the holder side of voice.v1.GpuLeases: the router's, or the card's lease authority).
 
 A model service acquires before its weights go on the card, renews every ``renew_deadline / 3`` while it holds
 them, and checks ``may_use_gpu()`` (monotonic clock) before GPU work: once ``renew_deadline`` passes without a

@@ -23,7 +23,7 @@ from services.residency.lease_table import (
 )
 from voice.v1 import gpu_pb2, gpu_pb2_grpc
 
-log = logging.getLogger("voicefleet.router.leases")
+log = logging.getLogger("voicefleet.leases")
 SERVICE = "router"
 GIB = 1 << 30
 

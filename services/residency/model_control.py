@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from services.common.rpc import new_request_id, rpc
+from services.common.server import Servicer
 from services.residency.model_residency import ModelResidency
 from voice.v1 import gpu_pb2, gpu_pb2_grpc
 
@@ -48,8 +49,6 @@ class ModelControlServicer(gpu_pb2_grpc.ModelControlServicer):
 
 def model_control(residency: ModelResidency):
     """The service's voice.v1.ModelControl servicer for ``residency``."""
-    from services.common.server import Servicer
-
     return Servicer(
         gpu_pb2_grpc.add_ModelControlServicer_to_server, ModelControlServicer(residency), "voice.v1.ModelControl"
     )
