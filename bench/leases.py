@@ -9,9 +9,9 @@ import grpc
 
 from bench.harness import Row
 from services.cli.fleet import free_port
-from services.common.lease_client import GpuLease
-from services.router.lease_servicer import GpuLeasesServicer
-from services.router.leases import LeaseManager, LeasePolicy, LeaseRequest
+from services.residency.lease_client import GpuLease
+from services.residency.lease_servicer import GpuLeasesServicer
+from services.residency.lease_table import LeaseManager, LeasePolicy, LeaseRequest
 
 GB = 1 << 30
 RUNS = 40

@@ -7,7 +7,7 @@ reload <= 1.5x it; here there is no card, so the bound is this CPU's memcpy band
 * Whisper (asr's GPU engine, CTranslate2) with ``device: cpu``: unload_model / load_model, in the fleet's venv.
   On a CPU device CTranslate2 cannot keep a host copy (host memory is the device's), so reload reads model.bin from
   disk again: the ratio says how far that is from a copy, not what a GPU's to_cpu path costs.
-* The torch engines' one helper (services/common/torch_offload.py, behind qwen-tts, MOSS-Speech and CosyVoice3) on
+* The torch engines' one helper (services/residency/torch_offload.py, behind qwen-tts, MOSS-Speech and CosyVoice3) on
   a 256 MiB stack of linear layers, in the moss_sts GPU stack's venv when `make check-gpu-stacks` has built it
   (torch is not in the CPU fleet's venv); skipped with the reason otherwise.
 """

@@ -11,7 +11,7 @@ import time
 def main(cycles: int) -> None:
     import torch
 
-    from services.common.torch_offload import HostOffload
+    from services.residency.torch_offload import HostOffload
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048, bias=False) for _ in range(16)]).eval()

@@ -244,7 +244,7 @@ def guarded(check) -> str:
         return f"{check.__name__} FAILED: {type(e).__name__}: {str(e)[:300]}"
 
 
-# --- offload / reload (services/common/torch_offload.py) on tiny models ---------------------------------------
+# --- offload / reload (services/residency/torch_offload.py) on tiny models ---------------------------------------
 def storage_refs(modules, maps=()) -> list:
     """Weak references to the storages behind every parameter, buffer and loose tensor. torch keeps a storage's
     Python object alive exactly as long as the storage itself (PyObject preservation), so a dead reference means
@@ -253,7 +253,7 @@ def storage_refs(modules, maps=()) -> list:
 
     import torch
 
-    from services.common.torch_offload import module_tensors
+    from services.residency.torch_offload import module_tensors
 
     tensors = [t for m in modules for t in module_tensors(m)]
     tensors += [v for m in maps for v in m.values() if isinstance(v, torch.Tensor)]
@@ -576,8 +576,8 @@ def tiny_qwen_offload() -> str:
 
     import numpy as np
 
-    from services.common.torch_offload import HostOffload
     from services.qwen_tts.qwen_engine import QwenTtsEngine
+    from services.residency.torch_offload import HostOffload
 
     cfg = config(qwen_tts={"gpu.backend": "qwen_tts", "gpu.device": "cpu"})
     engine = QwenTtsEngine("qwen_tts", cfg.qwen_tts.chunking, cfg.qwen_tts.gpu)

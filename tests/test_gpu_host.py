@@ -1,12 +1,12 @@
-"""services/common/gpu_host.py: the driver check every GPU engine runs at start, and the memory-plan arithmetic."""
+"""services/residency/gpu_host.py: the driver check every GPU engine runs at start, and the memory-plan arithmetic."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.common import gpu_host
 from services.common.errors import FailedPrecondition
-from services.common.gpu_host import check_cuda_host, memory_fraction
+from services.residency import gpu_host
+from services.residency.gpu_host import check_cuda_host, memory_fraction
 
 
 def test_a_cuda_13_build_on_a_cuda_12_8_driver_says_which_driver_to_install():

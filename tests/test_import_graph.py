@@ -1,7 +1,8 @@
 """The layers of docs/architecture.md, checked on the imports themselves (parsed with ast, lazy imports included).
 
-contracts (voice.*) -> runtime (services.common) -> orchestration (services.conversation) -> model services ->
-router, CLI. A layer imports only layers below it; the exceptions are named here and in docs/architecture.md.
+contracts (voice.*) -> runtime (services.common) -> residency (services.residency) and orchestration
+(services.conversation) -> model services -> router, CLI. A layer imports only layers below it; the exceptions are
+named here and in docs/architecture.md.
 Each Dockerfile stage also has to copy every module its entry point imports (so an image never imports what it
 does not carry, and the router's image carries no model service's code).
 """
@@ -83,9 +84,9 @@ def test_the_graph_is_read():
     assert "services.common.config_base" in GRAPH["services.asr.config"]
 
 
-def test_router_imports_only_the_runtime_the_conversation_package_and_itself():
+def test_router_imports_only_the_runtime_residency_the_conversation_package_and_itself():
     def allowed(m: str, dep: str) -> bool:
-        return _layer(m) != "router" or _layer(dep) in ("router", "common", "conversation", "services")
+        return _layer(m) != "router" or _layer(dep) in ("router", "common", "residency", "conversation", "services")
 
     assert _violations(allowed) == []
 
@@ -99,6 +100,15 @@ def test_runtime_and_orchestration_import_no_service():
         if layer == "conversation":
             return dep_layer in ("common", "conversation", "services")
         return True
+
+    assert _violations(allowed) == []
+
+
+def test_residency_imports_only_the_runtime():
+    # Leases, holders, model residency and the per-card lease authority: a layer of their own above the runtime,
+    # below the model services, the router and the CLI (which all may import it).
+    def allowed(m: str, dep: str) -> bool:
+        return _layer(m) != "residency" or _layer(dep) in ("residency", "common", "services")
 
     assert _violations(allowed) == []
 
@@ -117,14 +127,14 @@ def test_model_services_share_only_the_named_engines():
             return True
         if dep_layer in MODEL_SERVICES:
             return dep in SHARED_ENGINES
-        return dep_layer in ("common", "conversation", "services")
+        return dep_layer in ("common", "residency", "conversation", "services")
 
     assert _violations(allowed) == []
 
 
-def test_cli_talks_to_the_fleet_only_through_the_runtime():
+def test_cli_talks_to_the_fleet_only_through_the_runtime_and_residency():
     def allowed(m: str, dep: str) -> bool:
-        return _layer(m) != "cli" or _layer(dep) in ("cli", "common", "services")
+        return _layer(m) != "cli" or _layer(dep) in ("cli", "common", "residency", "services")
 
     assert _violations(allowed) == []
 

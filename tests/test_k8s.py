@@ -41,6 +41,7 @@ import prometheus_client
 import pytest
 import yaml
 
+from services.cli.fleet import MODULES as MEMBER_MODULES
 from services.common import metrics
 from services.common.config import MODEL_SERVICES, Config, ConfigError, load_config
 from services.common.health import LIVENESS
@@ -142,8 +143,8 @@ def compose_images() -> dict[str, dict[str, tuple[str, str, str]]]:
 def health_names(section: str) -> frozenset[str]:
     """What a fleet process's grpc.health answers: "" and voicefleet.liveness (services/common/server.py), and one
     name per gRPC service its code registers (Servicer(..., "voice.v1.X") in its package)."""
-    if section == "lease_authority":  # the router's package, one module of it
-        files = [ROOT / "services" / "router" / "lease_authority.py"]
+    if section == "lease_authority":  # the residency package's entry point (python -m services.residency)
+        files = [ROOT / "services" / "residency" / "__main__.py"]
     else:
         files = sorted((ROOT / "services" / section).glob("*.py"))
     registered = r"Servicer\(.*\"(voice\.v1\.[A-Za-z]+)\"\)"
@@ -208,9 +209,12 @@ class Member:
             package = "/".join(module.split(".")[:2])
             if not re.search(rf"^COPY {package} {package}$", stage, re.M):
                 self.problem(f"module {module}: {dockerfile} stage {target} does not copy {package}")
-            if not (ROOT / (module.replace(".", "/") + ".py")).exists():
+            path = ROOT / module.replace(".", "/")
+            if not (path.with_suffix(".py").exists() or (path / "__main__.py").exists()):
                 self.problem(f"module {module} does not exist")
-            self.section = module.rsplit(".", 1)[-1]
+            # The section the module runs: as the supervisor names it (python -m services.residency runs
+            # lease_authority), else the module's last name.
+            self.section = {m: s for s, m in MEMBER_MODULES.items()}.get(module, module.rsplit(".", 1)[-1])
         else:
             self.section = service  # compose's service names are the config sections (tests/test_deploy.py)
         if self.section not in {f for f in Config.__dataclass_fields__}:

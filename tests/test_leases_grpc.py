@@ -10,9 +10,9 @@ import grpc
 import pytest
 
 from services.cli.fleet import free_port
-from services.common.lease_client import GpuLease
-from services.router.lease_servicer import GpuLeasesServicer
-from services.router.leases import LeaseManager, LeasePolicy
+from services.residency.lease_client import GpuLease
+from services.residency.lease_servicer import GpuLeasesServicer
+from services.residency.lease_table import LeaseManager, LeasePolicy
 from voice.v1 import gpu_pb2, gpu_pb2_grpc
 
 GB = 1 << 30
@@ -113,7 +113,7 @@ async def test_killed_holder_bytes_come_back_within_ttl(lease_router):
         *[
             sys.executable,
             "-m",
-            "services.common.lease_client",
+            "services.residency.lease_client",
             "--router",
             address,
             "--holder",
@@ -149,7 +149,7 @@ def test_router_of_the_fleet_grants_leases(cpu_fleet):
         [
             sys.executable,
             "-m",
-            "services.common.lease_client",
+            "services.residency.lease_client",
             "--router",
             cpu_fleet.address("router"),
             "--holder",

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from services.common.errors import VoiceError
-from services.router.leases import Ended, Granted, LeaseManager, LeasePolicy, LeaseRequest, Revoke
+from services.residency.lease_table import Ended, Granted, LeaseManager, LeasePolicy, LeaseRequest, Revoke
 
 GB = 1 << 30
 CAPACITY = 24 * GB
@@ -190,10 +190,10 @@ def test_residency_aware_routing_reads_the_holders_latest_swap_in():
     """A holder's lease asks with its measured swap-in once it has loaded: the router's cold/warm decision follows
     that figure, not the configured first guess."""
     from services.common.config import HolderConfig, ResidencyConfig
-    from services.router.residency import LocalLeaseTables, ResidencyView
+    from services.router.placement import LocalLeaseTables, PlacementView
 
     m, _clock = make()
-    view = ResidencyView(
+    view = PlacementView(
         LocalLeaseTables(m), ResidencyConfig(services={"moss": HolderConfig(swap_in_ms=8000)}), {}, 1000
     )
     for swap_in_ms, cold in ((8000, True), (400, False)):

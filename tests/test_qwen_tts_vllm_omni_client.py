@@ -394,7 +394,7 @@ def test_deploy_config_stages_are_sized_to_the_lease(tmp_path, monkeypatch):
     """Each stage keeps its share of the other stages; together they take the lease's bytes of the card."""
     import yaml
 
-    from services.common import gpu_host
+    from services.residency import gpu_host
 
     deploy = tmp_path / "qwen3_tts.yaml"
     deploy.write_text(

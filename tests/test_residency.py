@@ -80,7 +80,7 @@ def test_both_models_are_served_by_taking_turns(shared_card):
 def test_swap_times_are_measured_moving_averages_and_the_lease_asks_with_them():
     import asyncio
 
-    from services.common.model_control import ModelResidency, ResidencyHooks
+    from services.residency.model_residency import ModelResidency, ResidencyHooks
 
     load_s = [0.05, 0.25, 0.25]
 
@@ -192,7 +192,8 @@ def test_a_gpu_engine_that_cannot_free_its_memory_must_be_pinned():
     from services.common.config import Config, _build
     from services.common.config_base import ConfigError
     from services.common.errors import FailedPrecondition
-    from services.common.model_control import engine_hooks, residency_for
+    from services.residency.from_config import residency_for
+    from services.residency.model_residency import engine_hooks
 
     class StaysOnTheCard:  # an engine class as a third party might write one: it can load, not unload
         name, device = "stays-on-card", "cuda"
@@ -220,7 +221,7 @@ def test_the_lease_follows_the_bytes_the_engine_was_measured_to_hold():
     holds less keeps asking for its declared size (its allocator may grow to it). CPU engines only account."""
     import asyncio
 
-    from services.common.model_control import ModelResidency, ResidencyHooks
+    from services.residency.model_residency import ModelResidency, ResidencyHooks
 
     async def nothing():
         return None
@@ -234,3 +235,37 @@ def test_the_lease_follows_the_bytes_the_engine_was_measured_to_hold():
         assert r.lease_bytes() == 4 * GB
         asyncio.run(r.load())
         assert r.lease_bytes() == asks, (held, moves)
+
+
+def test_every_gpu_engine_declares_that_it_can_offload():
+    """GPU engines take turns on the card because they are Offloadable (declared, not guessed from their methods):
+    their residency moves the weights with their own offload and reload."""
+    from services.asr.gpu_engine import GpuAsrEngine
+    from services.common.engines import Offloadable
+    from services.cosyvoice_tts.cosyvoice_engine import CosyVoice3Engine
+    from services.moss_sts.moss_engine import MossSpeechEngine
+    from services.qwen_tts.qwen_engine import QwenTtsEngine
+    from services.qwen_tts.vllm_omni_engine import VllmOmniTtsEngine
+    from services.residency.model_residency import engine_hooks
+
+    gpu_engines = (GpuAsrEngine, CosyVoice3Engine, MossSpeechEngine, QwenTtsEngine, VllmOmniTtsEngine)
+    assert [c.__name__ for c in gpu_engines if not issubclass(c, Offloadable)] == []
+
+    class Swaps(Offloadable):  # the smallest engine that declares it
+        name, device = "swaps", "cuda"
+
+        async def start(self):
+            return None
+
+        async def offload(self):
+            return None
+
+        async def reload(self):
+            return None
+
+        def resident_bytes(self):
+            return 0
+
+    engine = Swaps()
+    hooks = engine_hooks(engine, "m", "qwen_tts", gpu_engine=True)
+    assert hooks.moves_weights and hooks.offload == engine.offload and hooks.reload == engine.reload

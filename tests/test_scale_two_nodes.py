@@ -1,7 +1,7 @@
 """Beyond one card: two routers, two "nodes", leases held per card (docs/scale.md). Real processes on loopback.
 
 Each node is a set of model services (here cosyvoice_tts, its CPU engine accounting 8 GiB on a 10 GiB virtual card)
-with its own lease authority (services/router/lease_authority.py). Both routers name both nodes' replicas in one
+with its own lease authority (services/residency/__main__.py). Both routers name both nodes' replicas in one
 gRPC target (as a Kubernetes headless Service would) and read both cards' lease tables. The test shows:
 
 * both routers send work to both nodes (each node's own request counter, scraped from its /metrics);
@@ -20,7 +20,7 @@ import grpc
 import pytest
 
 from services.cli.fleet import free_port
-from services.common.lease_client import GpuLease
+from services.residency.lease_client import GpuLease
 from tests.conftest import start_fleet, wait_until
 from voice.v1 import fleet_pb2, fleet_pb2_grpc, gpu_pb2, gpu_pb2_grpc, synthesizer_pb2, synthesizer_pb2_grpc
 

@@ -435,7 +435,7 @@ def test_load_vllm_cannot_take_turns_on_the_card_unless_pinned(tmp_path):
     """vLLM's share stays on the card through an offload: as a time-sharing holder its released lease would let the
     router grant bytes that are still taken, so the service refuses to start that way and names the fix."""
     from services.common.config_base import ConfigError
-    from services.common.model_control import engine_hooks
+    from services.residency.model_residency import engine_hooks
 
     def engine(load_vllm):
         config = make_config(tmp_path, load_vllm=load_vllm)

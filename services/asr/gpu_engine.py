@@ -33,7 +33,7 @@ from services.asr.cpu_engine import hint_prompt, whisper_language
 from services.asr.pipeline import FinalText, TwoPassStream
 from services.asr.turn_model import TurnSupport
 from services.asr.vad import RATE, SileroVad
-from services.common.engines import AsrEngine, AsrStream, RecognitionOptions, WordTiming
+from services.common.engines import AsrEngine, AsrStream, Offloadable, RecognitionOptions, WordTiming
 from services.common.errors import FailedPrecondition, InvalidArgument
 
 log = logging.getLogger("voicefleet.asr.gpu")
@@ -169,7 +169,7 @@ class WhisperPartial:
         self._chunks = []
 
 
-class GpuAsrEngine(AsrEngine):
+class GpuAsrEngine(AsrEngine, Offloadable):
     name = "whisper-gpu"
 
     def __init__(self, service: str, config: AsrServiceConfig):
@@ -208,7 +208,7 @@ class GpuAsrEngine(AsrEngine):
         self.stream_pool.shutdown(wait=False, cancel_futures=True)
         self.final_pool.shutdown(wait=False, cancel_futures=True)
 
-    # Residency (a GPU lease holder; services/common/model_control.py): CTranslate2 moves the weights itself.
+    # Residency (a GPU lease holder; services/residency/model_residency.py): CTranslate2 moves the weights itself.
     # On CUDA, unload_model(to_cpu=True) keeps them in host memory and frees the device's (its CUDA allocator cache
     # with them); load_model() copies them back: no second read from disk. On a CPU device host memory IS the
     # device's, so to_cpu would keep everything (CTranslate2 does nothing): the model is unloaded whole and

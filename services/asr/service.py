@@ -8,8 +8,9 @@ from services.common.asr_servicer import AsrLimits, RecognizerServicer, instrume
 from services.common.config import Config
 from services.common.engines import AsrEngine
 from services.common.health import recognition_probe
-from services.common.model_control import resident_asr, when_resident
 from services.common.server import ServiceParts, Servicer
+from services.residency.from_config import resident_asr
+from services.residency.resident_engines import when_resident
 from voice.v1 import recognizer_pb2_grpc
 
 SERVICE = "asr"

@@ -22,7 +22,7 @@ import grpc
 
 from services.cli.common import MODES, Patience, fail, first_reply_now, load_cli_config, router_address
 from services.common import audio, security
-from services.common.lease_client import authority_addresses
+from services.residency.lease_client import authority_addresses
 from voice.v1 import (
     audio_pb2,
     fleet_pb2,

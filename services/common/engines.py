@@ -476,3 +476,23 @@ class StsEngine(abc.ABC):
     @property
     def served_by(self) -> str:
         return f"{self.service}/{self.name}"
+
+
+# --- Residency -----------------------------------------------------------------------------------------------------
+class Offloadable(abc.ABC):
+    """An engine whose model can leave its device and come back: what a GPU engine must be to take turns on a card
+    (services/residency/model_residency.py; docs/leases.md, how each engine offloads). Mixed into the engine's class
+    beside its interface, e.g. ``class QwenTtsEngine(TtsEngine, Offloadable)``. A GPU engine that is not Offloadable
+    runs only ``pinned`` (its lease is never revoked)."""
+
+    @abc.abstractmethod
+    async def offload(self) -> None:
+        """Free the model's device memory (weights to host memory, or unloaded). The residency calls it after
+        in-flight requests have finished; new ones wait for ``reload``."""
+
+    @abc.abstractmethod
+    async def reload(self) -> None:
+        """Put the model back on its device after ``offload``; the engine serves again when it returns."""
+
+    #: Why an offload cannot free all the engine holds on its device (it must then be pinned), or None.
+    offload_limit: str | None = None

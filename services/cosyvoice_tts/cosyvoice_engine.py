@@ -39,7 +39,7 @@ Library limits (read from cosyvoice/cli/model.py at the pinned commit; docs/tts.
 
 Residency (docs/leases.md): ``offload()`` moves the torch modules of ``CosyVoice3Model`` (``llm``, ``flow``,
 ``hift``) and the speakers' feature tensors (``frontend.spk2info``) to pinned host memory and empties the CUDA
-cache; ``reload()`` moves them back (services/common/torch_offload.py). Both hold ``_library_lock``, so no segment
+cache; ``reload()`` moves them back (services/residency/torch_offload.py). Both hold ``_library_lock``, so no segment
 runs while the weights move. What stays on the card, honestly:
   * with ``load_vllm``: the LM's vLLM engine. CosyVoice builds it itself inside ``CosyVoice2Model.load_vllm``
     (``LLMEngine.from_engine_args(EngineArgs(..., gpu_memory_utilization=0.2))``, hard-coded, at the pinned commit)
@@ -70,7 +70,7 @@ import numpy as np
 
 from services.common import audio, metrics
 from services.common.config_base import ChunkingConfig, SchedulingConfig
-from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
+from services.common.engines import AudioPiece, Offloadable, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
@@ -149,7 +149,7 @@ def _default_auto_model() -> Callable:
 DEFAULT_IN_FLIGHT = 1  # see __init__: the library allows one segment at a time
 
 
-class CosyVoice3Engine(TtsEngine):
+class CosyVoice3Engine(TtsEngine, Offloadable):
     name = "cosyvoice3"
     clones_voices = True
 
@@ -229,7 +229,7 @@ class CosyVoice3Engine(TtsEngine):
         if self.gpu.device.startswith("cuda"):
             import torch
 
-            from services.common.gpu_host import cap_torch_process, device_total_bytes
+            from services.residency.gpu_host import cap_torch_process, device_total_bytes
 
             budget = self.memory_budget_bytes
             if self.gpu.load_vllm:
@@ -315,7 +315,7 @@ class CosyVoice3Engine(TtsEngine):
             import torch  # noqa: F401
         except ImportError:  # a library without torch (the unit tests' fake): no weights to move
             return
-        from services.common.torch_offload import HostOffload, collect_modules
+        from services.residency.torch_offload import HostOffload, collect_modules
 
         self._host = HostOffload(collect_modules(self._model.model), self._speaker_maps)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from services.common.config import Config
 from services.common.engines import TtsEngine
-from services.common.model_control import lease_bytes, resident_tts
 from services.common.server import ServiceParts, Servicer
 from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument
+from services.residency.from_config import lease_bytes, resident_tts
 from voice.v1 import synthesizer_pb2_grpc
 
 SERVICE = "cosyvoice_tts"

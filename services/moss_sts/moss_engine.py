@@ -22,7 +22,7 @@ libraries are imported only in ``load``.
 Residency (docs/leases.md): ``offload()`` moves every torch module the engine holds -- the LM, the processor's and
 codec's modules, the codec decoder's ``flow`` / ``hift`` (CosyVoice2Model is not a module itself, so they are
 named one by one) -- and the voice conditioning tensors to pinned host memory and empties the CUDA cache;
-``reload()`` moves them back (services/common/torch_offload.py). It runs on the generation thread after the
+``reload()`` moves them back (services/residency/torch_offload.py). It runs on the generation thread after the
 decode thread has drained. What stays: the CUDA context, anything the remote-code codec holds outside torch
 modules, and the turn-taking ASR (CPU).
 
@@ -56,6 +56,7 @@ from services.common.config_base import ChunkingConfig
 from services.common.engines import (
     AsrEngine,
     AudioPiece,
+    Offloadable,
     Sampling,
     SessionOptions,
     StsEngine,
@@ -124,7 +125,7 @@ class MossSpeech:
 
         self.torch = torch
         if c.device.startswith("cuda"):
-            from services.common.gpu_host import cap_torch_process
+            from services.residency.gpu_host import cap_torch_process
 
             cap_torch_process(torch, "moss_sts", c.device, self.memory_budget_bytes)
         dtype = getattr(torch, c.dtype)
@@ -182,7 +183,7 @@ class MossSpeech:
     def track_weights(self) -> None:
         """What offload moves: the LM, the processor's and codec's torch modules, the decoder's flow / HiFT (and its
         LM, where it has one), and the voice conditioning tensors."""
-        from services.common.torch_offload import HostOffload, collect_modules
+        from services.residency.torch_offload import HostOffload, collect_modules
 
         decoder = getattr(self.codec, "audio_decoder", None)
         modules = collect_modules(self.model, self.processor, self.codec, decoder)
@@ -404,7 +405,7 @@ class MossSession(DialogueSession):
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-class MossSpeechEngine(StsEngine):
+class MossSpeechEngine(StsEngine, Offloadable):
     name = "moss-speech"
 
     def __init__(

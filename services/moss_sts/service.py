@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from services.common.config import Config
 from services.common.engines import SEMANTIC_MODE, AsrEngine, StsEngine, TtsEngine
-from services.common.model_control import lease_bytes, resident_sts
 from services.common.server import ServiceParts, Servicer
 from services.common.sts_servicer import ConversationServicer, StsLimits
 from services.common.sts_servicer import instrument as instrument_conversation
 from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument
 from services.conversation.dialogue import DialogueLimits, check_echo_cancellation
+from services.residency.from_config import lease_bytes, resident_sts
 from voice.v1 import conversation_pb2_grpc, synthesizer_pb2_grpc
 
 SERVICE = "moss_sts"

@@ -9,7 +9,7 @@ cancelled stream finishes the step in flight (the GPU call cannot be interrupted
 
 Residency (docs/leases.md): ``offload()`` moves the talker model and the speech tokenizer's codec model (a plain
 attribute of the model, not a registered submodule, so it is named on its own) to pinned host memory and empties
-the CUDA cache; ``reload()`` moves them back (services/common/torch_offload.py). Both run on the engine's one
+the CUDA cache; ``reload()`` moves them back (services/residency/torch_offload.py). Both run on the engine's one
 model thread, after any generate call in flight. What stays on the card: the CUDA context (outside every
 allocator) and nothing of the model.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from services.common import metrics
 from services.common.config_base import ChunkingConfig
-from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
+from services.common.engines import AudioPiece, Offloadable, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, NotFound
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
@@ -42,7 +42,7 @@ from services.qwen_tts.vllm_omni_engine import check_rate, qwen_language_name, q
 log = logging.getLogger("voicefleet.qwen_tts.qwen")
 
 
-class QwenTtsEngine(TtsEngine):
+class QwenTtsEngine(TtsEngine, Offloadable):
     name = "qwen_tts"
 
     def __init__(
@@ -112,7 +112,7 @@ class QwenTtsEngine(TtsEngine):
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
         self._model = await loop.run_in_executor(self._executor, self._load)
-        from services.common.torch_offload import HostOffload
+        from services.residency.torch_offload import HostOffload
 
         self._offload = HostOffload(self.model_modules(self._model))
         speakers = [str(s) for s in (self._model.get_supported_speakers() or [])]
@@ -156,7 +156,7 @@ class QwenTtsEngine(TtsEngine):
         from qwen_tts import Qwen3TTSModel
 
         if self.config.device.startswith("cuda"):
-            from services.common.gpu_host import cap_torch_process
+            from services.residency.gpu_host import cap_torch_process
 
             cap_torch_process(torch, "qwen_tts", self.config.device, self.memory_budget_bytes)
         dtype = getattr(torch, self.config.dtype)

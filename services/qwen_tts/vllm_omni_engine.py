@@ -59,7 +59,7 @@ from urllib.parse import urlparse
 
 from services.common import metrics
 from services.common.config_base import ChunkingConfig, SchedulingConfig
-from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
+from services.common.engines import AudioPiece, Offloadable, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import sentence_spans
@@ -154,7 +154,7 @@ async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]
 DEFAULT_IN_FLIGHT = 8
 
 
-class VllmOmniTtsEngine(TtsEngine):
+class VllmOmniTtsEngine(TtsEngine, Offloadable):
     name = "vllm_omni"
 
     def __init__(
@@ -277,7 +277,7 @@ class VllmOmniTtsEngine(TtsEngine):
                 " (qwen_tts.gpu.launch_sidecar: false)"
             ) from None
         cuda, deploy = found.stdout.strip().splitlines()[-2:]
-        from services.common.gpu_host import check_cuda_host
+        from services.residency.gpu_host import check_cuda_host
 
         check_cuda_host("qwen_tts vLLM-Omni sidecar", None if cuda == "None" else cuda)
         deploy = Path(deploy)
@@ -290,7 +290,7 @@ class VllmOmniTtsEngine(TtsEngine):
         gpu_memory_utilization scaled to add up to the lease."""
         import yaml
 
-        from services.common.gpu_host import device_total_bytes, memory_fraction
+        from services.residency.gpu_host import device_total_bytes, memory_fraction
 
         tree = yaml.safe_load(deploy.read_text())
         stages = [s for s in (tree.get("stages") or []) if isinstance(s, dict)] if isinstance(tree, dict) else []

@@ -25,7 +25,7 @@ class LeaseConfig:
     # Acquires waiting for room; more are refused with RESOURCE_EXHAUSTED.
     max_waiters: int = 16
     # Empty: this router grants the leases of the one card (above). Several GPU nodes (docs/scale.md): each card has
-    # its own lease authority (`python -m services.router.lease_authority`, granting with the policy above), model
+    # its own lease authority (`python -m services.residency`, granting with the policy above), model
     # services ask theirs (residency.lease_authority), and routers only read these tables: host:port each, a
     # host that resolves to several addresses (a Kubernetes headless Service) standing for every one of them.
     authorities: list[str] = field(default_factory=list)
@@ -64,7 +64,7 @@ def backend_target_ok(target: str) -> bool:
 
 @dataclass
 class LeaseAuthorityConfig(ServerConfig):
-    """One GPU card's lease authority (services/router/lease_authority.py): GpuLeases next to the card, so any number
+    """One GPU card's lease authority (services/residency/__main__.py): GpuLeases next to the card, so any number
     of routers can route to any node. It grants with router.leases' card policy (capacity_gb, ttl, ...)."""
 
     # Names the card in logs and in ListLeases' request ids (default: this host's name).

@@ -84,7 +84,7 @@ class FailoverStsEngine(StsEngine):
         self.primary = primary
         self.fallback = fallback
         self.failovers = failovers
-        self.residency = None  # the router's ResidencyView (set by its build): a cold moss_sts yields to the cascade
+        self.placement = None  # the router's PlacementView (set by its build): a cold moss_sts yields to the cascade
         self.max_user_turn_s = max_user_turn_s
         self.default_system_prompt = default_system_prompt
         self.max_system_prompt_chars = max_system_prompt_chars
@@ -210,7 +210,7 @@ class FailoverStsSession(StsSession):
         return backend is not None and backend.routable() and not self._too_cold()
 
     def _too_cold(self) -> bool:
-        view = self.engine.residency
+        view = self.engine.placement
         return view is not None and view.too_cold(self._primary_name(), self.options.routing.latency_budget_ms)
 
     async def start(self) -> None:
@@ -218,7 +218,7 @@ class FailoverStsSession(StsSession):
         if backend is not None and backend.routable() and self._too_cold():
             # Same rule as TTS routes: a cold MOSS whose swap-in misses the latency budget yields to the warm
             # cascade and is loaded in the background; the session moves to it at a quiet moment once it is warm.
-            self.engine.residency.prefetch(self._primary_name())
+            self.engine.placement.prefetch(self._primary_name())
             self.engine.failovers.record(self._primary_name(), self._fallback_name(), "cold", self.options.request_id)
             self._activate(await self._open(False), primary=False)
             return

@@ -52,7 +52,7 @@ class RouterTtsResolver:
         self.failovers = failovers or FailoverLog()
         self.margin = deadline_margin_s
         self.first_audio_timeout_s = self.routes.first_audio_timeout_ms / 1000
-        self.residency = None  # a ResidencyView when the router grants GPU leases (set by the router's build)
+        self.placement = None  # a PlacementView when the router grants GPU leases (set by the router's build)
 
     # --- chains -----------------------------------------------------------------------------------------------
     def _mode_field(self, mode: int) -> str:
@@ -119,7 +119,7 @@ class RouterTtsResolver:
     def _warm_first(self, candidates: list[Candidate], fallbacks: list[str], budget_ms: int) -> list[Candidate]:
         """A cold preferred model whose swap-in would miss the latency budget yields to a warm fallback (and is
         prefetched); without a warm fallback the request waits for the swap-in (bounded by the service's queue)."""
-        view = self.residency
+        view = self.placement
         if view is None or len(candidates) < 2 or not view.too_cold(candidates[0].name, budget_ms):
             return candidates
         warm = next((c for c in candidates[1:] if c.name in fallbacks and view.warm(c.name)), None)

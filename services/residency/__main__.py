@@ -6,7 +6,7 @@ DaemonSet container on each GPU node): the model services of that node hold thei
 the tables (``router.leases.authorities``) for residency-aware routing. A node that dies takes its authority, its
 leases and its model services with it; nothing else holds a grant for that card.
 
-Run: ``python -m services.router.lease_authority --config voicefleet.yaml`` (section ``lease_authority`` for the
+Run: ``python -m services.residency --config voicefleet.yaml`` (section ``lease_authority`` for the
 port; the card policy is ``router.leases``).
 """
 
@@ -17,29 +17,11 @@ import socket
 
 from services.common.config import Config
 from services.common.server import ServiceParts, Servicer, run_service
-from services.router.lease_servicer import GpuLeasesServicer, card_capacity_bytes
-from services.router.leases import LeaseManager, LeasePolicy
+from services.residency.lease_servicer import card_leases
 from voice.v1 import gpu_pb2_grpc
 
 SERVICE = "lease_authority"
 log = logging.getLogger("voicefleet.lease_authority")
-
-
-def card_leases(config: Config) -> GpuLeasesServicer:
-    """The GpuLeases servicer for one card, with router.leases' policy (shared by the router's one-card mode)."""
-    lc = config.router.leases
-    return GpuLeasesServicer(
-        LeaseManager(
-            LeasePolicy(
-                capacity_bytes=card_capacity_bytes(lc.capacity_gb, lc.reserve_gb),
-                ttl_s=lc.ttl_seconds,
-                renew_deadline_s=lc.renew_deadline_seconds,
-                min_residency_s=lc.min_residency_seconds,
-                revoke_deadline_s=lc.revoke_deadline_seconds,
-                max_waiters=lc.max_waiters,
-            )
-        )
-    )
 
 
 def build(config: Config) -> ServiceParts:

@@ -1,4 +1,4 @@
-"""Residency-aware routing: where each time-shared model is, read from the lease tables of the cards.
+"""Placement: the router's view of where each time-shared model is resident, read from the cards' lease tables.
 
 A backend whose model is cold (holds no live lease) and whose swap-in would take longer than the request's
 latency budget is passed over for a warm fallback of the same route, and its model is prefetched
@@ -21,12 +21,12 @@ import grpc
 
 from services.common import metrics, security
 from services.common.config import ResidencyConfig
-from services.common.lease_client import authority_addresses
+from services.residency.lease_client import authority_addresses
+from services.residency.lease_table import LeaseManager
 from services.router.backends import Backend
-from services.router.leases import LeaseManager
 from voice.v1 import gpu_pb2, gpu_pb2_grpc
 
-log = logging.getLogger("voicefleet.router.residency")
+log = logging.getLogger("voicefleet.router.placement")
 
 
 @dataclass
@@ -143,7 +143,7 @@ class ModelPlace:
     swap_in_ms: int
 
 
-class ResidencyView:
+class PlacementView:
     def __init__(
         self,
         tables: LocalLeaseTables | RemoteLeaseTables,

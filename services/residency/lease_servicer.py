@@ -1,4 +1,4 @@
-"""GpuLeases over gRPC: one bidi stream per holder, driven by the lease table in services/router/leases.py."""
+"""GpuLeases over gRPC: one bidi stream per holder, driven by one card's lease table (lease_table.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,22 @@ import logging
 import uuid
 
 from services.common import metrics
-from services.common.config import ConfigError
+from services.common.config import Config, ConfigError
 from services.common.errors import FailedPrecondition, InvalidArgument, VoiceError
 from services.common.rpc import new_request_id, rpc
-from services.router.leases import Ended, Event, Granted, LeaseManager, LeaseRequest, Queued, Revoke
+from services.residency.lease_table import (
+    Ended,
+    Event,
+    Granted,
+    LeaseManager,
+    LeasePolicy,
+    LeaseRequest,
+    Queued,
+    Revoke,
+)
 from voice.v1 import gpu_pb2, gpu_pb2_grpc
 
-log = logging.getLogger("voicefleet.router.leases")
+log = logging.getLogger("voicefleet.leases")
 SERVICE = "router"
 GIB = 1 << 30
 
@@ -205,6 +214,23 @@ class GpuLeasesServicer(gpu_pb2_grpc.GpuLeasesServicer):
                 for w in self.manager._ordered_waiters()
             ],
         )
+
+
+def card_leases(config: Config) -> GpuLeasesServicer:
+    """The GpuLeases servicer for one card, with router.leases' policy (shared by the router's one-card mode)."""
+    lc = config.router.leases
+    return GpuLeasesServicer(
+        LeaseManager(
+            LeasePolicy(
+                capacity_bytes=card_capacity_bytes(lc.capacity_gb, lc.reserve_gb),
+                ttl_s=lc.ttl_seconds,
+                renew_deadline_s=lc.renew_deadline_seconds,
+                min_residency_s=lc.min_residency_seconds,
+                revoke_deadline_s=lc.revoke_deadline_seconds,
+                max_waiters=lc.max_waiters,
+            )
+        )
+    )
 
 
 class LeasesElsewhereServicer(gpu_pb2_grpc.GpuLeasesServicer):

@@ -1,4 +1,4 @@
-"""Holding a GPU lease from the router (the holder side of voice.v1.GpuLeases).
+"""Holding a GPU lease (the holder side of voice.v1.GpuLeases: the router's, or the card's lease authority).
 
 A model service acquires before its weights go on the card, renews every ``renew_deadline / 3`` while it holds
 them, and checks ``may_use_gpu()`` (monotonic clock) before GPU work: once ``renew_deadline`` passes without a
@@ -7,7 +7,7 @@ calls ``on_revoke`` (offload, then ``release()``); a lease that ends without rel
 calls ``on_lost``.
 
 Also a command for operators and fault tests:
-    python -m services.common.lease_client --router 127.0.0.1:50051 --holder demo --gb 8 [--priority REALTIME]
+    python -m services.residency.lease_client --router 127.0.0.1:50051 --holder demo --gb 8 [--priority REALTIME]
 holds a lease until killed (prints GRANTED epoch=N when it has it).
 """
 
