@@ -75,7 +75,9 @@ async def one_call(stub, question: bytes, hang_up: str) -> str:
     )
     call = stub.Converse(timeout=120)
     ask = asyncio.Event()
-    mute = asyncio.Event()  # the microphone stops between writes: cancelling a task inside call.write() cancels the call
+    mute = (
+        asyncio.Event()
+    )  # the microphone stops between writes: cancelling a task inside call.write() cancels the call
 
     async def microphone() -> None:
         await call.write(conversation_pb2.ConverseRequest(config=config))
@@ -88,7 +90,7 @@ async def one_call(stub, question: bytes, hang_up: str) -> str:
             await call.write(conversation_pb2.ConverseRequest(audio=frame))
             try:
                 await asyncio.wait_for(mute.wait(), FRAME_MS / 1000)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     sending = asyncio.create_task(microphone())

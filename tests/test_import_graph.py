@@ -1,8 +1,8 @@
 """The layers of docs/architecture.md, checked on the imports themselves (parsed with ast, lazy imports included).
 
-contracts (voice.*) -> runtime (services.common) -> residency (services.residency) and orchestration
-(services.conversation) -> model services -> router, CLI. A layer imports only layers below it; the exceptions are
-named here and in docs/architecture.md.
+contracts (voice.*) -> runtime (services.common) -> residency (services.residency), remote engines
+(services.remote) and orchestration (services.conversation) -> model services -> router, CLI. A layer imports
+only layers below it; the exceptions are named here and in docs/architecture.md.
 Each Dockerfile stage also has to copy every module its entry point imports (so an image never imports what it
 does not carry, and the router's image carries no model service's code).
 """
@@ -82,16 +82,18 @@ def test_the_graph_is_read():
     assert "services.conversation.cascade" in GRAPH["services.router.service"]
     assert "services.conversation.dialogue" in GRAPH["services.moss_sts.moss_engine"]
     assert "services.common.config_base" in GRAPH["services.asr.config"]
+    assert "services.remote.base" in GRAPH["services.remote.asr"]
 
 
-def test_router_imports_only_the_runtime_residency_the_conversation_package_and_itself():
+def test_router_imports_only_the_runtime_residency_remote_engines_the_conversation_package_and_itself():
     def allowed(m: str, dep: str) -> bool:
-        return _layer(m) != "router" or _layer(dep) in ("router", "common", "residency", "conversation", "services")
+        layer = _layer(dep)
+        return _layer(m) != "router" or layer in ("router", "common", "residency", "remote", "conversation", "services")
 
     assert _violations(allowed) == []
 
 
-def test_runtime_and_orchestration_import_no_service():
+def test_runtime_orchestration_and_remote_engines_import_no_service():
     def allowed(m: str, dep: str) -> bool:
         layer, dep_layer = _layer(m), _layer(dep)
         if layer == "common":
@@ -99,6 +101,9 @@ def test_runtime_and_orchestration_import_no_service():
             return dep_layer in ("common", "services") or (m == "services.common.config" and dep in SECTIONS)
         if layer == "conversation":
             return dep_layer in ("common", "conversation", "services")
+        if layer == "remote":
+            # gRPC clients of a backend: the contracts and the runtime, never the router or a model service.
+            return dep_layer in ("common", "remote", "services")
         return True
 
     assert _violations(allowed) == []
@@ -127,7 +132,7 @@ def test_model_services_share_only_the_named_engines():
             return True
         if dep_layer in MODEL_SERVICES:
             return dep in SHARED_ENGINES
-        return dep_layer in ("common", "residency", "conversation", "services")
+        return dep_layer in ("common", "residency", "remote", "conversation", "services")
 
     assert _violations(allowed) == []
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from services.common.config import Config
 from services.common.engines import Routing, TtsEngine, VoiceInfo
 from services.common.server import ServiceParts, Servicer
-from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument, pick_voice
+from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument
+from services.common.voices import pick_voice
 from services.residency.from_config import lease_bytes, resident_tts
 from voice.v1 import synthesizer_pb2_grpc
 
