@@ -94,7 +94,7 @@ async def call(channel, method, request):
     }[method.client_streaming, method.server_streaming]
     stub = kind(path, request_serializer=type(request).SerializeToString, response_deserializer=lambda b: b)
     argument = iter([request]) if method.client_streaming else request
-    result = stub(argument, timeout=10)
+    result = stub(argument, timeout=60)
     if method.server_streaming:
         return [item async for item in result]
     return await result
