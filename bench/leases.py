@@ -9,6 +9,7 @@ import grpc
 
 from bench.harness import Row
 from services.cli.fleet import free_port
+from services.common.server import Servicer, add_servicers
 from services.residency.lease_client import GpuLease
 from services.residency.lease_servicer import GpuLeasesServicer
 from services.residency.lease_table import LeaseManager, LeasePolicy, LeaseRequest
@@ -23,7 +24,9 @@ async def _over_grpc() -> tuple[list[float], list[float]]:
     server = grpc.aio.server()
     from voice.v1 import gpu_pb2_grpc
 
-    gpu_pb2_grpc.add_GpuLeasesServicer_to_server(servicer, server)
+    add_servicers(
+        server, "router", [Servicer(gpu_pb2_grpc.add_GpuLeasesServicer_to_server, servicer, "voice.v1.GpuLeases")]
+    )
     address = f"127.0.0.1:{free_port()}"
     server.add_insecure_port(address)
     await server.start()

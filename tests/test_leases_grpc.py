@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from services.cli.fleet import free_port
+from services.common.server import Servicer, add_servicers
 from services.residency.lease_client import GpuLease
 from services.residency.lease_servicer import GpuLeasesServicer
 from services.residency.lease_table import LeaseManager, LeasePolicy
@@ -28,7 +29,9 @@ async def lease_router():
     policy = LeasePolicy(24 * GB, ttl_s=1.5, renew_deadline_s=1.0, min_residency_s=0.2, revoke_deadline_s=2.0)
     servicer = GpuLeasesServicer(LeaseManager(policy), tick_s=0.05)
     server = grpc.aio.server()
-    gpu_pb2_grpc.add_GpuLeasesServicer_to_server(servicer, server)
+    add_servicers(
+        server, "router", [Servicer(gpu_pb2_grpc.add_GpuLeasesServicer_to_server, servicer, "voice.v1.GpuLeases")]
+    )
     address = f"127.0.0.1:{free_port()}"
     server.add_insecure_port(address)
     await server.start()

@@ -20,7 +20,8 @@ from services.common import audio
 from services.common.config_base import ChunkingConfig
 from services.common.engines import SynthesisOptions
 from services.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument
-from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, instrument
+from services.common.server import Servicer, add_servicers
+from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer
 from services.cosyvoice_tts.config import CosyVoiceGpuConfig
 from services.cosyvoice_tts.cosyvoice_engine import PROMPT_PREFIX, CosyVoice3Engine
 from tests.cosyvoice_double import SEEDS, FakeAutoModel, seed_all
@@ -234,13 +235,15 @@ async def test_a_library_without_the_model_internals_the_engine_uses_fails_at_st
 # --- RegisterVoice over gRPC (real server, double at the library boundary) ---------------------------------------
 @contextlib.asynccontextmanager
 async def serving(engine):
-    servicer = instrument(
-        SynthesizerServicer(
-            "cosyvoice_tts", LocalEngineResolver(engine), max_text_chars=5000, max_chunk_ms=200, first_chunk_ms=100
-        )
+    servicer = SynthesizerServicer(
+        "cosyvoice_tts", LocalEngineResolver(engine), max_text_chars=5000, max_chunk_ms=200, first_chunk_ms=100
     )
     server = grpc.aio.server()
-    synthesizer_pb2_grpc.add_SynthesizerServicer_to_server(servicer, server)
+    add_servicers(
+        server,
+        "cosyvoice_tts",
+        [Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, servicer, "voice.v1.Synthesizer")],
+    )
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:

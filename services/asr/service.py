@@ -4,11 +4,12 @@ GPU: the same pipeline with faster-whisper on CUDA (docs/asr.md)."""
 from __future__ import annotations
 
 from services.asr.turn_model import TurnModelMissing
-from services.common.asr_servicer import AsrLimits, RecognizerServicer, instrument
+from services.common.asr_servicer import AsrLimits, RecognizerServicer
 from services.common.config import Config
 from services.common.engines import AsrEngine
 from services.common.health import recognition_probe
 from services.common.server import ServiceParts, Servicer
+from services.common.wiring import model_service
 from services.residency.from_config import resident_asr
 from services.residency.resident_engines import when_resident
 from voice.v1 import recognizer_pb2_grpc
@@ -45,14 +46,10 @@ def build(config: Config) -> ServiceParts:
         model=section.gpu.model_dir if section.engine == "gpu" else "whisper+pocketsphinx (cpu)",
         gpu_engine=section.engine == "gpu",
     )
-    servicer = instrument(RecognizerServicer(SERVICE, engine, AsrLimits.from_config(section)))
-    return ServiceParts(
-        servicers=[
-            Servicer(recognizer_pb2_grpc.add_RecognizerServicer_to_server, servicer, "voice.v1.Recognizer"),
-            model_control,
-        ],
-        start=engine.start,
-        stop=engine.close,
+    recognizer = RecognizerServicer(SERVICE, engine, AsrLimits.from_config(section))
+    return model_service(
+        engine,
+        model_control,
+        [Servicer(recognizer_pb2_grpc.add_RecognizerServicer_to_server, recognizer, "voice.v1.Recognizer")],
         probe=when_resident(engine.residency, recognition_probe(engine)),
-        engines=[engine],
     )

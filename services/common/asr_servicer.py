@@ -22,7 +22,7 @@ from services.common.engines import (
     RecognitionOptions,
 )
 from services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
-from services.common.rpc import new_request_id, rpc
+from services.common.rpc import request_id
 from services.common.scheduler import Admission, cpu_cores
 from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
 
@@ -97,19 +97,20 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
         first = await self._next(requests)
         if first is None:
             raise InvalidArgument("config", "the stream ended before any message; send a config message first")
-        request_id = first.request_id or new_request_id()
         payload = first.WhichOneof("payload")
         if payload == "audio":
             raise InvalidArgument("config", "audio came before the config; the first message must carry config")
         if payload != "config":
             raise InvalidArgument("config", "the first message must carry config (input_format, language, ...)")
-        options, fmt = self._options(first.config, request_id, context)
+        options, fmt = self._options(first.config, context)
         with self._admission.stream():  # a slot, or RESOURCE_EXHAUSTED at once
             stream = await self.engine.open_stream(options)
             pump = asyncio.create_task(self._pump(requests, stream, fmt, options.sample_rate_hz))
             try:
                 async for event in stream.events():
-                    yield recognizer_pb2.StreamingRecognizeResponse(request_id=request_id, **event_fields(event))
+                    yield recognizer_pb2.StreamingRecognizeResponse(
+                        request_id=options.request_id, **event_fields(event)
+                    )
                 await pump  # its error (bad message, idle timeout, ...) is the call's status
             finally:
                 pump.cancel()
@@ -153,10 +154,9 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
 
     # --- Recognize --------------------------------------------------------------------------------------------
     async def Recognize(self, request, context):
-        request_id = request.request_id or new_request_id()
         if not request.HasField("config"):
             raise InvalidArgument("config", "is required (input_format at least)")
-        options, fmt = self._options(request.config, request_id, context)
+        options, fmt = self._options(request.config, context)
         audio.check_pcm("audio", request.audio)
         if not request.audio:
             raise InvalidArgument("audio", "is empty; send the recording (s16le mono in config.input_format)")
@@ -166,7 +166,7 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
             pump = asyncio.create_task(self._feed_all(stream, pcm, options.sample_rate_hz))
             try:
                 async for event in stream.events():
-                    yield recognizer_pb2.RecognizeResponse(request_id=request_id, **event_fields(event))
+                    yield recognizer_pb2.RecognizeResponse(request_id=options.request_id, **event_fields(event))
                 await pump
             finally:
                 pump.cancel()
@@ -185,7 +185,7 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
             raise
 
     # --- shared -----------------------------------------------------------------------------------------------
-    def _options(self, config, request_id: str, context) -> tuple[RecognitionOptions, audio.PcmFormat]:
+    def _options(self, config, context) -> tuple[RecognitionOptions, audio.PcmFormat]:
         fmt = audio.input_format("config.input_format", config.input_format)
         endpointing = endpointing_from_config(config.endpointing, self.limits.defaults)
         hints = tuple(h.strip() for h in config.phrase_hints)
@@ -202,19 +202,11 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
             endpointing=endpointing,
             phrase_hints=hints,
             sample_rate_hz=self.engine.native_sample_rate or fmt.sample_rate_hz,
-            request_id=request_id,
+            request_id=request_id(),
             time_remaining=remaining if remaining is not None else self.default_deadline_s,
         )
         self.engine.check_options(options)
         return options, fmt
-
-
-def instrument(servicer: RecognizerServicer) -> RecognizerServicer:
-    """Wrap the servicer's RPCs with the shared error/metric handling, labelled with its service name."""
-    for method in ("StreamingRecognize", "Recognize"):
-        bound = getattr(type(servicer), method)
-        setattr(servicer, method, rpc(servicer.service, method)(bound).__get__(servicer))
-    return servicer
 
 
 def endpointing_from_config(e, d: Endpointing) -> Endpointing:

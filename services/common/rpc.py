@@ -1,7 +1,9 @@
 """The one wrapper around every RPC handler: status mapping, request counting, active streams, request ids.
 
-Handlers raise ``VoiceError``s; this turns them into the matching gRPC status with the message as is.
-Anything else becomes INTERNAL with the request id, and the traceback goes to the log, not the client.
+The bootstrap (services/common/server.py) wraps every RPC a servicer implements, read from the generated service
+descriptors. Handlers raise ``VoiceError``s; this turns them into the matching gRPC status with the message as is.
+Anything else becomes INTERNAL with the request id, and the traceback goes to the log, not the client. The request id
+is set here, once per call (``request_id()``), and every log line written while serving the call carries it.
 
 ``ParseRequests`` (a server interceptor the bootstrap installs on every port) does the same for request messages
 that do not parse: INVALID_ARGUMENT naming the message type, one rate-limited log line, no traceback.
@@ -11,13 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import inspect
 import logging
 import time
+import types
 import uuid
 
 import grpc
+from google.protobuf import descriptor_pool
 
 from services.common import metrics
 from services.common.errors import MalformedMessage, VoiceError, retry_metadata
@@ -32,83 +37,165 @@ def new_request_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
+class _Request:
+    """The request a task serves; mutable so that tasks started inside the call (which copy the context) see the id
+    of a stream's first message when it arrives after them."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, request_id: str):
+        self.id = request_id
+
+
+_current: contextvars.ContextVar[_Request | None] = contextvars.ContextVar("voicefleet_request", default=None)
+
+
+def request_id() -> str:
+    """The id of the request this code serves: the caller's ``request_id`` (a stream's: its first message's), or one
+    made by the wrapper when the caller sent none; "" outside an RPC."""
+    current = _current.get()
+    return current.id if current is not None else ""
+
+
+class RequestIdFilter(logging.Filter):
+    """Gives every log record ``request`` (" request_id=<id>" inside an RPC, else ""), for the log format."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        rid = request_id()
+        record.request = f" request_id={rid}" if rid else ""
+        return True
+
+
 def last_output() -> float:
     """When (monotonic) a streaming RPC of this process last sent a message: traffic that makes progress, which the
     deep probe (services.common.health) takes as proof enough that the engine answers."""
     return _last_output
 
 
-def rpc(service: str, method: str):
-    """Decorate a servicer method (coroutine or async generator) with voicefleet's error and metric handling."""
+def generated_base(implementation: object) -> type | None:
+    """The generated ``voice.v1.*_pb2_grpc.<Name>Servicer`` class the implementation derives from."""
+    for cls in type(implementation).__mro__:
+        if cls.__module__.startswith("voice.v1.") and cls.__module__.endswith("_pb2_grpc"):
+            return cls
+    return None
 
-    def decorate(fn):
-        active = metrics.ACTIVE_STREAMS.labels(service, method)
 
-        def finish(code: grpc.StatusCode) -> None:
-            active.dec()
-            metrics.REQUESTS.labels(service, method, code.name).inc()
+def wrap_servicer(service: str, implementation: object, full_name: str) -> object:
+    """What the bootstrap registers in place of ``implementation``: every RPC of the gRPC service ``full_name`` (read
+    from its descriptor, so a new RPC is covered by itself) that the implementation defines, wrapped by ``rpc``;
+    RPCs it leaves to the generated base keep the base's UNIMPLEMENTED."""
+    base = generated_base(implementation)
+    methods = {}
+    for method in descriptor_pool.Default().FindServiceByName(full_name).methods:
+        handler = getattr(implementation, method.name)
+        implemented = base is None or getattr(type(implementation), method.name) is not getattr(base, method.name)
+        methods[method.name] = rpc(service, method.name, handler, method.client_streaming) if implemented else handler
+    return types.SimpleNamespace(**methods)
 
-        async def fail(context, exc: BaseException) -> grpc.StatusCode:
-            if isinstance(exc, MalformedMessage):
-                await context.abort(exc.code, exc.message)  # logged where it was parsed, rate-limited
-            if isinstance(exc, VoiceError):
-                log.info("%s.%s -> %s: %s", service, method, exc.code.name, exc.message)
-                await context.abort(exc.code, exc.message, trailing_metadata=retry_metadata(exc))
-            log.exception("%s.%s failed", service, method, exc_info=exc)
-            await context.abort(
-                grpc.StatusCode.INTERNAL, f"internal error in {service}.{method}: {type(exc).__name__}; see server log"
-            )
 
-        if inspect.isasyncgenfunction(fn):
-            # Streaming handlers are written as async generators but served as coroutines that write each item:
-            # a client cancel then lands inside our code (at the write or at an engine await), so the generator
-            # chain is closed at once and engines stop. grpc iterating the generator itself would leave it
-            # suspended at a yield until garbage collection, with its engine still running.
-            @functools.wraps(fn)
-            async def stream_handler(self, request, context):
-                global _last_output
-                active.inc()
-                code = grpc.StatusCode.OK
-                try:
-                    async with contextlib.aclosing(fn(self, request, context)) as items:
-                        async for item in items:
-                            await context.write(item)
-                            _last_output = time.monotonic()
-                except asyncio.CancelledError:
-                    code = grpc.StatusCode.CANCELLED
-                    raise
-                except grpc.aio.AbortError:
-                    code = context.code() or grpc.StatusCode.UNKNOWN
-                    raise
-                except Exception as exc:  # noqa: BLE001 - mapped to a status here, once
-                    code = exc.code if isinstance(exc, VoiceError) else grpc.StatusCode.INTERNAL
-                    await fail(context, exc)
-                finally:
-                    finish(code)
+def rpc(service: str, method: str, handler, request_streaming: bool):
+    """``handler`` (a bound servicer method: a coroutine or an async generator) with voicefleet's error and metric
+    handling and its request id (``request_id()``)."""
+    active = metrics.ACTIVE_STREAMS.labels(service, method)
 
-            return stream_handler
+    def finish(code: grpc.StatusCode) -> None:
+        active.dec()
+        metrics.REQUESTS.labels(service, method, code.name).inc()
 
-        @functools.wraps(fn)
-        async def unary_handler(self, request, context):
+    def begin(request) -> tuple[_Request, object]:
+        """The call's request id, in the context: a unary request's own, a stream's from its first message (taken
+        when the handler reads it), made here when the caller sent none."""
+        if request_streaming:
+            current = _Request(new_request_id())
+            request = _TakingRequestId(request, current)
+        else:
+            current = _Request(getattr(request, "request_id", "") or new_request_id())
+        _current.set(current)
+        return current, request
+
+    async def fail(context, exc: BaseException, current: _Request) -> grpc.StatusCode:
+        if isinstance(exc, MalformedMessage):
+            await context.abort(exc.code, exc.message)  # logged where it was parsed, rate-limited
+        if isinstance(exc, VoiceError):
+            log.info("%s.%s -> %s: %s", service, method, exc.code.name, exc.message)
+            await context.abort(exc.code, exc.message, trailing_metadata=retry_metadata(exc))
+        log.exception("%s.%s failed", service, method, exc_info=exc)
+        await context.abort(
+            grpc.StatusCode.INTERNAL,
+            f"internal error in {service}.{method}: {type(exc).__name__}; see the server log, request_id={current.id}",
+        )
+
+    if inspect.isasyncgenfunction(handler):
+        # Streaming handlers are written as async generators but served as coroutines that write each item:
+        # a client cancel then lands inside our code (at the write or at an engine await), so the generator
+        # chain is closed at once and engines stop. grpc iterating the generator itself would leave it
+        # suspended at a yield until garbage collection, with its engine still running.
+        @functools.wraps(handler)
+        async def stream_handler(request, context):
+            global _last_output
+            current, request = begin(request)
             active.inc()
             code = grpc.StatusCode.OK
             try:
-                return await fn(self, request, context)
+                async with contextlib.aclosing(handler(request, context)) as items:
+                    async for item in items:
+                        await context.write(item)
+                        _last_output = time.monotonic()
             except asyncio.CancelledError:
                 code = grpc.StatusCode.CANCELLED
                 raise
             except grpc.aio.AbortError:
                 code = context.code() or grpc.StatusCode.UNKNOWN
                 raise
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - mapped to a status here, once
                 code = exc.code if isinstance(exc, VoiceError) else grpc.StatusCode.INTERNAL
-                await fail(context, exc)
+                await fail(context, exc, current)
             finally:
                 finish(code)
 
-        return unary_handler
+        return stream_handler
 
-    return decorate
+    @functools.wraps(handler)
+    async def unary_handler(request, context):
+        current, request = begin(request)
+        active.inc()
+        code = grpc.StatusCode.OK
+        try:
+            return await handler(request, context)
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except grpc.aio.AbortError:
+            code = context.code() or grpc.StatusCode.UNKNOWN
+            raise
+        except Exception as exc:  # noqa: BLE001
+            code = exc.code if isinstance(exc, VoiceError) else grpc.StatusCode.INTERNAL
+            await fail(context, exc, current)
+        finally:
+            finish(code)
+
+    return unary_handler
+
+
+class _TakingRequestId:
+    """A client stream that, when its first message is read, makes that message's ``request_id`` (when set) the
+    call's."""
+
+    def __init__(self, requests, current: _Request):
+        self._requests = requests
+        self._messages = None
+        self._current = current
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if self._messages is None:
+            self._messages = aiter(self._requests)
+            message = await anext(self._messages)
+            self._current.id = getattr(message, "request_id", "") or self._current.id
+            return message
+        return await anext(self._messages)
 
 
 # --- request messages that do not parse ---------------------------------------------------------------------------

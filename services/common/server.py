@@ -31,7 +31,7 @@ from services.common.config import Config, ConfigError, load_config
 from services.common.config_base import ServerConfig
 from services.common.health import LIVENESS, DeepProbe, Health, HealthServicer, Readiness, hang_while_file_exists
 from services.common.metrics import start_metrics_server
-from services.common.rpc import ParseRequests
+from services.common.rpc import ParseRequests, RequestIdFilter, wrap_servicer
 
 log = logging.getLogger("voicefleet.server")
 
@@ -66,12 +66,24 @@ class ServiceParts:
     readiness: Readiness | None = None
 
 
+def log_handler(service: str, stream=None) -> logging.Handler:
+    """The process's log lines (stderr by default); a line written while serving an RPC names its request
+    (" request_id=..." after the logger's name)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(RequestIdFilter())
+    handler.setFormatter(logging.Formatter(f"%(asctime)s {service} %(levelname)s %(name)s%(request)s: %(message)s"))
+    return handler
+
+
 def setup_logging(service: str, level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format=f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logging.basicConfig(level=level.upper(), handlers=[log_handler(service)])
+
+
+def add_servicers(server: grpc.aio.Server, name: str, servicers: list[Servicer]) -> None:
+    """Register each servicer with every RPC it implements wrapped by ``rpc`` (errors, metrics, request ids; the RPC
+    names come from the generated service descriptors), labelled ``name`` in metrics."""
+    for s in servicers:
+        s.add_to_server(wrap_servicer(name, s.implementation, s.full_name), server)
 
 
 async def serve(name: str, server_config: ServerConfig, parts: ServiceParts) -> None:
@@ -95,8 +107,7 @@ async def serve(name: str, server_config: ServerConfig, parts: ServiceParts) -> 
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [s.full_name for s in parts.servicers]
-    for s in parts.servicers:
-        s.add_to_server(s.implementation, server)
+    add_servicers(server, name, parts.servicers)
     status = Health(name, health_servicer, names)
     await status.publish()  # NOT_SERVING until warmed up
     await health_servicer.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)

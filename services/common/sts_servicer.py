@@ -31,7 +31,7 @@ from services.common.engines import (
     StsEvent,
 )
 from services.common.errors import InvalidArgument
-from services.common.rpc import new_request_id, rpc
+from services.common.rpc import request_id
 from services.common.scheduler import Admission
 from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc
 
@@ -98,7 +98,6 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
         first = await self._next(requests)
         if first is None:
             raise InvalidArgument("config", "the stream ended before any message; send a config message first")
-        request_id = first.request_id or new_request_id()
         payload = first.WhichOneof("payload")
         if payload == "audio":
             raise InvalidArgument(
@@ -106,13 +105,13 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
             )
         if payload != "config":
             raise InvalidArgument("config", f"the first message must carry config; it carried {payload or 'nothing'}")
-        options, in_fmt, out_fmt = self._options(first.config, request_id, context)
+        options, in_fmt, out_fmt = self._options(first.config, context)
         self.engine.check_options(options)
         await self._admission.room(ENDING_CALL_GRACE_S)
         with self._admission.stream() as free_place:  # a place, or RESOURCE_EXHAUSTED
             session = await self.engine.open_session(options)
             pump = asyncio.create_task(self._pump(requests, session, in_fmt))
-            relay = _Relay(request_id, out_fmt, self.labels)
+            relay = _Relay(options.request_id, out_fmt, self.labels)
             try:
                 async for event in session.events():
                     for response in relay.responses(event):
@@ -164,7 +163,7 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
             await session.close()  # ends session.events(); the handler then raises this error
             raise
 
-    def _options(self, config, request_id: str, context) -> tuple[SessionOptions, audio.PcmFormat, audio.PcmFormat]:
+    def _options(self, config, context) -> tuple[SessionOptions, audio.PcmFormat, audio.PcmFormat]:
         in_fmt = audio.input_format("config.input_format", config.input_format)
         out_fmt = audio.output_format("config.output_format", config.output_format, DEFAULT_OUTPUT_RATE)
         s = config.sampling
@@ -221,7 +220,7 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
                 backchannels=tuple(b.backchannels) or self.limits.barge_in_backchannels,
             ),
             routing=routing_from_proto(config.routing),
-            request_id=request_id,
+            request_id=request_id(),
             time_remaining=remaining,
         )
         return options, in_fmt, out_fmt
@@ -283,10 +282,3 @@ class _Relay:
         fields = event_fields(event)
         if fields:
             yield self._response(turn, **fields)
-
-
-def instrument(servicer: ConversationServicer) -> ConversationServicer:
-    """Wrap Converse with the shared error/metric handling, labelled with the service name."""
-    bound = type(servicer).Converse
-    servicer.Converse = rpc(servicer.service, "Converse")(bound).__get__(servicer)
-    return servicer

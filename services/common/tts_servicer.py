@@ -26,7 +26,7 @@ from services.common.engines import (
     VoiceInfo,
 )
 from services.common.errors import AlreadyExists, InvalidArgument
-from services.common.rpc import new_request_id, rpc
+from services.common.rpc import request_id
 from services.common.scheduler import Admission
 from services.common.voices import pick_voice
 from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
@@ -122,13 +122,12 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
     # --- Synthesize -------------------------------------------------------------------------------------------
     async def Synthesize(self, request, context):
         received = time.monotonic()
-        request_id = request.request_id or new_request_id()
         self._check_text("text", request.text)
-        options, fmt, engine = await self._prepare(request.config, request_id, context, "config")
+        options, fmt, engine = await self._prepare(request.config, context, "config")
         pieces = engine.synthesize(request.text, options)
         async for chunk, span, served_by in self._stream(engine, pieces, fmt, received, "Synthesize"):
             yield synthesizer_pb2.SynthesizeResponse(
-                request_id=request_id, audio=chunk, text_span=span, served_by=served_by
+                request_id=options.request_id, audio=chunk, text_span=span, served_by=served_by
             )
 
     # --- StreamingSynthesize ----------------------------------------------------------------------------------
@@ -151,13 +150,12 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
                 "config",
                 f"the first message must carry config (a StreamingSynthesisConfig); it carried {kind or 'nothing'}",
             )
-        request_id = first.request_id or new_request_id()
         policy = self._buffer_policy(first.config.buffering)
-        options, fmt, engine = await self._prepare(first.config.synthesis, request_id, context, "config.synthesis")
+        options, fmt, engine = await self._prepare(first.config.synthesis, context, "config.synthesis")
         pieces = engine.synthesize_text_stream(self._text_events(messages), options, policy)
         async for chunk, span, served_by in self._stream(engine, pieces, fmt, received, "StreamingSynthesize"):
             yield synthesizer_pb2.StreamingSynthesizeResponse(
-                request_id=request_id, audio=chunk, text_span=span, served_by=served_by
+                request_id=options.request_id, audio=chunk, text_span=span, served_by=served_by
             )
 
     @staticmethod
@@ -210,9 +208,7 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
             voices = [v for v in voices if v.speaks(request.language)]
         if request.service:
             voices = [v for v in voices if v.service == request.service]
-        return synthesizer_pb2.ListVoicesResponse(
-            request_id=request.request_id or new_request_id(), voices=[voice_to_proto(v) for v in voices]
-        )
+        return synthesizer_pb2.ListVoicesResponse(request_id=request_id(), voices=[voice_to_proto(v) for v in voices])
 
     async def RegisterVoice(self, request, context):
         """Checks, in order: the request's fields, the id is free (on every backend, for the router), the engine
@@ -241,9 +237,7 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
         voice = await engine.register_voice(
             request.voice_id, request.prompt_audio, fmt.sample_rate_hz, request.prompt_transcript, request.language
         )
-        return synthesizer_pb2.RegisterVoiceResponse(
-            request_id=request.request_id or new_request_id(), voice=voice_to_proto(voice)
-        )
+        return synthesizer_pb2.RegisterVoiceResponse(request_id=request_id(), voice=voice_to_proto(voice))
 
     # --- shared by Synthesize and StreamingSynthesize ---------------------------------------------------------
     def _check_text(self, field: str, text: str) -> None:
@@ -256,9 +250,7 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
                 " split it into several requests or stream it with StreamingSynthesize",
             )
 
-    async def _prepare(
-        self, config, request_id: str, context, field: str
-    ) -> tuple[SynthesisOptions, audio.PcmFormat, TtsEngine]:
+    async def _prepare(self, config, context, field: str) -> tuple[SynthesisOptions, audio.PcmFormat, TtsEngine]:
         fmt_in = config.output_format
         if fmt_in.sample_rate_hz:  # range first: a bad rate is a bad request whatever the voice
             audio.check_rate(f"{field}.output_format.sample_rate_hz", fmt_in.sample_rate_hz)
@@ -277,7 +269,7 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
             speaking_rate=rate,
             seed=config.seed,
             sample_rate_hz=fmt.sample_rate_hz,
-            request_id=request_id,
+            request_id=request_id(),
             routing=routing,
             time_remaining=remaining,
         )
@@ -353,11 +345,3 @@ def admission_for(service: str, section) -> Admission:
         field=f"{service}.max_concurrent_syntheses",
         max_late_s=section.scheduling.max_late_ms / 1000,
     )
-
-
-def instrument(servicer: SynthesizerServicer) -> SynthesizerServicer:
-    """Wrap the servicer's RPCs with the shared error/metric handling, labelled with its service name."""
-    for method in ("Synthesize", "StreamingSynthesize", "ListVoices", "RegisterVoice"):
-        bound = getattr(type(servicer), method)
-        setattr(servicer, method, rpc(servicer.service, method)(bound).__get__(servicer))
-    return servicer

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from services.common.config import Config
 from services.common.engines import TtsEngine
-from services.common.server import ServiceParts, Servicer
-from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument
+from services.common.server import ServiceParts
+from services.common.wiring import tts_service
 from services.residency.from_config import lease_bytes, resident_tts
-from voice.v1 import synthesizer_pb2_grpc
 
 SERVICE = "cosyvoice_tts"
 
@@ -31,30 +30,6 @@ def make_engine(config: Config) -> TtsEngine:
 
 def build(config: Config) -> ServiceParts:
     section = config.cosyvoice_tts
-    engine, model_control = resident_tts(
-        config,
-        SERVICE,
-        make_engine(config),
-        model="piper:en_US-joe-medium" if section.engine == "cpu" else section.gpu.model_dir,
-        gpu_engine=section.engine == "gpu",
-    )
-    servicer = instrument(
-        SynthesizerServicer(
-            SERVICE,
-            LocalEngineResolver(engine),
-            max_text_chars=section.max_text_chars,
-            max_chunk_ms=section.chunking.max_chunk_ms,
-            first_chunk_ms=section.chunking.first_chunk_ms or None,
-            admission=admission_for(SERVICE, section),
-        )
-    )
-    return ServiceParts(
-        servicers=[
-            Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, servicer, "voice.v1.Synthesizer"),
-            model_control,
-        ],
-        start=engine.start,
-        stop=engine.close,
-        probe=engine.probe,
-        engines=[engine],
-    )
+    model = "piper:en_US-joe-medium" if section.engine == "cpu" else section.gpu.model_dir
+    resident = resident_tts(config, SERVICE, make_engine(config), model=model, gpu_engine=section.engine == "gpu")
+    return tts_service(SERVICE, section, resident)

@@ -11,11 +11,11 @@ from services.common.config import Config
 from services.common.engines import SEMANTIC_MODE, AsrEngine, StsEngine, TtsEngine
 from services.common.server import ServiceParts, Servicer
 from services.common.sts_servicer import ConversationServicer, StsLimits
-from services.common.sts_servicer import instrument as instrument_conversation
-from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument
+from services.common.tts_servicer import LocalEngineResolver
+from services.common.wiring import model_service, synthesizer
 from services.conversation.dialogue import DialogueLimits, check_echo_cancellation
 from services.residency.from_config import lease_bytes, resident_sts
-from voice.v1 import conversation_pb2_grpc, synthesizer_pb2_grpc
+from voice.v1 import conversation_pb2_grpc
 
 SERVICE = "moss_sts"
 
@@ -73,25 +73,14 @@ def build(config: Config) -> ServiceParts:
     sts, tts, model_control = resident_sts(
         config, SERVICE, *make_engines(config), model=section.gpu.model_dir if gpu else "cascade (cpu)", gpu_engine=gpu
     )
-    conversation = instrument_conversation(ConversationServicer(SERVICE, sts, StsLimits.from_config(section)))
-    synthesizer = instrument(
-        SynthesizerServicer(
-            SERVICE,
-            LocalEngineResolver(tts),
-            max_text_chars=section.max_text_chars,
-            max_chunk_ms=section.chunking.max_chunk_ms,
-            first_chunk_ms=section.chunking.first_chunk_ms or None,
-            admission=admission_for(SERVICE, section),
-        )
-    )
-    return ServiceParts(
-        servicers=[
+    conversation = ConversationServicer(SERVICE, sts, StsLimits.from_config(section))
+    return model_service(
+        sts,
+        model_control,
+        [
             Servicer(conversation_pb2_grpc.add_ConversationServicer_to_server, conversation, "voice.v1.Conversation"),
-            Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, synthesizer, "voice.v1.Synthesizer"),
-            model_control,
+            synthesizer(SERVICE, section, LocalEngineResolver(tts)),
         ],
-        start=sts.start,
-        stop=sts.close,
         # Its voice (CPU: the cascade's TTS; GPU: MOSS-Speech itself) says a word; the router adds its own deep probe.
         # Skipped while the model is off the card (ResidentTtsEngine.probe).
         probe=tts.probe,

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from services.common.config import Config
 from services.common.engines import Routing, TtsEngine, VoiceInfo
-from services.common.server import ServiceParts, Servicer
-from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument
+from services.common.server import ServiceParts
+from services.common.tts_servicer import LocalEngineResolver
 from services.common.voices import pick_voice
+from services.common.wiring import tts_service
 from services.residency.from_config import lease_bytes, resident_tts
-from voice.v1 import synthesizer_pb2_grpc
 
 SERVICE = "qwen_tts"
 
@@ -58,29 +58,6 @@ def make_engine(config: Config) -> TtsEngine:
 
 def build(config: Config) -> ServiceParts:
     section = config.qwen_tts
-    engine, model_control = resident_tts(
-        config,
-        SERVICE,
-        make_engine(config),
-        model="espeak-ng" if section.engine == "cpu" else section.gpu.model_dir,
-        gpu_engine=section.engine == "gpu",
-    )
-    servicer = instrument(
-        SynthesizerServicer(
-            SERVICE,
-            QwenResolver(engine),
-            max_text_chars=section.max_text_chars,
-            max_chunk_ms=section.chunking.max_chunk_ms,
-            admission=admission_for(SERVICE, section),
-        )
-    )
-    return ServiceParts(
-        servicers=[
-            Servicer(synthesizer_pb2_grpc.add_SynthesizerServicer_to_server, servicer, "voice.v1.Synthesizer"),
-            model_control,
-        ],
-        start=engine.start,
-        stop=engine.close,
-        probe=engine.probe,
-        engines=[engine],
-    )
+    model = "espeak-ng" if section.engine == "cpu" else section.gpu.model_dir
+    resident = resident_tts(config, SERVICE, make_engine(config), model=model, gpu_engine=section.engine == "gpu")
+    return tts_service(SERVICE, section, resident, resolver=QwenResolver)

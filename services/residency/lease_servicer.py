@@ -10,7 +10,7 @@ import uuid
 from services.common import metrics
 from services.common.config import Config, ConfigError
 from services.common.errors import FailedPrecondition, InvalidArgument, VoiceError
-from services.common.rpc import new_request_id, rpc
+from services.common.rpc import request_id
 from services.residency.lease_table import (
     Ended,
     Event,
@@ -24,7 +24,6 @@ from services.residency.lease_table import (
 from voice.v1 import gpu_pb2, gpu_pb2_grpc
 
 log = logging.getLogger("voicefleet.leases")
-SERVICE = "router"
 GIB = 1 << 30
 
 
@@ -117,7 +116,6 @@ class GpuLeasesServicer(gpu_pb2_grpc.GpuLeasesServicer):
             metrics.LEASE_HOLDER_BYTES.labels(holder).set(granted)
         metrics.LEASE_WAITERS.set(len(self.manager.waiters))
 
-    @rpc(SERVICE, "Lease")
     async def Lease(self, requests, context):
         stream = uuid.uuid4().hex
         outbox: asyncio.Queue = asyncio.Queue()
@@ -182,11 +180,10 @@ class GpuLeasesServicer(gpu_pb2_grpc.GpuLeasesServicer):
         else:
             raise InvalidArgument("payload", "set one of acquire, renew, release")
 
-    @rpc(SERVICE, "ListLeases")
     async def ListLeases(self, request, context):
         now = self.manager.clock()
         return gpu_pb2.ListLeasesResponse(
-            request_id=request.request_id or new_request_id(),
+            request_id=request_id(),
             capacity_bytes=self.manager.policy.capacity_bytes,
             granted_bytes=self.manager.granted_bytes,
             leases=[
@@ -244,11 +241,9 @@ class LeasesElsewhereServicer(gpu_pb2_grpc.GpuLeasesServicer):
             + "); set residency.lease_authority to the one on the holder's node, and read tables there"
         )
 
-    @rpc(SERVICE, "Lease")
     async def Lease(self, requests, context):
         raise FailedPrecondition(self.why)
         yield  # an async generator, like the real Lease
 
-    @rpc(SERVICE, "ListLeases")
     async def ListLeases(self, request, context):
         raise FailedPrecondition(self.why)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.common.rpc import new_request_id, rpc
+from services.common.rpc import request_id
 from services.common.server import Servicer
 from services.residency.model_residency import ModelResidency
 from voice.v1 import gpu_pb2, gpu_pb2_grpc
@@ -13,12 +13,9 @@ from voice.v1 import gpu_pb2, gpu_pb2_grpc
 class ModelControlServicer(gpu_pb2_grpc.ModelControlServicer):
     def __init__(self, residency: ModelResidency):
         self.residency = residency
-        self.service = residency.service
-        for method in ("Load", "Offload", "GetModelStatus"):
-            setattr(self, method, rpc(self.service, method)(getattr(type(self), method)).__get__(self))
 
     async def Load(self, request, context):
-        rid = request.request_id or new_request_id()
+        rid = request_id()
         queue: asyncio.Queue = asyncio.Queue()
         if request.priority:
             self.residency.priority = request.priority
@@ -37,14 +34,10 @@ class ModelControlServicer(gpu_pb2_grpc.ModelControlServicer):
 
     async def Offload(self, request, context):
         await self.residency.offload(request.reason or "ModelControl.Offload")
-        return gpu_pb2.OffloadResponse(
-            request_id=request.request_id or new_request_id(), status=self.residency.status()
-        )
+        return gpu_pb2.OffloadResponse(request_id=request_id(), status=self.residency.status())
 
     async def GetModelStatus(self, request, context):
-        return gpu_pb2.GetModelStatusResponse(
-            request_id=request.request_id or new_request_id(), status=self.residency.status()
-        )
+        return gpu_pb2.GetModelStatusResponse(request_id=request_id(), status=self.residency.status())
 
 
 def model_control(residency: ModelResidency):

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from services.common.asr_servicer import AsrLimits, RecognizerServicer
-from services.common.asr_servicer import instrument as instrument_recognizer
 from services.common.config import Config
-from services.common.rpc import new_request_id, rpc
+from services.common.rpc import request_id
 from services.common.server import ServiceParts, Servicer
-from services.common.tts_servicer import SynthesizerServicer, instrument
+from services.common.tts_servicer import SynthesizerServicer
 from services.remote.asr import RemoteAsrEngine
 from services.remote.sts import RemoteStsEngine
 from services.remote.tts import RemoteTtsEngine
@@ -29,10 +28,9 @@ class FleetServicer(fleet_pb2_grpc.FleetServicer):
         self.backends = backends
         self.failovers = failovers or FailoverLog()
 
-    @rpc(SERVICE, "GetFleetStatus")
     async def GetFleetStatus(self, request, context):
         return fleet_pb2.GetFleetStatusResponse(
-            request_id=request.request_id or new_request_id(),
+            request_id=request_id(),
             backends=[b.to_proto() for b in self.backends.values()],
             recent_failovers=list(self.failovers.records),
         )
@@ -68,29 +66,21 @@ def build(config: Config) -> ServiceParts:
         if "voice.v1.Synthesizer" in b.serves
     }
     tts_resolver = RouterTtsResolver(tts, rc.default_tts_backend, rc.routes, failovers, rc.deadline_margin_ms / 1000)
-    synthesizer = instrument(
-        SynthesizerServicer(
-            SERVICE,
-            tts_resolver,
-            max_text_chars=rc.max_text_chars,
-            default_deadline_s=rc.default_deadline_seconds,
-        )
+    synthesizer = SynthesizerServicer(
+        SERVICE, tts_resolver, max_text_chars=rc.max_text_chars, default_deadline_s=rc.default_deadline_seconds
     )
 
     # Recognizer: passed through to the asr backend (limits as the asr section says, checked here first).
     asr_backend = next((b for b in backends.values() if "voice.v1.Recognizer" in b.serves), None)
-    recognizer = instrument_recognizer(
-        RecognizerServicer(
-            SERVICE,
-            RemoteAsrEngine(asr_backend, rc.deadline_margin_ms / 1000),
-            AsrLimits.from_config(config.asr, in_front=True),
-            default_deadline_s=rc.default_deadline_seconds,
-        )
+    recognizer = RecognizerServicer(
+        SERVICE,
+        RemoteAsrEngine(asr_backend, rc.deadline_margin_ms / 1000),
+        AsrLimits.from_config(config.asr, in_front=True),
+        default_deadline_s=rc.default_deadline_seconds,
     )
 
     # Conversation: passed through to moss_sts (config and messages checked here first, with moss_sts's limits).
     from services.common.sts_servicer import ConversationServicer, StsLimits
-    from services.common.sts_servicer import instrument as instrument_conversation
     from voice.v1 import conversation_pb2_grpc
 
     sts_backend = next((b for b in backends.values() if "voice.v1.Conversation" in b.serves), None)
@@ -103,9 +93,7 @@ def build(config: Config) -> ServiceParts:
         default_system_prompt=config.moss_sts.default_system_prompt,
         max_system_prompt_chars=config.moss_sts.max_system_prompt_chars,
     )
-    conversation = instrument_conversation(
-        ConversationServicer(SERVICE, sts_engine, StsLimits.from_config(config.moss_sts))
-    )
+    conversation = ConversationServicer(SERVICE, sts_engine, StsLimits.from_config(config.moss_sts))
 
     # One card: this router grants its leases. Several (router.leases.authorities): each card's lease authority
     # grants, and the router only reads their tables (docs/scale.md).
