@@ -190,7 +190,7 @@ def test_a_gpu_engine_that_cannot_free_its_memory_must_be_pinned():
     import asyncio
 
     from services.common.config import Config, _build
-    from services.common.config_base import ConfigError
+    from services.common.config.base import ConfigError
     from services.common.errors import FailedPrecondition
     from services.common.model_control import engine_hooks, residency_for
 

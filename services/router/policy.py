@@ -24,10 +24,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from services.common.config.router import RoutesConfig
 from services.common.engines import Routing, TtsEngine, VoiceInfo
 from services.common.errors import InvalidArgument, NotFound, Unavailable, VoiceError
 from services.common.tts_servicer import pick_voice
-from services.router.config import RoutesConfig
 from services.router.failover import Candidate, FailoverLog, RoutedTts
 from services.router.remote import RemoteTtsEngine
 from voice.v1 import routing_pb2

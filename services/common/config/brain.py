@@ -1,11 +1,11 @@
 """The ``brain`` config section: where the brain runs and how the cascade reaches it (composed into the fleet
-config by services/common/config.py)."""
+config by services/common/config/__init__.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.common.config_base import check
+from services.common.config.base import check
 
 
 @dataclass

@@ -6,9 +6,10 @@ Every service reads the same file (default: ``services/common/default_config.yam
 ``VOICEFLEET_ROUTER__BACKENDS__COSYVOICE_TTS=10.0.0.5:50052``. A bad value stops the process at start with a
 message naming the field (``router.port: must be 1..65535, got 70000``).
 
-Each service declares its own section next to its code (``services/<name>/config.py``, a validated dataclass built
-from services/common/config_base.py); this module composes them into ``Config`` and keeps what is shared: the
-loader, the environment overrides, the fleet-wide sections (fleet, residency, security) and the error reporting.
+Each section has its module in this package (``services/common/config/<section>.py``, a validated dataclass built
+from base.py), at the bottom with the shared runtime: services import their section, no section imports a service.
+This module composes them into ``Config`` and keeps what is shared: the loader, the environment overrides, the
+fleet-wide sections (fleet, residency, security) and the error reporting.
 """
 
 from __future__ import annotations
@@ -24,21 +25,21 @@ from typing import Any
 
 import yaml
 
-from services.asr.config import AsrServiceConfig
-from services.common.config_base import ConfigError, is_host_port
-from services.common.config_base import check as _check  # the name the sections below call it by
-from services.conversation.config import BrainConfig
-from services.cosyvoice_tts.config import CosyVoiceTtsConfig
-from services.gateway.config import GatewayConfig
-from services.moss_sts.config import MossStsConfig
-from services.qwen_tts.config import QwenTtsConfig
-from services.router.config import LeaseAuthorityConfig, RouterConfig
+from services.common.config.asr import AsrServiceConfig
+from services.common.config.base import ConfigError, is_host_port
+from services.common.config.base import check as _check  # the name the sections below call it by
+from services.common.config.brain import BrainConfig
+from services.common.config.cosyvoice_tts import CosyVoiceTtsConfig
+from services.common.config.gateway import GatewayConfig
+from services.common.config.moss_sts import MossStsConfig
+from services.common.config.qwen_tts import QwenTtsConfig
+from services.common.config.router import LeaseAuthorityConfig, RouterConfig
 
 ENV_PREFIX = "VOICEFLEET_"
 # VOICEFLEET_* variables that are not config fields: the config file's path, and the pid of the `voicefleet up` that
 # started this member (services/common/server.py die_with_supervisor).
 NOT_FIELDS = ("VOICEFLEET_CONFIG", "VOICEFLEET_SUPERVISOR_PID")
-DEFAULT_CONFIG_PATH = Path(__file__).with_name("default_config.yaml")
+DEFAULT_CONFIG_PATH = Path(__file__).parents[1] / "default_config.yaml"
 MODEL_SERVICES = ("cosyvoice_tts", "qwen_tts", "asr", "moss_sts")
 
 

@@ -1,10 +1,10 @@
-"""The ``cosyvoice_tts`` config section (composed into the fleet config by services/common/config.py)."""
+"""The ``cosyvoice_tts`` config section (composed into the fleet config by services/common/config/__init__.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.common.config_base import TtsServiceConfig, check
+from services.common.config.base import TtsServiceConfig, check
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """What config sections are built from: the error a bad value raises (``ConfigError``, its message names the
 field), the check that raises it, and the sections that more than one service's section is made of.
 
-A service declares its own section next to its code (``services/<name>/config.py``, built from these);
-``services/common/config.py`` composes all sections and loads the file. This module imports nothing of the
+Each section has its module in this package (``services/common/config/<section>.py``, built from these);
+``services/common/config/__init__.py`` composes all sections and loads the file. This module imports nothing of the
 project but services.common.text (which imports nothing of it), so any section module can import it.
 """
 

@@ -1,10 +1,10 @@
-"""The ``moss_sts`` config section (composed into the fleet config by services/common/config.py)."""
+"""The ``moss_sts`` config section (composed into the fleet config by services/common/config/__init__.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.common.config_base import (
+from services.common.config.base import (
     DEFAULT_BACKCHANNELS,
     DEFAULT_MIN_WORDS,
     DEFAULT_STOP_WORDS,

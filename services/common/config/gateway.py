@@ -1,11 +1,11 @@
 """The ``gateway`` config section: the browser and HTTP front door (composed into the fleet config by
-services/common/config.py; docs/gateway.md)."""
+services/common/config/__init__.py; docs/gateway.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.common.config_base import check, is_host_port
+from services.common.config.base import check, is_host_port
 
 
 @dataclass

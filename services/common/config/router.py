@@ -1,10 +1,10 @@
-"""The ``router`` config section (composed into the fleet config by services/common/config.py)."""
+"""The ``router`` config section (composed into the fleet config by services/common/config/__init__.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.common.config_base import ServerConfig, check, is_host_port
+from services.common.config.base import ServerConfig, check, is_host_port
 
 
 @dataclass

@@ -1,10 +1,10 @@
-"""The ``asr`` config section (composed into the fleet config by services/common/config.py)."""
+"""The ``asr`` config section (composed into the fleet config by services/common/config/__init__.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.common.config_base import AsrEndpointingConfig, ServerConfig, check
+from services.common.config.base import AsrEndpointingConfig, ServerConfig, check
 
 
 @dataclass
