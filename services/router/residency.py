@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from services.common import metrics, security
-from services.common.config import ResidencyConfig
+from services.common.config.residency import ResidencyConfig
 from services.common.lease_client import authority_addresses
 from services.router.backends import Backend
 from services.router.leases import LeaseManager

@@ -1,4 +1,4 @@
-"""Fleet configuration: one YAML file plus environment overrides, validated at start.
+"""Fleet configuration: one YAML file plus environment overrides, validated at start (pydantic-settings).
 
 Every service reads the same file (default: ``services/common/default_config.yaml``; ``--config PATH`` or
 ``VOICEFLEET_CONFIG`` picks another) and takes its own section. Any field can be overridden from the environment:
@@ -6,304 +6,222 @@ Every service reads the same file (default: ``services/common/default_config.yam
 ``VOICEFLEET_ROUTER__BACKENDS__COSYVOICE_TTS=10.0.0.5:50052``. A bad value stops the process at start with a
 message naming the field (``router.port: must be 1..65535, got 70000``).
 
-Each section has its module in this package (``services/common/config/<section>.py``, a validated dataclass built
-from base.py), at the bottom with the shared runtime: services import their section, no section imports a service.
-This module composes them into ``Config`` and keeps what is shared: the loader, the environment overrides, the
-fleet-wide sections (fleet, residency, security) and the error reporting.
+Each section has its module in this package (``services/common/config/<section>.py``, a pydantic model built from
+base.py), at the bottom with the shared runtime: services import their section, no section imports a service.
+This module composes them into ``Config``, reads the file and the environment (its two settings sources) and turns
+pydantic's errors into messages that name the field. The JSON Schema of the file is what ``Config`` generates
+(``config_schema()``; published as docs/config.schema.json by ``make config-schema``).
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import os
-import types
 import typing
-from dataclasses import dataclass, field
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 from services.common.config.asr import AsrServiceConfig
-from services.common.config.base import ConfigError, is_host_port
-from services.common.config.base import check as _check  # the name the sections below call it by
+from services.common.config.base import MODEL_SERVICES, ConfigError, FieldValueError, Says
 from services.common.config.brain import BrainConfig
 from services.common.config.cosyvoice_tts import CosyVoiceTtsConfig
+from services.common.config.fleet import FleetConfig
 from services.common.config.gateway import GatewayConfig
 from services.common.config.moss_sts import MossStsConfig
 from services.common.config.qwen_tts import QwenTtsConfig
+from services.common.config.residency import ResidencyConfig
 from services.common.config.router import LeaseAuthorityConfig, RouterConfig
+from services.common.config.security import SecurityConfig
 
 ENV_PREFIX = "VOICEFLEET_"
 # VOICEFLEET_* variables that are not config fields: the config file's path, and the pid of the `voicefleet up` that
 # started this member (services/common/server.py die_with_supervisor).
 NOT_FIELDS = ("VOICEFLEET_CONFIG", "VOICEFLEET_SUPERVISOR_PID")
 DEFAULT_CONFIG_PATH = Path(__file__).parents[1] / "default_config.yaml"
-MODEL_SERVICES = ("cosyvoice_tts", "qwen_tts", "asr", "moss_sts")
+
+# The file and the environment the next Config() reads (load_config sets them; plain Config(): the default file).
+_SOURCES: ContextVar[tuple[Path, typing.Mapping[str, str]]] = ContextVar("config_sources")
 
 
-@dataclass
-class HolderConfig:
-    """One model service as a GPU lease holder."""
+class EnvSource(PydanticBaseSettingsSource):
+    """``<env_prefix><SECTION><delimiter><FIELD>...`` variables as nested fields. Each value is read as YAML, as in
+    the file ("6001" a number, "true" a boolean, "[a, b]" or "a,b" a list; empty stays empty). Unlike
+    pydantic-settings' EnvSettingsSource, a variable naming no field is an error (through the sections'
+    extra="forbid"), not ignored: a typo in a deployment's environment must not fall back to a default."""
 
-    # Bytes the lease asks for, in GiB: weights + cache + workspace (GPU engines); on CPU, the size accounted on
-    # the virtual card so time-sharing can be exercised without a GPU.
-    declared_gb: float = 1.0
-    priority: str = "INTERACTIVE"  # BATCH, INTERACTIVE or REALTIME
-    # Measured cost of moving the model on and off the card (the router weighs it when routing and revoking).
-    swap_in_ms: int = 0
-    swap_out_ms: int = 0
-    # Keep the model on the card for good: its lease is never revoked (its renewals always say busy). For an engine
-    # that cannot free its device memory; the card space stays taken, so size the other holders around it.
-    pinned: bool = False
+    def __init__(self, settings_cls: type[BaseSettings], env: typing.Mapping[str, str]):
+        super().__init__(settings_cls)
+        self.env = env
 
-    def validate(self, path: str) -> None:
-        _check(path, "declared_gb", self.declared_gb > 0, f"must be > 0, got {self.declared_gb}")
-        _check(
-            path,
-            "priority",
-            self.priority in ("BATCH", "INTERACTIVE", "REALTIME"),
-            f"must be BATCH, INTERACTIVE or REALTIME, got {self.priority!r}",
-        )
-        _check(path, "swap_in_ms", self.swap_in_ms >= 0, "must be >= 0")
-        _check(path, "swap_out_ms", self.swap_out_ms >= 0, "must be >= 0")
+    def get_field_value(self, field, field_name):  # required by the base class; __call__ reads all variables at once
+        return None, field_name, False
 
-
-def _default_holders() -> dict[str, HolderConfig]:
-    # Sizes from DESIGN §4 (FP16 estimates): MOSS-Speech ~15-21 GB, CosyVoice3 ~5-9 GB, Qwen3-TTS-0.6B ~3.4 GB.
-    return {
-        "moss_sts": HolderConfig(declared_gb=20, priority="REALTIME", swap_in_ms=8000, swap_out_ms=2000),
-        "cosyvoice_tts": HolderConfig(declared_gb=8, priority="INTERACTIVE", swap_in_ms=3000, swap_out_ms=800),
-        "qwen_tts": HolderConfig(declared_gb=3.4, priority="INTERACTIVE", swap_in_ms=2000, swap_out_ms=500),
-        "asr": HolderConfig(declared_gb=2, priority="INTERACTIVE", swap_in_ms=1500, swap_out_ms=300),
-    }
+    def __call__(self) -> dict[str, Any]:
+        prefix, delimiter = self.config["env_prefix"], self.config["env_nested_delimiter"]
+        raw: dict[str, Any] = {}
+        for key, value in self.env.items():
+            if not key.startswith(prefix) or key in NOT_FIELDS:
+                continue
+            parts = [p.lower() for p in key[len(prefix) :].split(delimiter)]
+            node = raw
+            for part in parts[:-1]:
+                node = node.setdefault(part, {})
+                if not isinstance(node, dict):
+                    raise ConfigError(f"{key}: {'.'.join(parts)} does not name a config field")
+            try:
+                node[parts[-1]] = yaml.safe_load(value) if value != "" else ""
+            except yaml.YAMLError as e:
+                raise ConfigError(f"{key}: not a valid value: {e}") from None
+        return raw
 
 
-@dataclass
-class ResidencyConfig:
-    """Model services holding GPU leases from the router (docs/leases.md)."""
+class YamlFileSource(YamlConfigSettingsSource):
+    """The config file; its errors say which file and what is wrong with it."""
 
-    # GPU engines always hold a lease before their weights go on the card. true: CPU engines hold one too, for
-    # their declared size on the router's virtual card (time-sharing without a GPU).
-    enabled: bool = False
-    # Where model services ask for GPU leases: host:port of their card's lease authority (several GPU nodes,
-    # docs/scale.md); empty: the router's GpuLeases (one card, the default).
-    lease_authority: str = ""
-    # Longest wait for a lease before a load fails with UNAVAILABLE.
-    acquire_timeout_seconds: float = 120.0
-    # Requests that may wait for a model to be loaded back; more get RESOURCE_EXHAUSTED with a retry hint.
-    max_waiting_requests: int = 8
-    services: dict[str, HolderConfig] = field(default_factory=_default_holders)
-
-    def validate(self, path: str) -> None:
-        _check(
-            path,
-            "lease_authority",
-            not self.lease_authority or is_host_port(self.lease_authority),
-            f"must be host:port (or empty: the router), got {self.lease_authority!r}",
-        )
-        _check(path, "acquire_timeout_seconds", self.acquire_timeout_seconds > 0, "must be > 0")
-        _check(path, "max_waiting_requests", self.max_waiting_requests >= 0, "must be >= 0")
-        for name, holder in self.services.items():
-            _check(
-                f"{path}.services",
-                name,
-                name in MODEL_SERVICES,
-                f"is not a model service ({', '.join(MODEL_SERVICES)})",
-            )
-            holder.validate(f"{path}.services.{name}")
+    def _read_file(self, file_path: Path) -> dict[str, Any]:
+        try:
+            raw = super()._read_file(file_path)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {file_path} is not valid YAML: {e}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config file {file_path}: top level must be a mapping of sections")
+        return raw
 
 
-@dataclass
-class SecurityConfig:
-    """Transport security and access control (docs/security.md). Everything off by default (loopback fleet)."""
+class Config(BaseSettings):
+    """voicefleet's configuration: one section per fleet member plus the fleet-wide ones (docs/configuration.md)."""
 
-    # PEM files. tls_cert + tls_key: every fleet port listens with TLS. tls_ca: the fleet CA clients verify with.
-    tls_cert: str = ""
-    tls_key: str = ""
-    tls_ca: str = ""
-    # Model services require client certificates signed by tls_ca (mutual TLS between router and services).
-    mtls: bool = False
-    # Accepted on the router's public RPCs as "authorization: Bearer <token>"; empty = no token needed.
-    bearer_tokens: list[str] = field(default_factory=list)
-    # Shared secret of fleet services: GpuLeases, ModelControl and model services' ports need it when set.
-    fleet_token: str = ""
-
-    def validate(self, path: str) -> None:
-        _check(path, "tls_key", bool(self.tls_cert) == bool(self.tls_key), "tls_cert and tls_key go together")
-        _check(
-            path,
-            "tls_ca",
-            not self.mtls or bool(self.tls_ca and self.tls_cert),
-            "mtls needs tls_ca, tls_cert and tls_key",
-        )
-        _check(path, "bearer_tokens", all(t.strip() for t in self.bearer_tokens), "tokens must not be empty")
-
-
-@dataclass
-class RestartConfig:
-    """How `voicefleet up` supervises its members: like compose `restart: unless-stopped` / systemd
-    `Restart=on-failure` with `StartLimitBurst` (docs/architecture.md#supervisor)."""
-
-    # on-failure: a member that exits while the fleet is not stopping is started again; no: it stays down.
-    policy: str = "on-failure"
-    # Delay before a restart: backoff_initial_seconds, doubled for each earlier exit inside the crash-loop window,
-    # capped at backoff_max_seconds.
-    backoff_initial_seconds: float = 0.5
-    backoff_max_seconds: float = 30.0
-    # crash_loop_exits exits within crash_loop_window_seconds: the member is given up (reported; the rest stay up).
-    crash_loop_exits: int = 5
-    crash_loop_window_seconds: float = 120.0
-
-    def validate(self, path: str) -> None:
-        _check(path, "policy", self.policy in ("on-failure", "no"), f"must be on-failure or no, got {self.policy!r}")
-        _check(path, "backoff_initial_seconds", 0 < self.backoff_initial_seconds <= 60, "must be > 0 and <= 60")
-        _check(
-            path,
-            "backoff_max_seconds",
-            self.backoff_initial_seconds <= self.backoff_max_seconds <= 3600,
-            f"must be backoff_initial_seconds ({self.backoff_initial_seconds})..3600, got {self.backoff_max_seconds}",
-        )
-        _check(path, "crash_loop_exits", 1 <= self.crash_loop_exits <= 1000, "must be 1..1000")
-        _check(path, "crash_loop_window_seconds", 0 < self.crash_loop_window_seconds <= 86_400, "must be > 0")
-
-
-@dataclass
-class FleetConfig:
-    """What `voicefleet up` starts, in this order (the router once its backends are up; the gateway, its HTTP front
-    door, after it)."""
-
-    services: list[str] = field(
-        default_factory=lambda: ["cosyvoice_tts", "qwen_tts", "asr", "brain", "moss_sts", "router", "gateway"]
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", coerce_numbers_to_str=True
     )
-    # Seconds to wait for every service to report SERVING.
-    start_timeout_seconds: float = 120.0
-    restart: RestartConfig = field(default_factory=RestartConfig)
-    # The supervisor's own HTTP port on 127.0.0.1: /metrics (restarts per member) and /members (what
-    # `voicefleet status` shows: state, restarts, last exit, uptime). 0: not served.
-    supervisor_port: int = 9300
 
-    def validate(self, path: str) -> None:
-        known = (*MODEL_SERVICES, "brain", "router", "gateway", "lease_authority")
-        for name in self.services:
-            _check(path, "services", name in known, f"unknown service {name!r}; known: {', '.join(known)}")
-        _check(path, "start_timeout_seconds", self.start_timeout_seconds > 0, "must be > 0")
-        self.restart.validate(f"{path}.restart")
-        _check(path, "supervisor_port", 0 <= self.supervisor_port <= 65535, "must be 0..65535")
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
+    router: RouterConfig = Field(default_factory=RouterConfig)
+    cosyvoice_tts: CosyVoiceTtsConfig = Field(default_factory=CosyVoiceTtsConfig)
+    qwen_tts: QwenTtsConfig = Field(default_factory=QwenTtsConfig)
+    asr: AsrServiceConfig = Field(default_factory=AsrServiceConfig)
+    moss_sts: MossStsConfig = Field(default_factory=MossStsConfig)
+    brain: BrainConfig = Field(default_factory=BrainConfig)
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    lease_authority: LeaseAuthorityConfig = Field(default_factory=LeaseAuthorityConfig)
+    residency: ResidencyConfig = Field(default_factory=ResidencyConfig)
+    security: SecurityConfig = Field(default_factory=SecurityConfig)
 
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):
+        # Precedence: arguments, then the environment, then the file; no .env or secrets directory.
+        path, env = _SOURCES.get((DEFAULT_CONFIG_PATH, os.environ))
+        return init_settings, EnvSource(settings_cls, env), YamlFileSource(settings_cls, yaml_file=path)
 
-@dataclass
-class Config:
-    fleet: FleetConfig = field(default_factory=FleetConfig)
-    router: RouterConfig = field(default_factory=lambda: RouterConfig(port=50051, metrics_port=9301))
-    cosyvoice_tts: CosyVoiceTtsConfig = field(default_factory=lambda: CosyVoiceTtsConfig(port=50052, metrics_port=9302))
-    qwen_tts: QwenTtsConfig = field(default_factory=lambda: QwenTtsConfig(port=50053, metrics_port=9303))
-    asr: AsrServiceConfig = field(default_factory=lambda: AsrServiceConfig(port=50054, metrics_port=9304))
-    moss_sts: MossStsConfig = field(default_factory=lambda: MossStsConfig(port=50055, metrics_port=9305))
-    brain: BrainConfig = field(default_factory=BrainConfig)
-    gateway: GatewayConfig = field(default_factory=GatewayConfig)
-    lease_authority: LeaseAuthorityConfig = field(
-        default_factory=lambda: LeaseAuthorityConfig(port=50056, metrics_port=9306)
-    )
-    residency: ResidencyConfig = field(default_factory=ResidencyConfig)
-    security: SecurityConfig = field(default_factory=SecurityConfig)
-
-    def validate(self) -> None:
-        for f in dataclasses.fields(self):
-            getattr(self, f.name).validate(f.name)
+    @model_validator(mode="after")
+    def _default_backends(self):
+        # Backends left unset: the model services this fleet starts, at their sections' addresses.
         if not self.router.backends:
             self.router.backends = {
-                name: getattr(self, name).address
-                for name in self.fleet.services
-                if name != "router" and name in MODEL_SERVICES and hasattr(self, name)
+                name: getattr(self, name).address for name in self.fleet.services if name in MODEL_SERVICES
             }
+        return self
 
 
 def load_config(path: str | os.PathLike | None = None, env: typing.Mapping[str, str] | None = None) -> Config:
     """Read the file, apply env overrides, validate. Raises ConfigError naming the bad field."""
     env = os.environ if env is None else env
     path = Path(path or env.get("VOICEFLEET_CONFIG") or DEFAULT_CONFIG_PATH)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    token = _SOURCES.set((path, env))
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"config file {path}: top level must be a mapping of sections")
-    _apply_env(raw, env)
-    config = _build(Config, raw, "")
-    config.validate()
-    return config
+        return Config()
+    except ValidationError as e:
+        raise ConfigError(explain(e)) from None
+    finally:
+        _SOURCES.reset(token)
 
 
-def _apply_env(raw: dict, env: typing.Mapping[str, str]) -> None:
-    for key, value in env.items():
-        if not key.startswith(ENV_PREFIX) or key in NOT_FIELDS:
-            continue
-        parts = [p.lower() for p in key[len(ENV_PREFIX) :].split("__")]
-        node = raw
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"{key}: {'.'.join(parts)} does not name a config field")
-        node[parts[-1]] = yaml.safe_load(value) if value != "" else ""
+def config_schema() -> dict[str, Any]:
+    """The JSON Schema of the config file (what editors check and complete YAML with)."""
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **Config.model_json_schema()}
 
 
-def _build(cls: type, raw: Any, path: str, base: Any = None) -> Any:
-    """``cls`` from ``raw``, over ``base`` (the enclosing default, e.g. router's port 50051) or cls()."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path or 'config'}: must be a mapping, got {type(raw).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - set(fields))
-    if unknown:
-        where = f"{path}.{unknown[0]}" if path else unknown[0]
-        raise ConfigError(f"{where}: unknown field; known fields: {', '.join(sorted(fields))}")
-    result = copy.deepcopy(base) if base is not None else cls()
-    for name, value in raw.items():
-        where = f"{path}.{name}" if path else name
-        tp = hints[name]
-        if dataclasses.is_dataclass(tp):
-            setattr(result, name, _build(tp, value, where, base=getattr(result, name)))
+# --- pydantic's errors, told the way the config names things: "router.port: must be 1..65535, got 70000" --------
+_TYPE_MESSAGES = {
+    "int_parsing": "must be a number",
+    "int_type": "must be a number",
+    "float_parsing": "must be a number",
+    "float_type": "must be a number",
+    "int_from_float": "must be a whole number",
+    "bool_parsing": "must be true or false",
+    "bool_type": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+}
+_MAPPING_TYPES = ("model_type", "model_attributes_type", "dict_type")
+
+
+def explain(error: ValidationError) -> str:
+    """One line per bad field, each naming it."""
+    return "; ".join(_explain_one(e) for e in error.errors(include_url=False))
+
+
+def _explain_one(e: dict[str, Any]) -> str:
+    loc = list(e["loc"])
+    cause = (e.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldValueError):
+        loc.append(cause.field)
+    kind, value = e["type"], e.get("input")
+    if kind == "value_error" and cause is not None:
+        message = str(cause)
+    elif kind == "extra_forbidden":
+        owner = _type_at(loc[:-1])
+        known = sorted(owner.model_fields) if isinstance(owner, type) and issubclass(owner, BaseModel) else []
+        message = f"unknown field; known fields: {', '.join(known)}"
+    elif kind in _TYPE_MESSAGES:
+        message = f"{_TYPE_MESSAGES[kind]}, got {value!r}"
+    elif kind in _MAPPING_TYPES:
+        message = f"must be a mapping, got {type(value).__name__}"
+    else:
+        message = f"{_bounds_message(loc, e)}, got {value!r}"
+    return f"{_path(loc) or 'config'}: {message}"
+
+
+def _path(loc: list) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc))
+
+
+def _type_at(loc: list) -> Any:
+    """The type the config has at ``loc`` (a section model, or what a dict or list holds)."""
+    tp: Any = Config
+    for part in loc:
+        if isinstance(tp, type) and issubclass(tp, BaseModel) and part in tp.model_fields:
+            tp = tp.model_fields[part].annotation
+        elif typing.get_origin(tp) in (dict, list):
+            tp = typing.get_args(tp)[-1]
         else:
-            setattr(result, name, _coerce(tp, value, where))
-    return result
+            return None
+    return tp
 
 
-def _coerce(tp: Any, value: Any, path: str) -> Any:
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, path)
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{path}: must be a mapping, got {value!r}")
-        _, vt = typing.get_args(tp)
-        return {str(k): _coerce(vt, v, f"{path}.{k}") for k, v in value.items()}
-    if origin is list:
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, list):
-            raise ConfigError(f"{path}: must be a list, got {value!r}")
-        (it,) = typing.get_args(tp)
-        return [_coerce(it, v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if origin in (typing.Union, types.UnionType):
-        return value
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{path}: must be true or false, got {value!r}")
-    if tp in (int, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{path}: must be a number, got {value!r}")
-        if tp is int and float(value) != int(value):
-            raise ConfigError(f"{path}: must be a whole number, got {value!r}")
-        return tp(value)
-    if tp is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(f"{path}: must be a string, got {value!r}")
-        return str(value)
-    return value
+def _bounds_message(loc: list, e: dict[str, Any]) -> str:
+    """What the field says about its values (Says), else its bounds ('must be 1..65535', 'must be > 0')."""
+    at = max((i for i, p in enumerate(loc) if isinstance(p, str)), default=None)  # the field (not a list index)
+    owner = _type_at(loc[:at]) if at is not None else None
+    info = owner.model_fields.get(loc[at]) if isinstance(owner, type) and issubclass(owner, BaseModel) else None
+    metadata = info.metadata if info is not None else []
+    says = next((m.text for m in metadata if isinstance(m, Says)), None)
+    if says:
+        return says
+    if e["type"] == "literal_error":
+        return f"must be {e['ctx']['expected']}"
+    bounds = {k: getattr(m, k) for m in metadata for k in ("ge", "gt", "le", "lt") if hasattr(m, k)}
+    if "ge" in bounds and "le" in bounds:
+        return f"must be {bounds['ge']}..{bounds['le']}"
+    parts = [f">= {bounds['ge']}" if "ge" in bounds else "", f"> {bounds['gt']}" if "gt" in bounds else ""]
+    parts += [f"<= {bounds['le']}" if "le" in bounds else "", f"< {bounds['lt']}" if "lt" in bounds else ""]
+    said = " and ".join(p for p in parts if p)
+    return f"must be {said}" if said else e["msg"]
