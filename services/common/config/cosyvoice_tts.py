@@ -54,4 +54,5 @@ class CosyVoiceTtsConfig(TtsServiceConfig):
 
     port: int = bounded(50052, ge=1, le=65535)
     metrics_port: int = bounded(9302, ge=0, le=65535)
+
     gpu: CosyVoiceGpuConfig = Field(default_factory=CosyVoiceGpuConfig)

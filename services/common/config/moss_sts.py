@@ -66,9 +66,10 @@ class MossStsConfig(TtsServiceConfig):
     """moss_sts: Conversation (+ Synthesizer). CPU: a cascade in a box (asr CPU engine -> brain -> piper/espeak);
     GPU: MOSS-Speech speech-to-speech. Limits and defaults: docs/conversation.md."""
 
-    # CPU cascade: the in-box TTS engine ("piper": the joe voice; "espeak": espeak-ng voices).
     port: int = bounded(50055, ge=1, le=65535)
     metrics_port: int = bounded(9305, ge=0, le=65535)
+
+    # CPU cascade: the in-box TTS engine ("piper": the joe voice; "espeak": espeak-ng voices).
     tts_engine: Literal["piper", "espeak"] = "piper"
     espeak: EspeakConfig = Field(default_factory=EspeakConfig)
     # System prompt for sessions that send none.

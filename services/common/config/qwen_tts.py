@@ -44,5 +44,6 @@ class QwenTtsConfig(TtsServiceConfig):
 
     port: int = bounded(50053, ge=1, le=65535)
     metrics_port: int = bounded(9303, ge=0, le=65535)
+
     espeak: EspeakConfig = Field(default_factory=EspeakConfig)
     gpu: QwenGpuConfig = Field(default_factory=QwenGpuConfig)

@@ -94,9 +94,10 @@ class LeaseAuthorityConfig(ServerConfig):
     """One GPU card's lease authority (services/router/lease_authority.py): GpuLeases next to the card, so any number
     of routers can route to any node. It grants with router.leases' card policy (capacity_gb, ttl, ...)."""
 
-    # Names the card in logs and in ListLeases' request ids (default: this host's name).
     port: int = bounded(50056, ge=1, le=65535)
     metrics_port: int = bounded(9306, ge=0, le=65535)
+
+    # Names the card in logs and in ListLeases' request ids (default: this host's name).
     card: str = ""
 
 
@@ -176,11 +177,12 @@ class RouterHealthConfig(Section):
 class RouterConfig(ServerConfig):
     """The front door."""
 
+    port: int = bounded(50051, ge=1, le=65535)
+    metrics_port: int = bounded(9301, ge=0, le=65535)
+
     # Backend name -> host:port. Filled from the enabled services' sections when left empty. Replicas of one
     # backend on several nodes: a gRPC target naming them all (dns:///name:port or ipv4:a:port,b:port); calls go
     # round-robin to the replicas whose grpc.health says SERVING (docs/scale.md#routers).
-    port: int = bounded(50051, ge=1, le=65535)
-    metrics_port: int = bounded(9301, ge=0, le=65535)
     backends: dict[str, BackendTarget] = Field(default_factory=dict)
     # Backend for text-to-speech when neither engine, voice nor mode picks one.
     default_tts_backend: TtsBackend = "cosyvoice_tts"
