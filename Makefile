@@ -11,7 +11,7 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
-.PHONY: install run test test-gpu check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench soak clean golden prometheus chromium
+.PHONY: install run test config-schema test-gpu check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench soak clean golden prometheus chromium
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,9 @@ test-gpu: check-gpu-stacks  ## GPU smoke: each stack's GPU tests in its own venv
 
 compose-test: install  ## build every CPU image, run deploy/compose.yaml in Docker: speak, transcribe, converse, crash+failover
 	scripts/compose-test.sh $(BIN)/python
+
+config-schema: install  ## write docs/config.schema.json from the config models (tests/test_config.py fails when it is stale)
+	$(BIN)/python scripts/config_schema.py docs/config.schema.json
 
 # kubectl for tests/test_k8s.py: the one on PATH (Debian's kubernetes-client installed when missing and root), and
 # Debian's kubectl 1.20 fetched into build/k8s/ (the manifests must render the same with its kustomize v2.0.3).

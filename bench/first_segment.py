@@ -14,7 +14,7 @@ import asyncio
 import statistics
 import time
 
-from services.common.config_base import ChunkingConfig
+from services.common.config.base import ChunkingConfig
 from services.common.engines import SynthesisOptions, TextEvent
 from services.conversation.cascade import REPLY_BUFFERING
 from services.cosyvoice_tts.piper_engine import PiperTtsEngine

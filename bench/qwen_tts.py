@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.harness import Row
 from services.cli.fleet import LocalFleet
-from services.common.config_base import ChunkingConfig, EspeakConfig
+from services.common.config.base import ChunkingConfig, EspeakConfig
 from services.common.engines import SynthesisOptions
 from services.qwen_tts.espeak import Espeak
 from services.qwen_tts.espeak_engine import EspeakTtsEngine

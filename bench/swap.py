@@ -45,8 +45,8 @@ def memcpy_seconds(nbytes: int, runs: int = 5) -> float:
 
 
 async def _whisper(model_dir: Path) -> tuple[list[float], list[float]]:
-    from services.asr.config import AsrGpuConfig, AsrServiceConfig
     from services.asr.gpu_engine import GpuAsrEngine
+    from services.common.config.asr import AsrGpuConfig, AsrServiceConfig
 
     config = AsrServiceConfig(
         port=1,

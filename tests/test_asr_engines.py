@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from services.asr import evaluation as ev
-from services.asr.config import AsrGpuConfig, AsrServiceConfig
 from services.asr.vad import WINDOW, Endpointer, SileroVad
+from services.common.config.asr import AsrGpuConfig, AsrServiceConfig
 from services.common.engines import RESULT, SPEECH_END, SPEECH_START, Endpointing, RecognitionOptions
 from services.common.errors import FailedPrecondition
 

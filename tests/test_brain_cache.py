@@ -10,7 +10,6 @@ the running brain does; "evaluated" is llama.cpp's count of prompt tokens it ran
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 import pytest
 
@@ -27,7 +26,7 @@ def server_settings(prompt_cache_mb: int):
     from llama_cpp.server.settings import ModelSettings, Settings
 
     config = load_config(None)
-    config.brain = dataclasses.replace(config.brain, prompt_cache_mb=prompt_cache_mb, n_ctx=1024)
+    config.brain = config.brain.model_copy(update={"prompt_cache_mb": prompt_cache_mb, "n_ctx": 1024})
     argv = server_command(config)[3:]  # after "python -m llama_cpp.server"
     parser = argparse.ArgumentParser()
     add_args_from_model(parser, Settings)

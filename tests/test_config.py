@@ -1,8 +1,13 @@
 from __future__ import annotations
 
-import pytest
+import json
+from pathlib import Path
 
-from services.common.config import ConfigError, load_config
+import jsonschema
+import pytest
+import yaml
+
+from services.common.config import DEFAULT_CONFIG_PATH, ConfigError, config_schema, load_config
 
 
 def write(tmp_path, text):
@@ -100,3 +105,29 @@ def test_bad_values_name_the_field(tmp_path, text, env, message):
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.yaml", env={})
+
+
+# --- the published JSON Schema (docs/config.schema.json; docs/configuration.md#editor-support) --------------------
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "docs" / "config.schema.json"
+
+
+def test_the_published_schema_is_what_the_config_models_generate():
+    assert json.loads(SCHEMA.read_text()) == config_schema(), "stale: run `make config-schema` and commit it"
+
+
+@pytest.mark.parametrize("path", [DEFAULT_CONFIG_PATH, ROOT / "deploy" / "voicefleet.yaml"])
+def test_the_schema_accepts_the_shipped_config_files(path):
+    jsonschema.validate(yaml.safe_load(path.read_text()), json.loads(SCHEMA.read_text()))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["router: {prot: 1}", "router: {port: 70000}", "asr: {engine: tpu}", "router: {routes: {realtime: [asr]}}"],
+)
+def test_the_schema_flags_what_the_loader_refuses(tmp_path, text):
+    # What an editor underlines is what the services would refuse at start.
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(yaml.safe_load(text), json.loads(SCHEMA.read_text()))
+    with pytest.raises(ConfigError):
+        load_config(write(tmp_path, text), env={})

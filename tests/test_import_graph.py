@@ -25,8 +25,6 @@ SHARED_ENGINES = {
     "services.cosyvoice_tts.piper_engine",
     "services.qwen_tts.espeak_engine",
 }
-# Config section declarations: services/<name>/config.py, composed by services/common/config.py.
-SECTIONS = {f"services.{name}.config" for name in (*MODEL_SERVICES, "router", "conversation", "gateway")}
 
 
 def _module_name(path: Path) -> str:
@@ -39,6 +37,11 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+
+# Config sections: one module each in services/common/config/, composed by its __init__ (the loader), at the bottom
+# with the shared runtime: services import their section, a section imports only the config package's base.
+CONFIG_PACKAGE = "services.common.config"
+SECTIONS = {m for m in MODULES if m.startswith(f"{CONFIG_PACKAGE}.") and m != f"{CONFIG_PACKAGE}.base"}
 
 
 def _resolve(name: str) -> str | None:
@@ -81,7 +84,8 @@ def test_the_graph_is_read():
     # The checks below mean something only if the parser sees the imports the code has.
     assert "services.conversation.cascade" in GRAPH["services.router.service"]
     assert "services.conversation.dialogue" in GRAPH["services.moss_sts.moss_engine"]
-    assert "services.common.config_base" in GRAPH["services.asr.config"]
+    assert "services.common.config.base" in GRAPH["services.common.config.asr"]
+    assert "services.common.config.asr" in GRAPH["services.asr.cpu_engine"]
     assert "services.remote.base" in GRAPH["services.remote.asr"]
 
 
@@ -97,8 +101,7 @@ def test_runtime_orchestration_and_remote_engines_import_no_service():
     def allowed(m: str, dep: str) -> bool:
         layer, dep_layer = _layer(m), _layer(dep)
         if layer == "common":
-            # The loader composes every service's section; nothing else of a service is the runtime's.
-            return dep_layer in ("common", "services") or (m == "services.common.config" and dep in SECTIONS)
+            return dep_layer in ("common", "services")
         if layer == "conversation":
             return dep_layer in ("common", "conversation", "services")
         if layer == "remote":
@@ -119,8 +122,10 @@ def test_residency_imports_only_the_runtime():
 
 
 def test_config_sections_import_only_the_config_base():
+    base = ("services", "services.common", CONFIG_PACKAGE, f"{CONFIG_PACKAGE}.base")
+
     def allowed(m: str, dep: str) -> bool:
-        return m not in SECTIONS or dep in ("services.common.config_base", "services", f"services.{_layer(m)}")
+        return m not in SECTIONS or dep in base
 
     assert _violations(allowed) == []
 
@@ -249,6 +254,5 @@ def test_each_image_copies_what_its_entry_point_imports(dockerfile, stage, copie
 def test_the_router_image_carries_no_model_service_code():
     (router,) = [p for p in IMAGES if p.values[0].parent.name == "router"]
     _, _, copies, _ = router.values
-    for name in MODEL_SERVICES:
-        carried = [c for c in copies if c.startswith(f"services/{name}")]
-        assert carried == [f"services/{name}/__init__.py", f"services/{name}/config.py"], carried
+    carried = [c for c in copies if c.startswith(tuple(f"services/{name}" for name in MODEL_SERVICES))]
+    assert carried == []

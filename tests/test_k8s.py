@@ -43,7 +43,8 @@ import yaml
 
 from services.cli.fleet import MODULES as MEMBER_MODULES
 from services.common import metrics
-from services.common.config import MODEL_SERVICES, Config, ConfigError, load_config
+from services.common.config import Config, ConfigError, load_config
+from services.common.config.base import MODEL_SERVICES
 from services.common.health import LIVENESS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -217,7 +218,7 @@ class Member:
             self.section = {m: s for s, m in MEMBER_MODULES.items()}.get(module, module.rsplit(".", 1)[-1])
         else:
             self.section = service  # compose's service names are the config sections (tests/test_deploy.py)
-        if self.section not in {f for f in Config.__dataclass_fields__}:
+        if self.section not in Config.model_fields:
             self.problem(f"runs {module}, which is no fleet config section")
             return
         config_path = argv[argv.index("--config") + 1]

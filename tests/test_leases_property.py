@@ -189,20 +189,20 @@ def test_bad_acquires_are_refused_with_reasons():
 def test_residency_aware_routing_reads_the_holders_latest_swap_in():
     """A holder's lease asks with its measured swap-in once it has loaded: the router's cold/warm decision follows
     that figure, not the configured first guess."""
-    from services.common.config import HolderConfig, ResidencyConfig
+    from services.common.config.residency import HolderConfig, ResidencyConfig
     from services.router.placement import LocalLeaseTables, PlacementView
 
     m, _clock = make()
     view = PlacementView(
-        LocalLeaseTables(m), ResidencyConfig(services={"moss": HolderConfig(swap_in_ms=8000)}), {}, 1000
+        LocalLeaseTables(m), ResidencyConfig(services={"moss_sts": HolderConfig(swap_in_ms=8000)}), {}, 1000
     )
     for swap_in_ms, cold in ((8000, True), (400, False)):
         stream = f"s{swap_in_ms}"
         epoch = next(
             e.lease.epoch
-            for e in m.acquire(stream, LeaseRequest("moss", "m", 1, 2, swap_in_ms))
+            for e in m.acquire(stream, LeaseRequest("moss_sts", "m", 1, 2, swap_in_ms))
             if isinstance(e, Granted)
         )
-        assert view.warm("moss")
+        assert view.warm("moss_sts")
         m.release(stream, epoch)
-        assert view.too_cold("moss", 1000) is cold
+        assert view.too_cold("moss_sts", 1000) is cold

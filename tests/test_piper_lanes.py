@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from services.common.config_base import ChunkingConfig, SchedulingConfig
+from services.common.config.base import ChunkingConfig, SchedulingConfig
 from services.common.engines import SynthesisOptions
 from services.cosyvoice_tts.piper_engine import PiperTtsEngine
 

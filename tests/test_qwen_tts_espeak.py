@@ -10,7 +10,7 @@ import hashlib
 
 import pytest
 
-from services.common.config_base import ChunkingConfig, EspeakConfig
+from services.common.config.base import ChunkingConfig, EspeakConfig
 from services.common.engines import SynthesisOptions
 from services.common.errors import InvalidArgument, NotFound
 from services.common.tts_servicer import VOICE_ID_RE

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from services.common.config_base import ChunkingConfig
+from services.common.config.base import ChunkingConfig
+from services.common.config.qwen_tts import QwenGpuConfig
 from services.common.engines import SynthesisOptions
 from services.qwen_tts import presets
-from services.qwen_tts.config import QwenGpuConfig
 from tests.speech import INTELLIGIBLE, intelligible, speech_like
 
 pytestmark = pytest.mark.gpu

@@ -21,11 +21,11 @@ import grpc
 import numpy as np
 import pytest
 
-from services.common.config_base import ChunkingConfig
+from services.common.config.base import ChunkingConfig
+from services.common.config.qwen_tts import QwenGpuConfig
 from services.common.engines import SynthesisOptions
 from services.common.errors import InvalidArgument, NotFound, Unavailable, VoiceError
 from services.qwen_tts import presets
-from services.qwen_tts.config import QwenGpuConfig
 from services.qwen_tts.vllm_omni_engine import VllmOmniTtsEngine, request_groups
 from tests.conftest import start_fleet
 from voice.v1 import synthesizer_pb2, synthesizer_pb2_grpc
@@ -347,7 +347,7 @@ def test_qwen_tts_service_on_the_vllm_omni_engine_through_the_router(double, tmp
 async def test_a_new_streams_first_request_goes_before_a_running_streams_next_one(double):
     """The scheduler in front of the sidecar (one request in flight here): while stream A speaks its first request,
     stream B arrives; B's first request is sent before A's second, since A is seconds ahead of playback."""
-    from services.common.config_base import SchedulingConfig
+    from services.common.config.base import SchedulingConfig
 
     engine = VllmOmniTtsEngine(
         "qwen_tts_test",

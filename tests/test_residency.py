@@ -189,8 +189,8 @@ def test_a_gpu_engine_that_cannot_free_its_memory_must_be_pinned():
     fix; pinned, it is accepted and refuses to be offloaded."""
     import asyncio
 
-    from services.common.config import Config, _build
-    from services.common.config_base import ConfigError
+    from services.common.config import Config
+    from services.common.config.base import ConfigError
     from services.common.errors import FailedPrecondition
     from services.residency.from_config import residency_for
     from services.residency.model_residency import engine_hooks
@@ -208,7 +208,7 @@ def test_a_gpu_engine_that_cannot_free_its_memory_must_be_pinned():
         engine_hooks(StaysOnTheCard(), "m", "qwen_tts", gpu_engine=True)
     engine_hooks(StaysOnTheCard(), "m", "qwen_tts", gpu_engine=False)  # CPU engines only account: accepted
 
-    config = _build(Config, {"residency": {"services": {"qwen_tts": {"declared_gb": 3, "pinned": True}}}}, "")
+    config = Config(residency={"services": {"qwen_tts": {"declared_gb": 3, "pinned": True}}})
     residency = residency_for(config, "qwen_tts", StaysOnTheCard(), "m", gpu_engine=True)
     assert residency.pinned and residency.lease_enabled
 

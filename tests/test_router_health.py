@@ -11,11 +11,11 @@ import pytest
 
 from services.common import metrics
 from services.common.config import ConfigError, load_config
+from services.common.config.router import RouterHealthConfig, RoutesConfig
 from services.common.engines import Routing
 from services.remote.base import fault
 from services.remote.tts import RemoteTtsEngine
 from services.router.backends import EJECTED, NOT_SERVING, SERVING, UNREACHABLE, Backend, ServiceReadiness
-from services.router.config import RouterHealthConfig, RoutesConfig
 from services.router.policy import RouterTtsResolver
 from voice.v1 import routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 

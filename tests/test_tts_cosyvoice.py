@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 
 from services.common import audio
-from services.common.config_base import ChunkingConfig
+from services.common.config.base import ChunkingConfig
+from services.common.config.cosyvoice_tts import CosyVoiceGpuConfig
 from services.common.engines import SynthesisOptions
 from services.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from services.common.server import Servicer, add_servicers
 from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer
-from services.cosyvoice_tts.config import CosyVoiceGpuConfig
 from services.cosyvoice_tts.cosyvoice_engine import PROMPT_PREFIX, CosyVoice3Engine
 from tests.cosyvoice_double import SEEDS, FakeAutoModel, seed_all
 from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
@@ -356,7 +356,7 @@ async def test_gpu_cosyvoice3_clones_and_speaks_intelligibly(tmp_path):
     reason = _cuda_reason() or _weights_reason()
     if reason:
         pytest.skip(reason)
-    from services.common.config_base import ChunkingConfig as Chunking
+    from services.common.config.base import ChunkingConfig as Chunking
     from services.cosyvoice_tts.piper_engine import PiperTtsEngine
     from tests.speech import INTELLIGIBLE, intelligible
 
@@ -437,7 +437,7 @@ async def test_gpu_cosyvoice3_offload_frees_the_card_and_reload_speaks_again(tmp
 def test_load_vllm_cannot_take_turns_on_the_card_unless_pinned(tmp_path):
     """vLLM's share stays on the card through an offload: as a time-sharing holder its released lease would let the
     router grant bytes that are still taken, so the service refuses to start that way and names the fix."""
-    from services.common.config_base import ConfigError
+    from services.common.config.base import ConfigError
     from services.residency.model_residency import engine_hooks
 
     def engine(load_vllm):

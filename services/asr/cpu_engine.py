@@ -20,11 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from services.asr.config import AsrServiceConfig
 from services.asr.models import base_model_dir, tiny_en_dir
 from services.asr.pipeline import FinalText, InterimBudget, TwoPassStream
 from services.asr.turn_model import TurnSupport
 from services.asr.vad import RATE, SileroVad
+from services.common.config.asr import AsrServiceConfig
 from services.common.engines import AsrEngine, AsrStream, RecognitionOptions
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.scheduler import cpu_cores

@@ -205,7 +205,7 @@ class Speakers:
         self._cache: dict[tuple[str, str], tuple[bytes, int]] = {}
 
     async def start(self) -> None:
-        from services.common.config_base import ChunkingConfig, EspeakConfig
+        from services.common.config.base import ChunkingConfig, EspeakConfig
         from services.cosyvoice_tts.piper_engine import PiperTtsEngine
         from services.qwen_tts.espeak_engine import EspeakTtsEngine
 
@@ -258,8 +258,8 @@ class Speakers:
 
 async def cpu_engine(**config):
     """The asr CPU engine in process, started (its defaults unless ``config`` overrides AsrServiceConfig fields)."""
-    from services.asr.config import AsrServiceConfig
     from services.asr.cpu_engine import CpuAsrEngine
+    from services.common.config.asr import AsrServiceConfig
 
     engine = CpuAsrEngine("asr_eval", AsrServiceConfig(port=1, **config))
     await engine.start()

@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from services.asr.config import AsrServiceConfig
 from services.asr.cpu_engine import hint_prompt, whisper_language
 from services.asr.pipeline import FinalText, TwoPassStream
 from services.asr.turn_model import TurnSupport
 from services.asr.vad import RATE, SileroVad
+from services.common.config.asr import AsrServiceConfig
 from services.common.engines import AsrEngine, AsrStream, Offloadable, RecognitionOptions, WordTiming
 from services.common.errors import FailedPrecondition, InvalidArgument
 

@@ -5,7 +5,6 @@ Used by ``voicefleet up`` and by the integration tests, so tests start the fleet
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import socket
@@ -54,10 +53,10 @@ def free_port() -> int:
 def write_ephemeral_config(directory: Path, services=("cosyvoice_tts", "router"), **sections) -> Path:
     """A config file giving every service free loopback ports (tests, benchmarks); ``sections`` merge over it."""
     raw = {"fleet": {"services": list(services), "start_timeout_seconds": 90, "supervisor_port": free_port()}}
-    for f in dataclasses.fields(Config):
-        if "port" in {g.name for g in dataclasses.fields(f.default_factory())}:  # fleet members only
-            grace = 5 if f.name == "router" else 10
-            raw[f.name] = {"port": free_port(), "metrics_port": free_port(), "grace_seconds": grace}
+    for name, section in Config.model_fields.items():
+        if "port" in section.annotation.model_fields:  # fleet members only
+            grace = 5 if name == "router" else 10
+            raw[name] = {"port": free_port(), "metrics_port": free_port(), "grace_seconds": grace}
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)
     path = Path(directory) / "voicefleet.yaml"

@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.cli.fleet import LocalFleet
-from services.common.config import RestartConfig
+from services.common.config.fleet import RestartConfig
 from services.common.health_probe import member_status
 from services.common.metrics import SUPERVISOR_GAVE_UP, SUPERVISOR_MEMBER_READY, SUPERVISOR_RESTARTS
 

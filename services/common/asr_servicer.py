@@ -70,7 +70,7 @@ def streams_per_core(engine: str) -> int:
 
 
 def endpointing_defaults(section) -> Endpointing:
-    """An endpointing config section (config_base.AsrEndpointingConfig) as the defaults of a stream's fields."""
+    """An endpointing config section (config.base.AsrEndpointingConfig) as the defaults of a stream's fields."""
     return Endpointing(
         section.threshold,
         section.min_speech_ms,

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import grpc
 
-from services.common.config import ConfigError, SecurityConfig
+from services.common.config.base import ConfigError
+from services.common.config.security import SecurityConfig
 
 FLEET_TOKEN_HEADER = "x-voicefleet-fleet-token"
 OPEN_SERVICES = (

@@ -28,7 +28,7 @@ from grpc_reflection.v1alpha import reflection
 
 from services.common import security
 from services.common.config import Config, ConfigError, load_config
-from services.common.config_base import ServerConfig
+from services.common.config.base import ServerConfig
 from services.common.health import LIVENESS, DeepProbe, Health, HealthServicer, Readiness, hang_while_file_exists
 from services.common.metrics import start_metrics_server
 from services.common.rpc import ParseRequests, RequestIdFilter, wrap_servicer

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from services.common.config_base import (  # noqa: F401 - the lists live with the config that names them
+from services.common.config.base import (  # noqa: F401 - the lists live with the config that names them
     DEFAULT_BACKCHANNELS,
     DEFAULT_MIN_WORDS,
     DEFAULT_STOP_WORDS,

@@ -69,12 +69,12 @@ from pathlib import Path
 import numpy as np
 
 from services.common import audio, metrics
-from services.common.config_base import ChunkingConfig, SchedulingConfig
+from services.common.config.base import ChunkingConfig, SchedulingConfig
+from services.common.config.cosyvoice_tts import CosyVoiceGpuConfig
 from services.common.engines import AudioPiece, Offloadable, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
-from services.cosyvoice_tts.config import CosyVoiceGpuConfig
 
 log = logging.getLogger("voicefleet.cosyvoice")
 

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 import onnxruntime
 
 from services.common import metrics
-from services.common.config_base import ChunkingConfig, SchedulingConfig
+from services.common.config.base import ChunkingConfig, SchedulingConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler, split_cores

@@ -11,6 +11,7 @@ import uuid
 import grpc
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from services.common.config.gateway import GatewayConfig
 from services.common.metrics import (
     GATEWAY_ADDED,
     GATEWAY_BYTES,
@@ -19,7 +20,6 @@ from services.common.metrics import (
     GATEWAY_REFUSALS,
 )
 from services.gateway import protocol
-from services.gateway.config import GatewayConfig
 from services.gateway.protocol import ProtocolError
 from voice.v1 import conversation_pb2, conversation_pb2_grpc
 

@@ -52,7 +52,8 @@ from pathlib import Path
 import numpy as np
 
 from services.common import audio as audio_util
-from services.common.config_base import ChunkingConfig
+from services.common.config.base import ChunkingConfig
+from services.common.config.moss_sts import MossGpuConfig
 from services.common.engines import (
     AsrEngine,
     AudioPiece,
@@ -67,7 +68,6 @@ from services.common.engines import (
 )
 from services.common.errors import FailedPrecondition, NotFound
 from services.conversation.dialogue import RATE, DialogueLimits, DialogueSession, Message, ReplySink, UserTurn, _Reply
-from services.moss_sts.config import MossGpuConfig
 from services.moss_sts.moss_stream import ChunkPlan, StreamingCodecDecoder, TokenTap
 
 log = logging.getLogger("voicefleet.moss_sts.moss")

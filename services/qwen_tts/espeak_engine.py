@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from services.common import metrics
-from services.common.config_base import ChunkingConfig, EspeakConfig
+from services.common.config.base import ChunkingConfig, EspeakConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.common.scheduler import Playback, SegmentScheduler

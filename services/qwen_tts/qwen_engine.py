@@ -30,13 +30,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from services.common import metrics
-from services.common.config_base import ChunkingConfig
+from services.common.config.base import ChunkingConfig
+from services.common.config.qwen_tts import QwenGpuConfig
 from services.common.engines import AudioPiece, Offloadable, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, NotFound
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
 from services.qwen_tts import presets
-from services.qwen_tts.config import QwenGpuConfig
 from services.qwen_tts.vllm_omni_engine import check_rate, qwen_language_name, qwen_voice_info
 
 log = logging.getLogger("voicefleet.qwen_tts.qwen")

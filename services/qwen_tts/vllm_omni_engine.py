@@ -58,13 +58,13 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from services.common import metrics
-from services.common.config_base import ChunkingConfig, SchedulingConfig
+from services.common.config.base import ChunkingConfig, SchedulingConfig
+from services.common.config.qwen_tts import QwenGpuConfig
 from services.common.engines import AudioPiece, Offloadable, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import sentence_spans
 from services.qwen_tts import presets
-from services.qwen_tts.config import QwenGpuConfig
 
 log = logging.getLogger("voicefleet.qwen_tts.vllm_omni")
 

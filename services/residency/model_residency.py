@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import grpc
 
 from services.common import metrics, security
-from services.common.config_base import ConfigError
+from services.common.config.base import ConfigError
 from services.common.engines import Offloadable
 from services.common.errors import FailedPrecondition, ResourceExhausted, Unavailable
 from services.residency.lease_client import GpuLease

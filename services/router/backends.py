@@ -40,8 +40,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common import metrics, security
+from services.common.config.router import RouterHealthConfig
 from services.common.health import PUBLIC_SERVICES
-from services.router.config import RouterHealthConfig
 from voice.v1 import (
     audio_pb2,
     fleet_pb2,

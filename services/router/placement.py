@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from services.common import metrics, security
-from services.common.config import ResidencyConfig
+from services.common.config.residency import ResidencyConfig
 from services.residency.lease_client import authority_addresses
 from services.residency.lease_table import LeaseManager
 from services.router.backends import Backend

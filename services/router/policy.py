@@ -24,11 +24,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from services.common.config.router import RoutesConfig
 from services.common.engines import Routing, TtsEngine, VoiceInfo
 from services.common.errors import InvalidArgument, NotFound, Unavailable, VoiceError
 from services.common.voices import pick_voice
 from services.remote.tts import RemoteTtsEngine
-from services.router.config import RoutesConfig
 from services.router.failover import Candidate, FailoverLog, RoutedTts
 from voice.v1 import routing_pb2
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from services.common import audio
-from services.common.config_base import ChunkingConfig
+from services.common.config.base import ChunkingConfig
 from services.common.engines import SynthesisOptions
 
 GOLDEN_DIR = Path(__file__).parent
@@ -39,7 +39,7 @@ def make_piper():
 
 
 def make_espeak():
-    from services.common.config_base import EspeakConfig
+    from services.common.config.base import EspeakConfig
     from services.qwen_tts.espeak_engine import EspeakTtsEngine
 
     return EspeakTtsEngine("golden", ChunkingConfig(), EspeakConfig())

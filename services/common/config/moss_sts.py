@@ -1,0 +1,135 @@
+"""The ``moss_sts`` config section (composed into the fleet config by services/common/config/__init__.py)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from services.common.config.base import (
+    DEFAULT_BACKCHANNELS,
+    DEFAULT_MIN_WORDS,
+    DEFAULT_STOP_WORDS,
+    AsrEndpointingConfig,
+    EspeakConfig,
+    Names,
+    Section,
+    TtsServiceConfig,
+    bounded,
+    check,
+)
+
+
+class MossGpuConfig(Section):
+    """moss_sts GPU engine: MOSS-Speech (fnlp/MOSS-Speech + fnlp/MOSS-Speech-Codec) on transformers, from mounts."""
+
+    model_dir: str = bounded("/models/MOSS-Speech", pattern=r"\S", says="must be the mounted weights directory")
+    codec_dir: str = bounded("/models/MOSS-Speech-Codec", pattern=r"\S", says="must be the mounted codec directory")
+    # Checkout of OpenMOSS/MOSS-Speech (its cosyvoice/ package and Matcha-TTS submodule hold the codec's flow
+    # decoder code that the codec's remote code imports); put on sys.path.
+    repo_dir: str = "/opt/MOSS-Speech"
+    # Voice prompt the codec decoder speaks in (relative to repo_dir or absolute).
+    prompt_wav: str = "assets/prompt_en.wav"
+    device: str = "cuda"
+    # MOSS-Speech is Qwen3-8B based and published in bfloat16: float16 risks overflow to inf/NaN in activations.
+    dtype: Literal["float16", "bfloat16", "float32"] = "bfloat16"
+    # "auto": flash_attention_2 when the flash-attn package imports, else sdpa.
+    attn_implementation: Literal["auto", "flash_attention_2", "sdpa", "eager"] = "auto"
+    # Streaming decode: codec frames (12.5 Hz, 80 ms each) in the first chunk and in later chunks. What a chunk
+    # needs past its end (overlap or pre-lookahead) is the codec decoder's own, read at load (moss_stream.py).
+    first_chunk_frames: int = bounded(2, ge=1, le=5)
+    chunk_frames: int = 4
+    top_k: int = 20
+    repetition_penalty: float = 1.1
+    max_new_tokens: int = bounded(600, ge=16, le=8192)
+    # Text -> speech (the Synthesizer): the system prompt that asks MOSS to say the text as it is.
+    tts_system_prompt: str = (
+        "You are a text-to-speech voice. Read the user's message aloud exactly as written, word for word,"
+        " and say nothing else."
+    )
+
+    @model_validator(mode="after")
+    def _chunks(self):
+        check("chunk_frames", self.first_chunk_frames <= self.chunk_frames <= 25, "must be first_chunk_frames..25")
+        return self
+
+
+class StsEndpointingConfig(AsrEndpointingConfig):
+    """A conversation's user turns: semantic end of turn (the turn model in the asr engine; docs/conversation.md) and
+    a longer hangover than plain recognition."""
+
+    hangover_ms: int = bounded(400, ge=32, le=5000)
+    mode: Literal["silence", "semantic"] = "semantic"
+
+
+class MossStsConfig(TtsServiceConfig):
+    """moss_sts: Conversation (+ Synthesizer). CPU: a cascade in a box (asr CPU engine -> brain -> piper/espeak);
+    GPU: MOSS-Speech speech-to-speech. Limits and defaults: docs/conversation.md."""
+
+    port: int = bounded(50055, ge=1, le=65535)
+    metrics_port: int = bounded(9305, ge=0, le=65535)
+
+    # CPU cascade: the in-box TTS engine ("piper": the joe voice; "espeak": espeak-ng voices).
+    tts_engine: Literal["piper", "espeak"] = "piper"
+    espeak: EspeakConfig = Field(default_factory=EspeakConfig)
+    # System prompt for sessions that send none.
+    default_system_prompt: str = (
+        "You are a friendly voice assistant. Answer in one or two short sentences. Do not use lists or emojis."
+    )
+    max_system_prompt_chars: int = bounded(4000, ge=1, le=100_000)
+    # Reply length when the client's sampling.max_tokens is 0, and the most a client may ask for.
+    default_max_tokens: int = bounded(80, ge=1, says="must be 1..max_tokens_limit")
+    max_tokens_limit: int = bounded(1024, ge=1, le=32_768)
+    # Sessions served at once; more get RESOURCE_EXHAUSTED.
+    max_concurrent_sessions: int = bounded(4, ge=1, le=1000)
+    # A session that sends no message for this long ends with DEADLINE_EXCEEDED (send audio continuously).
+    idle_timeout_seconds: float = bounded(10.0, gt=0)
+    # User audio one session may send in all, and turns per session; past either the session ends with
+    # RESOURCE_EXHAUSTED.
+    max_session_seconds: float = bounded(3600.0, ge=10)
+    max_turns_per_session: int = bounded(200, ge=1)
+    # A user turn longer than this fails (TurnError RESOURCE_EXHAUSTED): the agent stops transcribing it and listens
+    # again once the user pauses. Bounds the turn's transcript and audio (a monologue does not grow memory).
+    max_user_turn_seconds: float = bounded(60.0, ge=2, le=3600)
+    max_user_turn_chars: int = bounded(2000, ge=100, le=100_000)
+    # Context kept for the reply model: the last turns, and at most this many characters (oldest dropped first).
+    max_context_turns: int = bounded(16, ge=1, le=1000)
+    max_context_chars: int = bounded(3000, ge=200, le=1_000_000)
+    # Reply audio is sent at the pace it plays, at most this far ahead of playback, so a barge-in stops what the
+    # user would hear and the context keeps only what was sent.
+    playout_lead_ms: int = bounded(300, ge=0, le=10_000)
+    # Reply audio chunk size (the first chunk of a reply is at most first_chunk_ms).
+    reply_chunk_ms: int = bounded(100, ge=10, le=1000)
+    reply_first_chunk_ms: int = bounded(40, ge=10, says="must be 10..reply_chunk_ms")
+    # User turn endpointing defaults (EndpointingConfig fields left at 0) and barge-in.
+    # Conversations default to semantic end of turn (the turn model in the asr engine; docs/conversation.md).
+    endpointing: StsEndpointingConfig = Field(default_factory=StsEndpointingConfig)
+    barge_in_min_speech_ms: int = bounded(500, ge=0, le=5000)
+    # Barge-in by words (BargeInConfig fields left empty): speech over the reply interrupts at once on a stop word or
+    # phrase, or once it has barge_in_min_words words that are not backchannels; backchannels never interrupt.
+    # Speech with no word heard yet (or only backchannels) interrupts only once it lasts barge_in_unheard_ms.
+    barge_in_stop_words: Names = Field(default_factory=lambda: list(DEFAULT_STOP_WORDS))
+    barge_in_backchannels: Names = Field(default_factory=lambda: list(DEFAULT_BACKCHANNELS))
+    barge_in_min_words: int = bounded(DEFAULT_MIN_WORDS, ge=1, le=50)
+    barge_in_unheard_ms: int = bounded(1500, ge=200, le=10_000)
+    # A user turn commits once the user has been silent this long after their speech; the reply starts earlier, at
+    # the final transcript, and its text and audio are held until the commit (dropped if the user goes on).
+    # 0: no preemptive reply (commit at the final).
+    turn_commit_ms: int = bounded(250, ge=0, le=3000)
+    # Cancel the echo of the reply in the caller's audio (WebRTC AEC3, the pywebrtc-audio wheel), so a speakerphone
+    # or a phone line without echo cancellation does not make the agent interrupt itself (docs/conversation.md#echo).
+    echo_cancellation: bool = True
+    gpu: MossGpuConfig = Field(default_factory=MossGpuConfig)
+
+    @field_validator("barge_in_stop_words", "barge_in_backchannels")
+    @classmethod
+    def _phrases(cls, phrases: list[str]) -> list[str]:
+        if not all(w.strip() and len(w) <= 64 for w in phrases):
+            raise ValueError("must be a list of words or phrases of 1..64 characters")
+        return phrases
+
+    @model_validator(mode="after")
+    def _limits(self):
+        check("default_max_tokens", self.default_max_tokens <= self.max_tokens_limit, "must be 1..max_tokens_limit")
+        check("reply_first_chunk_ms", self.reply_first_chunk_ms <= self.reply_chunk_ms, "must be 10..reply_chunk_ms")
+        return self
