@@ -41,7 +41,7 @@ class Member:
 
 
 # The module that runs a fleet member that is not services.<name> (the brain: llama-cpp-python's OpenAI server).
-MODULES = {"brain": "services.moss_sts.brain_server", "lease_authority": "services.router.lease_authority"}
+MODULES = {"lease_authority": "services.router.lease_authority"}
 
 
 def free_port() -> int:
