@@ -408,7 +408,7 @@ def test_speech_shorter_than_the_barge_in_minimum_does_not_interrupt(conv, route
 def test_semantic_end_of_turn_waits_through_a_pause_and_commits_a_finished_turn_early(conv, router_channel, say):
     """The service's default mode is semantic: an 800 ms pause mid-phrase is judged unfinished (one turn with the
     whole sentence), and the finished sentence commits on the turn model's word, before the old 400 ms hangover."""
-    from services.asr.evaluation import cut_after
+    from bench.evaluation import cut_after
     from tests.speech import _whisper
 
     said = np.frombuffer(trim(say("Please call me back when you get home.")), dtype=np.int16)
