@@ -63,8 +63,15 @@ class MossGpuConfig:
 
 @dataclass
 class MossStsConfig(TtsServiceConfig):
-    """moss_sts: Conversation (+ Synthesizer). CPU: a cascade in a box (asr CPU engine -> brain -> piper/espeak);
+    """moss_sts: Conversation (+ Synthesizer). CPU: a cascade in a box (asr -> brain -> piper/espeak);
     GPU: MOSS-Speech speech-to-speech. Limits and defaults: docs/conversation.md."""
+
+    # Where the dialogue's ASR runs: "remote": the asr service, over gRPC (one model of each kind in memory and on
+    # the card); "local": the asr engines in this process (configured by the asr section), e.g. moss_sts alone.
+    asr: str = "remote"
+    # The asr service when asr is remote (host:port or a gRPC target); "": the router's (router.backends.asr),
+    # else asr.host:asr.port.
+    asr_address: str = ""
 
     # CPU cascade: the in-box TTS engine ("piper": the joe voice; "espeak": espeak-ng voices).
     tts_engine: str = "piper"
@@ -122,6 +129,7 @@ class MossStsConfig(TtsServiceConfig):
 
     def validate(self, path: str) -> None:
         super().validate(path)
+        check(path, "asr", self.asr in ("remote", "local"), f"must be remote or local, got {self.asr!r}")
         check(
             path,
             "tts_engine",

@@ -40,7 +40,6 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common import metrics, security
-from services.common.errors import DeadlineExceeded
 from services.common.health import PUBLIC_SERVICES
 from services.router.config import RouterHealthConfig
 from voice.v1 import (
@@ -100,17 +99,6 @@ PROBE_RECOGNIZE_MS = 200  # silence sent by the asr recovery probe
 
 def health_name(health: int) -> str:
     return fleet_pb2.BackendHealth.Name(health).removeprefix("BACKEND_HEALTH_")
-
-
-def backend_timeout(time_remaining: float | None, margin_s: float, backend: str) -> float | None:
-    """The deadline for a call to ``backend``: the caller's remaining time less the router's margin, so the router
-    can still answer DEADLINE_EXCEEDED itself. None when the caller set no deadline."""
-    if time_remaining is None:
-        return None
-    timeout = time_remaining - margin_s
-    if timeout <= 0:
-        raise DeadlineExceeded(f"deadline too short to call {backend}; allow more time")
-    return timeout
 
 
 # Why a backend gets ejected (voicefleet_router_ejections_total's reason): consecutive failed calls, a first-audio

@@ -24,7 +24,8 @@ import grpc
 from services.common.audio import S16LE
 from services.common.engines import AudioPiece, BufferPolicy, SynthesisOptions, TextEvent, TtsEngine, VoiceInfo
 from services.common.errors import VoiceError, from_rpc_error
-from services.router.backends import Backend, backend_timeout
+from services.remote.base import backend_timeout
+from services.router.backends import Backend
 from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 BACKEND_FAULTS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)

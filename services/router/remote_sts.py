@@ -44,8 +44,9 @@ from services.common.engines import (
 )
 from services.common.errors import Unavailable, from_rpc_error
 from services.common.sts_servicer import STATE_NAMES
-from services.router.backends import Backend, backend_timeout
-from services.router.remote_asr import endpointing_to_proto, event_from_proto
+from services.remote.asr import endpointing_to_proto, event_from_proto
+from services.remote.base import backend_timeout
+from services.router.backends import Backend
 from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc, routing_pb2
 
 BACKEND_FAULTS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL)
@@ -160,7 +161,7 @@ def event_from_response(reply: conversation_pb2.ConverseResponse) -> StsEvent | 
 
 
 class _AsResult:
-    """Adapts a RecognitionResult to the shape remote_asr.event_from_proto reads (a response with .result)."""
+    """Adapts a RecognitionResult to the shape services/remote/asr.py event_from_proto reads (a response with .result)."""
 
     def __init__(self, result):
         self.result = result

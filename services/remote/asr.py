@@ -1,9 +1,10 @@
-"""The router's ASR engine: a gRPC client of the asr backend's Recognizer.StreamingRecognize (same pattern as
+"""An ASR engine that is a gRPC client of the asr backend's Recognizer.StreamingRecognize (same pattern as
 RemoteTtsEngine). The caller's audio goes on as it came (no resampling here: ``native_sample_rate`` 0) and the
 backend's events come back unchanged.
 
-Deadlines: the backend call gets the caller's remaining time minus router.deadline_margin_ms. Cancel: closing the
-stream cancels the backend call at once, which cancels the backend's handler and releases its decoders.
+Deadlines: the backend call gets the caller's remaining time minus the caller's margin (the router's:
+router.deadline_margin_ms). Cancel: closing the stream cancels the backend call at once, which cancels the backend's
+handler and releases its decoders.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from services.common.engines import (
     WordTiming,
 )
 from services.common.errors import Unavailable, from_rpc_error
-from services.router.backends import Backend, backend_timeout
+from services.remote.base import Backend, backend_timeout
 from voice.v1 import audio_pb2, recognizer_pb2, recognizer_pb2_grpc
 
 # Backend failures that count against its health (outlier detection).
