@@ -29,6 +29,8 @@ from voice.v1 import (
     conversation_pb2_grpc,
     fleet_pb2,
     fleet_pb2_grpc,
+    recognizer_pb2,
+    recognizer_pb2_grpc,
     routing_pb2,
     synthesizer_pb2,
     synthesizer_pb2_grpc,
@@ -471,6 +473,75 @@ def test_moss_killed_mid_conversation_the_turn_is_answered_by_the_cascade_then_b
         talk.close()
     assert failovers(fleet, **{"from": "moss_sts", "to": "router/cascade"}) >= 1
     assert failovers(fleet, **{"from": "router/cascade", "to": "moss_sts", "reason": "recovered"}) >= 1
+
+
+# --- the caller's own deadline ------------------------------------------------------------------------------------
+def short_deadline_calls(channel, method: str, n: int) -> list[grpc.StatusCode]:
+    """``n`` callers that send silence in real time for longer than their own 1.5 s deadline: their status codes."""
+    fmt = audio_pb2.AudioFormat(encoding=audio.S16LE, sample_rate_hz=RATE, channels=1)
+    frame = conversation_pb2.ConverseRequest if method == "Converse" else recognizer_pb2.StreamingRecognizeRequest
+
+    def requests(first):
+        yield first
+        for _ in range(100):  # 4 s of silence, 40 ms at a time
+            time.sleep(0.04)
+            yield frame(audio=bytes(RATE * 40 // 1000 * 2))
+
+    codes = []
+    for i in range(n):
+        if method == "Converse":
+            config = conversation_pb2.ConversationConfig(input_format=fmt, output_format=fmt, language="en-US")
+            first = conversation_pb2.ConverseRequest(request_id=f"short-{i}", config=config)
+            call = conversation_pb2_grpc.ConversationStub(channel).Converse(requests(first), timeout=1.5)
+        else:
+            config = recognizer_pb2.RecognitionConfig(input_format=fmt, language="en-US")
+            first = recognizer_pb2.StreamingRecognizeRequest(request_id=f"short-{i}", config=config)
+            call = recognizer_pb2_grpc.RecognizerStub(channel).StreamingRecognize(requests(first), timeout=1.5)
+        with pytest.raises(grpc.RpcError) as err:
+            list(call)
+        codes.append(err.value.code())
+    return codes
+
+
+def ejections(fleet, name: str) -> tuple[float, int]:
+    """(the router's ejection metric, the ejections `voicefleet status` shows) for backend ``name``."""
+    return fleet.metric("router", "voicefleet_router_ejections_total", backend=name), backend(fleet, name).ejections
+
+
+def test_callers_short_deadlines_do_not_eject_asr_or_moss(fleet, channel, moss_up):
+    # The fleet ejects after one failed call (HEALTH); three callers whose own deadline runs out are no failure of
+    # the backend: asr and moss_sts stay routable and keep serving.
+    line = "What is two plus two?"
+    speech, _, _, _ = synthesize(channel, line, routing=BROADCAST, rate=RATE)
+    before = {name: ejections(fleet, name) for name in ("asr", "moss_sts")}
+
+    assert short_deadline_calls(channel, "StreamingRecognize", 3) == [grpc.StatusCode.DEADLINE_EXCEEDED] * 3
+    assert short_deadline_calls(channel, "Converse", 3) == [grpc.StatusCode.DEADLINE_EXCEEDED] * 3
+
+    assert {name: ejections(fleet, name) for name in before} == before
+    for name in before:
+        b = backend(fleet, name)
+        assert b.routable and b.health == fleet_pb2.BACKEND_HEALTH_SERVING, b
+    # A normal call afterwards: asr transcribes it (there is no other recognizer), moss_sts answers the turn.
+    config = recognizer_pb2.RecognitionConfig(
+        input_format=audio_pb2.AudioFormat(encoding=audio.S16LE, sample_rate_hz=RATE, channels=1), language="en-US"
+    )
+    messages = [recognizer_pb2.StreamingRecognizeRequest(request_id="after-short", config=config)]
+    messages += [
+        recognizer_pb2.StreamingRecognizeRequest(audio=speech[i : i + 6400]) for i in range(0, len(speech), 6400)
+    ]
+    replies = recognizer_pb2_grpc.RecognizerStub(channel).StreamingRecognize(iter(messages), timeout=60)
+    said = " ".join(r.result.transcript for r in replies if r.WhichOneof("event") == "result" and r.result.is_final)
+    assert wer(line, said.replace("2", "two")) <= 0.34, said
+    talk = Talk(channel)
+    try:
+        talk.outbox.put(speech)
+        assert talk.wait(lambda: talk.ended(0)), talk.events[-3:]
+        assert talk.complete(0) is not None, talk.of("turn_error", 0)
+        assert talk.complete(0).served_by.startswith("moss_sts/"), talk.complete(0).served_by
+    finally:
+        talk.close()
+    assert {name: ejections(fleet, name) for name in before} == before
 
 
 # --- the router itself ---------------------------------------------------------------------------------------------

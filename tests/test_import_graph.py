@@ -1,6 +1,6 @@
 """The layers of docs/architecture.md, checked on the imports themselves (parsed with ast, lazy imports included).
 
-contracts (voice.*) -> runtime (services.common) -> remote engines (services.remote), orchestration
+contracts (voice.*) -> runtime (services.common) -> remote engines (services.remote) and orchestration
 (services.conversation) -> model services -> router, CLI. A layer imports only layers below it; the exceptions are named here and in docs/architecture.md.
 Each Dockerfile stage also has to copy every module its entry point imports (so an image never imports what it
 does not carry, and the router's image carries no model service's code).
@@ -84,23 +84,27 @@ def test_the_graph_is_read():
     assert "services.conversation.cascade" in GRAPH["services.router.service"]
     assert "services.conversation.dialogue" in GRAPH["services.moss_sts.moss_engine"]
     assert "services.common.config_base" in GRAPH["services.asr.config"]
+    assert "services.remote.base" in GRAPH["services.remote.asr"]
 
 
-def test_router_imports_only_the_runtime_the_conversation_package_and_itself():
+def test_router_imports_only_the_runtime_the_conversation_package_the_remote_engines_and_itself():
     def allowed(m: str, dep: str) -> bool:
-        return _layer(m) != "router" or _layer(dep) in ("router", "common", "remote", "conversation", "services")
+        return _layer(m) != "router" or _layer(dep) in ("router", "common", "conversation", "remote", "services")
 
     assert _violations(allowed) == []
 
 
-def test_runtime_and_orchestration_import_no_service():
+def test_runtime_orchestration_and_remote_engines_import_no_service():
     def allowed(m: str, dep: str) -> bool:
         layer, dep_layer = _layer(m), _layer(dep)
         if layer == "common":
             # The loader composes every service's section; nothing else of a service is the runtime's.
             return dep_layer in ("common", "services") or (m == "services.common.config" and dep in SECTIONS)
-        if layer in ("conversation", "remote"):
-            return dep_layer in ("common", layer, "services")
+        if layer == "conversation":
+            return dep_layer in ("common", "conversation", "services")
+        if layer == "remote":
+            # gRPC clients of a backend: the contracts and the runtime, never the router or a model service.
+            return dep_layer in ("common", "remote", "services")
         return True
 
     assert _violations(allowed) == []
@@ -120,7 +124,7 @@ def test_model_services_share_only_the_named_engines():
             return True
         if dep_layer in MODEL_SERVICES:
             return dep in SHARED_ENGINES.get(layer, ())
-        return dep_layer in ("common", "remote", "conversation", "services")
+        return dep_layer in ("common", "conversation", "remote", "services")
 
     assert _violations(allowed) == []
 

@@ -12,10 +12,11 @@ import pytest
 from services.common import metrics
 from services.common.config import ConfigError, load_config
 from services.common.engines import Routing
+from services.remote.base import fault
+from services.remote.tts import RemoteTtsEngine
 from services.router.backends import EJECTED, NOT_SERVING, SERVING, UNREACHABLE, Backend, ServiceReadiness
 from services.router.config import RouterHealthConfig, RoutesConfig
 from services.router.policy import RouterTtsResolver
-from services.router.remote import RemoteTtsEngine
 from voice.v1 import routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 
@@ -289,3 +290,24 @@ async def test_a_hung_voice_lookup_counts_against_the_backend_only_when_the_rout
             await b.channel.close()
         for server, _ in servers:
             await server.stop(None)
+
+
+@pytest.mark.parametrize(
+    ("code", "route_deadline", "reason"),
+    [
+        (grpc.StatusCode.UNAVAILABLE, False, "failures"),
+        (grpc.StatusCode.INTERNAL, False, "failures"),
+        (grpc.StatusCode.UNKNOWN, False, "failures"),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, True, "no_audio"),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, False, None),
+        (grpc.StatusCode.CANCELLED, False, None),
+        (grpc.StatusCode.FAILED_PRECONDITION, False, None),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, False, None),
+        (grpc.StatusCode.INVALID_ARGUMENT, False, None),
+    ],
+)
+def test_only_the_backends_own_failures_count_against_it(code, route_deadline, reason):
+    """One rule for every remote engine: a broken or unreachable backend counts, and so does a deadline the route
+    set to find a hung backend; the caller's own deadline or cancel, a backend still loading or full, or the
+    caller's bad request do not."""
+    assert fault(code, route_deadline) == reason

@@ -15,14 +15,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from services.common import audio
+from services.common.convert.asr import MODES, event_fields
 from services.common.engines import (
-    SEMANTIC_MODE,
-    SILENCE_MODE,
-    SPEECH_END,
-    SPEECH_START,
-    TURN_ESTIMATE,
     AsrEngine,
-    AsrEvent,
     Endpointing,
     RecognitionOptions,
 )
@@ -85,48 +80,6 @@ def endpointing_defaults(section) -> Endpointing:
         turn_threshold=section.turn_threshold,
         min_silence_ms=section.min_silence_ms,
         max_silence_ms=section.max_silence_ms,
-    )
-
-
-def event_fields(event: AsrEvent) -> dict:
-    """An engine event as the oneof fields shared by StreamingRecognizeResponse and RecognizeResponse."""
-    if event.kind == TURN_ESTIMATE:
-        return {"end_of_turn": end_of_turn_to_proto(event.turn)}
-    if event.kind in (SPEECH_START, SPEECH_END):
-        kind = (
-            recognizer_pb2.VadEvent.KIND_SPEECH_START
-            if event.kind == SPEECH_START
-            else recognizer_pb2.VadEvent.KIND_SPEECH_END
-        )
-        return {"vad": recognizer_pb2.VadEvent(kind=kind, offset_ms=event.offset_ms)}
-    return {"result": result_to_proto(event.result)}
-
-
-def end_of_turn_to_proto(t) -> recognizer_pb2.EndOfTurn:
-    return recognizer_pb2.EndOfTurn(
-        probability=t.probability,
-        complete=t.complete,
-        silence_ms=t.silence_ms,
-        offset_ms=t.offset_ms,
-        utterance_index=t.utterance_index,
-    )
-
-
-def result_to_proto(r) -> recognizer_pb2.RecognitionResult:
-    return recognizer_pb2.RecognitionResult(
-        transcript=r.transcript,
-        is_final=r.is_final,
-        stability=r.stability,
-        confidence=r.confidence,
-        utterance_index=r.utterance_index,
-        utterance_start_ms=r.utterance_start_ms,
-        utterance_end_ms=r.utterance_end_ms,
-        audio_processed_ms=r.audio_processed_ms,
-        language=r.language,
-        words=[
-            recognizer_pb2.WordInfo(word=w.word, start_ms=w.start_ms, end_ms=w.end_ms, confidence=w.confidence)
-            for w in r.words
-        ],
     )
 
 
@@ -314,12 +267,6 @@ def endpointing_from_config(e, d: Endpointing) -> Endpointing:
     )
 
 
-# EndpointingConfig.Mode -> Endpointing.mode ("" = unspecified: the defaults' mode, "" again in the router).
-MODES = {
-    recognizer_pb2.EndpointingConfig.MODE_UNSPECIFIED: "",
-    recognizer_pb2.EndpointingConfig.MODE_SILENCE: SILENCE_MODE,
-    recognizer_pb2.EndpointingConfig.MODE_SEMANTIC: SEMANTIC_MODE,
-}
 MAX_SILENCE_MS = 10_000
 WINDOW_MS = 32  # one VAD window: the least silence that can be judged
 

@@ -14,29 +14,15 @@ import contextlib
 from dataclasses import dataclass
 
 from services.common import audio, metrics
-from services.common.asr_servicer import (
-    end_of_turn_to_proto,
-    endpointing_defaults,
-    endpointing_from_config,
-    next_or_idle,
-    result_to_proto,
-)
+from services.common.asr_servicer import endpointing_defaults, endpointing_from_config, next_or_idle
+from services.common.convert.sts import ACTIONS, event_fields
+from services.common.convert.tts import routing_from_proto
 from services.common.engines import (
-    END_OF_TURN,
     END_OF_TURN_JUDGED,
-    INTERRUPT,
     INTERRUPTED,
-    LISTENING,
-    MUTE,
     REPLY_AUDIO,
-    REPLY_TEXT,
-    SPEAKING,
-    STATE,
-    THINKING,
     TURN_COMPLETE,
     TURN_ERROR,
-    UNMUTE,
-    USER_TRANSCRIPT,
     BargeIn,
     Endpointing,
     Sampling,
@@ -47,7 +33,6 @@ from services.common.engines import (
 from services.common.errors import InvalidArgument
 from services.common.rpc import new_request_id, rpc
 from services.common.scheduler import Admission
-from services.common.tts_servicer import routing_from_proto
 from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc
 
 DEFAULT_OUTPUT_RATE = 16_000
@@ -58,19 +43,6 @@ MAX_BARGE_IN_PHRASE_CHARS = 64
 # A new session at capacity waits this long for a place to free before it is refused: a caller who hangs up and calls
 # again at once can overtake its own hang-up (the cancel and the new call race, across the router most of all).
 ENDING_CALL_GRACE_S = 0.5
-
-ACTIONS = {
-    conversation_pb2.ConversationControl.ACTION_INTERRUPT: INTERRUPT,
-    conversation_pb2.ConversationControl.ACTION_END_OF_TURN: END_OF_TURN,
-    conversation_pb2.ConversationControl.ACTION_MUTE: MUTE,
-    conversation_pb2.ConversationControl.ACTION_UNMUTE: UNMUTE,
-}
-STATES = {
-    LISTENING: conversation_pb2.CONVERSATION_STATE_LISTENING,
-    THINKING: conversation_pb2.CONVERSATION_STATE_THINKING,
-    SPEAKING: conversation_pb2.CONVERSATION_STATE_SPEAKING,
-}
-STATE_NAMES = {v: k for k, v in STATES.items()}
 
 
 @dataclass(frozen=True)
@@ -98,10 +70,6 @@ class StsLimits:
             barge_in_backchannels=tuple(section.barge_in_backchannels),
             barge_in_min_words=section.barge_in_min_words,
         )
-
-
-def ms(seconds: float | None) -> int:
-    return max(0, round(seconds * 1000)) if seconds is not None else 0
 
 
 class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
@@ -292,23 +260,11 @@ class _Relay:
             if pcm:
                 yield self._audio(turn, pcm)
             return
-        if kind == STATE:
-            yield self._response(turn, state=conversation_pb2.StateChange(state=STATES[event.state]))
-        elif kind == USER_TRANSCRIPT:
-            yield self._response(turn, user_transcript=result_to_proto(event.transcript))
-        elif kind == REPLY_TEXT:
-            yield self._response(turn, reply_text=conversation_pb2.ReplyText(delta=event.text))
-        elif kind == INTERRUPTED:
+        if kind == INTERRUPTED:
             self.resampler = None  # the cut is a cut: the resampler's tail is not sent
             metrics.STS_INTERRUPTIONS.labels(*self.labels, event.reason).inc()
             if event.silence_after_s is not None:
                 metrics.STS_BARGE_IN_TO_SILENCE.labels(*self.labels).observe(event.silence_after_s)
-            yield self._response(
-                turn,
-                interrupted=conversation_pb2.Interrupted(
-                    reason=event.reason, audio_sent_ms=event.audio_sent_ms, heard_text=event.heard_text
-                ),
-            )
         elif kind == TURN_COMPLETE:
             r = event.result
             if self.resampler is not None and not r.interrupted:
@@ -319,33 +275,14 @@ class _Relay:
             metrics.STS_TURNS.labels(*self.labels, "interrupted" if r.interrupted else "complete").inc()
             if r.timings.speech_end_to_first_audio is not None:
                 metrics.STS_FIRST_AUDIO.labels(*self.labels).observe(r.timings.speech_end_to_first_audio)
-            t = r.timings
-            yield self._response(
-                turn,
-                turn_complete=conversation_pb2.TurnComplete(
-                    user_text=r.user_text,
-                    reply_text=r.reply_text,
-                    interrupted=r.interrupted,
-                    timings=conversation_pb2.TurnTimings(
-                        speech_end_to_first_audio_ms=ms(t.speech_end_to_first_audio),
-                        speech_end_to_transcript_ms=ms(t.speech_end_to_transcript),
-                        transcript_to_first_text_ms=ms(t.transcript_to_first_text),
-                        reply_audio_ms=ms(t.reply_audio),
-                        speech_end_to_commit_ms=ms(t.speech_end_to_commit),
-                        discarded_replies=t.discarded_replies,
-                        preemptive=t.preemptive,
-                    ),
-                    served_by=r.served_by,
-                ),
-            )
         elif kind == END_OF_TURN_JUDGED and event.turn is not None:
-            t = event.turn
-            metrics.STS_END_OF_TURN.labels(*self.labels, "complete" if t.complete else "incomplete").inc()
-            yield self._response(turn, end_of_turn=end_of_turn_to_proto(t))
+            metrics.STS_END_OF_TURN.labels(*self.labels, "complete" if event.turn.complete else "incomplete").inc()
         elif kind == TURN_ERROR:
             self.resampler = None
             metrics.STS_TURNS.labels(*self.labels, "error").inc()
-            yield self._response(turn, turn_error=conversation_pb2.TurnError(code=event.code, message=event.message))
+        fields = event_fields(event)
+        if fields:
+            yield self._response(turn, **fields)
 
 
 def instrument(servicer: ConversationServicer) -> ConversationServicer:

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from services.common import audio, metrics
+from services.common.convert.tts import routing_from_proto, voice_to_proto
 from services.common.engines import (
     AudioPiece,
     BufferPolicy,
@@ -24,9 +25,10 @@ from services.common.engines import (
     TtsEngine,
     VoiceInfo,
 )
-from services.common.errors import AlreadyExists, InvalidArgument, NotFound
+from services.common.errors import AlreadyExists, InvalidArgument
 from services.common.rpc import new_request_id, rpc
 from services.common.scheduler import Admission
+from services.common.voices import pick_voice
 from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 VOICE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -69,42 +71,6 @@ class LocalEngineResolver:
 
     def engine_for_registration(self, routing: Routing) -> TtsEngine:
         return self.engine
-
-
-def pick_voice(voices: list[VoiceInfo], voice: str, language: str, where: str, field: str = "config") -> VoiceInfo:
-    """The requested voice (or the default, the first one), checked to speak ``language``."""
-    if not voices:
-        raise NotFound(f"{where} has no voices loaded")
-    if voice:
-        found = next((v for v in voices if v.id == voice), None)
-        if found is None:
-            known = ", ".join(v.id for v in voices[:20])
-            raise NotFound(f"{field}.voice: {voice!r} is not a voice of {where}; ListVoices shows: {known}")
-    else:
-        found = voices[0]
-    if language and not found.speaks(language):
-        raise InvalidArgument(
-            f"{field}.language",
-            f"voice {found.id!r} does not speak {language!r}; it speaks {', '.join(found.languages)}",
-        )
-    return found
-
-
-def routing_from_proto(r) -> Routing:
-    return Routing(mode=r.mode, engine=r.engine, latency_budget_ms=r.latency_budget_ms)
-
-
-def voice_to_proto(v: VoiceInfo) -> synthesizer_pb2.Voice:
-    return synthesizer_pb2.Voice(
-        id=v.id,
-        display_name=v.display_name,
-        languages=list(v.languages),
-        native_sample_rate_hz=v.native_sample_rate_hz,
-        service=v.service,
-        engine=v.engine,
-        kind=synthesizer_pb2.VOICE_KIND_CLONED if v.cloned else synthesizer_pb2.VOICE_KIND_PRESET,
-        description=v.description,
-    )
 
 
 def check_prompt_audio(field: str, pcm: bytes, rate: int) -> None:

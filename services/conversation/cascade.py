@@ -30,7 +30,7 @@ from services.common.engines import (
     VoiceInfo,
 )
 from services.common.errors import NotFound
-from services.common.tts_servicer import pick_voice
+from services.common.voices import pick_voice
 from services.conversation.brain import ChatBrain
 from services.conversation.dialogue import DialogueLimits, DialogueSession, ReplySink, UserTurn
 

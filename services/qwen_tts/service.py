@@ -11,7 +11,8 @@ from services.common.config import Config
 from services.common.engines import Routing, TtsEngine, VoiceInfo
 from services.common.model_control import lease_bytes, resident_tts
 from services.common.server import ServiceParts, Servicer
-from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument, pick_voice
+from services.common.tts_servicer import LocalEngineResolver, SynthesizerServicer, admission_for, instrument
+from services.common.voices import pick_voice
 from voice.v1 import synthesizer_pb2_grpc
 
 SERVICE = "qwen_tts"

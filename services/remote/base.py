@@ -1,16 +1,30 @@
-"""What every remote engine shares: the backend it calls and the deadline it gives that call.
+"""What every remote engine shares: the backend it calls, the deadline it gives that call, which failures count
+against the backend's health, and the bidirectional stream a recognition or a conversation rides on.
 
 Deadlines: a call to a backend gets the caller's remaining time minus the router's margin, so the router can still
-answer DEADLINE_EXCEEDED itself.
+answer DEADLINE_EXCEEDED itself. Cancel: when the caller goes away, the backend call is cancelled at once, which
+cancels the backend's handler and stops its engine.
+
+Health: a failed call is evidence against the backend (outlier detection, services/router/backends.py) only when
+the backend is at fault. A caller's own deadline running out, or a caller cancelling, says nothing about the
+backend; a deadline the route itself set to find a hung backend (``route_deadline``) does.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 import grpc
 
-from services.common.errors import DeadlineExceeded
+from services.common.errors import DeadlineExceeded, Unavailable, from_rpc_error
+
+# Statuses that say the backend failed: it is down or restarting (UNAVAILABLE) or broke (INTERNAL, UNKNOWN). Not
+# FAILED_PRECONDITION ("still loading": a warming backend is no outlier), RESOURCE_EXHAUSTED (full, it refused at
+# once), the caller's own errors (INVALID_ARGUMENT, ...), CANCELLED, or DEADLINE_EXCEEDED (below).
+BACKEND_FAULTS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 
 
 class Backend(Protocol):
@@ -25,6 +39,25 @@ class Backend(Protocol):
     def record_failure(self, reason: str = "failures") -> None: ...
 
 
+def fault(code: grpc.StatusCode, route_deadline: bool = False) -> str | None:
+    """Why a call that ended with ``code`` counts against its backend (the reason ``record_failure`` takes), or None
+    when it does not. DEADLINE_EXCEEDED counts only when the deadline was the route's own bound for a hung backend
+    (``route_deadline``, e.g. a voice lookup bounded by the first-audio timeout): a caller's deadline never does."""
+    if code in BACKEND_FAULTS:
+        return "failures"
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED and route_deadline:
+        return "no_audio"
+    return None
+
+
+def failed(backend: Backend, error: grpc.aio.AioRpcError, route_deadline: bool = False) -> Exception:
+    """Counts ``error`` against ``backend`` when it is at fault (``fault``); the VoiceError to raise to the caller."""
+    reason = fault(error.code(), route_deadline)
+    if reason is not None:
+        backend.record_failure(reason)
+    return from_rpc_error(error, backend.name)
+
+
 def backend_timeout(time_remaining: float | None, margin_s: float, backend: str) -> float | None:
     """The deadline for a call to ``backend``: the caller's remaining time less the router's margin, so the router
     can still answer DEADLINE_EXCEEDED itself. None when the caller set no deadline."""
@@ -34,3 +67,93 @@ def backend_timeout(time_remaining: float | None, margin_s: float, backend: str)
     if timeout <= 0:
         raise DeadlineExceeded(f"deadline too short to call {backend}; allow more time")
     return timeout
+
+
+class RemoteEngine:
+    """An engine whose model runs in ``backend`` (None: not configured; ``open`` then says so)."""
+
+    name = "remote"
+    service = ""
+
+    def __init__(self, backend: Backend | None, deadline_margin_s: float):
+        self.backend = backend
+        self.margin = deadline_margin_s
+
+    @property
+    def native_sample_rate(self) -> int:
+        return 0  # the backend resamples; audio crosses the network once, as the caller sent it
+
+    @property
+    def served_by(self) -> str:
+        return f"{self.backend.name if self.backend else self.service}/remote"
+
+    def _timeout(self, time_remaining: float | None) -> float | None:
+        return backend_timeout(time_remaining, self.margin, self.backend.name)
+
+    def _check_usable(self, missing: str) -> None:
+        if self.backend is None:
+            raise Unavailable(missing)
+        if not self.backend.usable():
+            raise Unavailable(f"{self.backend.describe()}; retry shortly")
+
+
+class RemoteStream:
+    """One bidirectional backend call (StreamingRecognize, Converse): requests written at the backend's pace,
+    replies read until the call ends; ``close`` cancels it. Subclasses turn replies into engine events."""
+
+    def __init__(self, backend: Backend, call):
+        self.backend = backend
+        self.call = call
+        self._finished = False
+        self._closed = False
+
+    async def _write(self, request) -> None:
+        try:
+            await self.call.write(request)  # waits for flow control: the backend's pace is the caller's
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
+            pass  # the call has ended; _replies() raises its status
+
+    async def finish(self) -> None:
+        if not self._finished:
+            self._finished = True
+            with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
+                await self.call.done_writing()
+
+    async def _replies(self) -> AsyncIterator:
+        """The backend's replies; the call's failure raised as a VoiceError (counted against the backend when it is
+        at fault); nothing more once we closed it."""
+        try:
+            while True:
+                reply = await self.call.read()
+                if reply is grpc.aio.EOF:
+                    break
+                yield reply
+            code = await self.call.code()
+            if code == grpc.StatusCode.CANCELLED and self.call.cancelled():
+                return  # we cancelled it (close)
+            if code != grpc.StatusCode.OK:
+                raise failed(self.backend, _status_error(code, await self.call.details()))
+            self.backend.record_success()
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.CANCELLED and self._closed:
+                return
+            raise failed(self.backend, e) from None
+        except asyncio.CancelledError:
+            # A read pending when we cancelled the call ourselves (close(): the caller went away or sent a bad
+            # message) raises CancelledError; that ends the replies, it is not this task being cancelled.
+            task = asyncio.current_task()
+            if self._closed and task is not None and not task.cancelling():
+                return
+            raise
+
+    async def close(self) -> None:
+        self._closed = True
+        self.call.cancel()  # no-op when finished; cancels the backend's handler when our caller went away
+
+
+class _Status(grpc.aio.AioRpcError):
+    pass
+
+
+def _status_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return _Status(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)

@@ -56,9 +56,6 @@ FAILOVER_REASONS = {
     grpc.StatusCode.UNKNOWN: "internal",
     grpc.StatusCode.RESOURCE_EXHAUSTED: "resource_exhausted",
 }
-# Backend statuses that count against its health (outlier detection). A backend that is merely slow for the caller's
-# deadline is not at fault; one that sends nothing within the first-audio timeout is (counted where it is seen).
-BACKEND_FAULTS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 
 
 def failover_reason(error: BaseException) -> str | None:

@@ -57,8 +57,8 @@ from services.common.engines import (
 from services.common.errors import VoiceError
 from services.conversation.dialogue import Message
 from services.conversation.relay import AudioRing, EventRelay, shifted
+from services.remote.sts import RemoteStsEngine
 from services.router.failover import FailoverLog, failover_reason
-from services.router.remote_sts import RemoteStsEngine
 
 log = logging.getLogger("voicefleet.router.failover_sts")
 

@@ -26,10 +26,10 @@ import logging
 
 from services.common.engines import Routing, TtsEngine, VoiceInfo
 from services.common.errors import InvalidArgument, NotFound, Unavailable, VoiceError
-from services.common.tts_servicer import pick_voice
+from services.common.voices import pick_voice
+from services.remote.tts import RemoteTtsEngine
 from services.router.config import RoutesConfig
 from services.router.failover import Candidate, FailoverLog, RoutedTts
-from services.router.remote import RemoteTtsEngine
 from voice.v1 import routing_pb2
 
 log = logging.getLogger("voicefleet.router.policy")

@@ -11,14 +11,14 @@ from services.common.rpc import new_request_id, rpc
 from services.common.server import ServiceParts, Servicer
 from services.common.tts_servicer import SynthesizerServicer, instrument
 from services.remote.asr import RemoteAsrEngine
+from services.remote.sts import RemoteStsEngine
+from services.remote.tts import RemoteTtsEngine
 from services.router.backends import Backend, ServiceReadiness
 from services.router.failover import FailoverLog
 from services.router.failover_sts import FailoverStsEngine
 from services.router.lease_authority import card_leases
 from services.router.lease_servicer import LeasesElsewhereServicer
 from services.router.policy import RouterTtsResolver
-from services.router.remote import RemoteTtsEngine
-from services.router.remote_sts import RemoteStsEngine
 from services.router.residency import LocalLeaseTables, RemoteLeaseTables, ResidencyView
 from voice.v1 import fleet_pb2, fleet_pb2_grpc, gpu_pb2_grpc, recognizer_pb2_grpc, synthesizer_pb2_grpc
 

@@ -1,8 +1,5 @@
-"""Remote engines: gRPC clients of a backend that implement the same engine interfaces as local models.
-
-Deadlines: a call to a backend gets the caller's remaining time minus a margin, so the router can still answer
-DEADLINE_EXCEEDED itself. Cancel: when our caller goes away, the backend call is cancelled at once, which
-cancels the backend's handler and stops its engine.
+"""A TTS engine that is a gRPC client of a backend's Synthesizer (deadlines, cancel and health:
+services/remote/base.py).
 
 Streaming text (StreamingSynthesize) is forwarded as a stream: the router checks each message (its own servicer
 runs the same checks as a backend's), then passes config and every delta/flush/end on to ONE backend stream,
@@ -22,23 +19,18 @@ from collections.abc import AsyncIterator
 import grpc
 
 from services.common.audio import S16LE
+from services.common.convert.tts import options_to_config, piece_from_proto, voice_from_proto
 from services.common.engines import AudioPiece, BufferPolicy, SynthesisOptions, TextEvent, TtsEngine, VoiceInfo
 from services.common.errors import VoiceError, from_rpc_error
-from services.remote.base import backend_timeout
-from services.router.backends import Backend
+from services.remote.base import Backend, RemoteEngine, failed
 from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
-BACKEND_FAULTS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 
-
-class RemoteTtsEngine(TtsEngine):
-    name = "remote"
-
+class RemoteTtsEngine(RemoteEngine, TtsEngine):
     def __init__(self, backend: Backend, deadline_margin_s: float, voices_cache_s: float):
-        self.backend = backend
+        super().__init__(backend, deadline_margin_s)
         self.service = backend.name
         self.stub = synthesizer_pb2_grpc.SynthesizerStub(backend.channel)
-        self.margin = deadline_margin_s
         self.voices_cache_s = voices_cache_s
         self._voices: list[VoiceInfo] = []
         self._voices_at = float("-inf")
@@ -48,16 +40,9 @@ class RemoteTtsEngine(TtsEngine):
         return self._voices[0].native_sample_rate_hz if self._voices else 0
 
     @property
-    def served_by(self) -> str:
-        return f"{self.backend.name}/remote"
-
-    @property
     def cached_voices(self) -> list[VoiceInfo]:
         """The last voice list ListVoices gave (possibly stale; empty before the first)."""
         return self._voices
-
-    def _timeout(self, time_remaining: float | None) -> float | None:
-        return backend_timeout(time_remaining, self.margin, self.backend.name)
 
     async def voices(self, time_remaining: float | None = 10.0, bounded_by_route: bool = False) -> list[VoiceInfo]:
         """Its voice list (cached ``voices_cache_s``). ``bounded_by_route``: the lookup's time is the route's own
@@ -70,40 +55,14 @@ class RemoteTtsEngine(TtsEngine):
                 synthesizer_pb2.ListVoicesRequest(), timeout=self._timeout(time_remaining)
             )
         except grpc.aio.AioRpcError as e:
-            if e.code() in BACKEND_FAULTS:  # not FAILED_PRECONDITION "still loading": a warming backend is no outlier
-                self.backend.record_failure()
-            elif e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and bounded_by_route:
-                self.backend.record_failure("no_audio")
-            raise from_rpc_error(e, self.backend.name) from None
-        self._voices = [
-            VoiceInfo(
-                id=v.id,
-                display_name=v.display_name,
-                languages=tuple(v.languages),
-                native_sample_rate_hz=v.native_sample_rate_hz,
-                service=v.service or self.backend.name,
-                engine=v.engine,
-                cloned=v.kind == synthesizer_pb2.VOICE_KIND_CLONED,
-                description=v.description,
-            )
-            for v in reply.voices
-        ]
+            raise failed(self.backend, e, route_deadline=bounded_by_route) from None
+        self._voices = [voice_from_proto(v, self.backend.name) for v in reply.voices]
         self._voices_at = time.monotonic()
         return self._voices
 
-    @staticmethod
-    def _config(options: SynthesisOptions) -> synthesizer_pb2.SynthesisConfig:
-        return synthesizer_pb2.SynthesisConfig(
-            voice=options.voice,
-            language=options.language,
-            output_format=audio_pb2.AudioFormat(encoding=S16LE, sample_rate_hz=options.sample_rate_hz, channels=1),
-            speaking_rate=options.speaking_rate,
-            seed=options.seed,
-        )
-
     async def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
         request = synthesizer_pb2.SynthesizeRequest(
-            request_id=options.request_id, text=text, config=self._config(options)
+            request_id=options.request_id, text=text, config=options_to_config(options)
         )
         call = self.stub.Synthesize(request, timeout=self._timeout(options.time_remaining))
         async with contextlib.aclosing(self._pieces(call)) as pieces:
@@ -115,7 +74,7 @@ class RemoteTtsEngine(TtsEngine):
     ) -> AsyncIterator[AudioPiece]:
         call = self.stub.StreamingSynthesize(timeout=self._timeout(options.time_remaining))
         config = synthesizer_pb2.StreamingSynthesisConfig(
-            synthesis=self._config(options),
+            synthesis=options_to_config(options),
             buffering=synthesizer_pb2.TextBufferPolicy(
                 min_chars=policy.min_chars, max_wait_ms=round(policy.max_wait_s * 1000)
             ),
@@ -168,20 +127,12 @@ class RemoteTtsEngine(TtsEngine):
     async def _pieces(self, call) -> AsyncIterator[AudioPiece]:
         try:
             async for reply in call:
-                yield AudioPiece(
-                    pcm=reply.audio.data,
-                    sample_rate_hz=reply.audio.format.sample_rate_hz,
-                    text_start=reply.text_span.start_char,
-                    text_end=reply.text_span.end_char,
-                    served_by=reply.served_by,
-                )
+                yield piece_from_proto(reply)
             self.backend.record_success()
         except grpc.aio.AioRpcError as e:
-            # A backend fault counts against its health; DEADLINE_EXCEEDED is the caller's deadline (a hung backend
-            # is counted by the failover's first-audio timeout, which gives it ample time).
-            if e.code() in BACKEND_FAULTS:
-                self.backend.record_failure()
-            raise from_rpc_error(e, self.backend.name) from None
+            # DEADLINE_EXCEEDED here is the caller's deadline: no fault (a hung backend is counted by the failover's
+            # first-audio timeout, which gives it ample time).
+            raise failed(self.backend, e) from None
         finally:
             call.cancel()  # no-op when finished; stops the backend when our caller went away
 
@@ -200,14 +151,4 @@ class RemoteTtsEngine(TtsEngine):
         except grpc.aio.AioRpcError as e:
             raise from_rpc_error(e, self.backend.name) from None
         self._voices_at = float("-inf")  # the new voice shows in the next ListVoices
-        v = reply.voice
-        return VoiceInfo(
-            id=v.id,
-            display_name=v.display_name,
-            languages=tuple(v.languages),
-            native_sample_rate_hz=v.native_sample_rate_hz,
-            service=v.service,
-            engine=v.engine,
-            cloned=True,
-            description=v.description,
-        )
+        return voice_from_proto(reply.voice)

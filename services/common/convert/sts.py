@@ -1,0 +1,168 @@
+"""Conversation messages <-> engine types (SessionOptions, StsEvent, TurnResult)."""
+
+from __future__ import annotations
+
+from services.common.audio import S16LE
+from services.common.convert.asr import (
+    end_of_turn_from_proto,
+    end_of_turn_to_proto,
+    endpointing_to_proto,
+    result_from_proto,
+    result_to_proto,
+)
+from services.common.engines import (
+    END_OF_TURN,
+    END_OF_TURN_JUDGED,
+    INTERRUPT,
+    INTERRUPTED,
+    LISTENING,
+    MUTE,
+    REPLY_AUDIO,
+    REPLY_TEXT,
+    SPEAKING,
+    STATE,
+    THINKING,
+    TURN_COMPLETE,
+    TURN_ERROR,
+    UNMUTE,
+    USER_TRANSCRIPT,
+    AudioPiece,
+    SessionOptions,
+    StsEvent,
+    TurnResult,
+    TurnTimings,
+)
+from voice.v1 import audio_pb2, conversation_pb2, routing_pb2
+
+ACTIONS = {
+    conversation_pb2.ConversationControl.ACTION_INTERRUPT: INTERRUPT,
+    conversation_pb2.ConversationControl.ACTION_END_OF_TURN: END_OF_TURN,
+    conversation_pb2.ConversationControl.ACTION_MUTE: MUTE,
+    conversation_pb2.ConversationControl.ACTION_UNMUTE: UNMUTE,
+}
+PROTO_ACTIONS = {action: proto for proto, action in ACTIONS.items()}
+STATES = {
+    LISTENING: conversation_pb2.CONVERSATION_STATE_LISTENING,
+    THINKING: conversation_pb2.CONVERSATION_STATE_THINKING,
+    SPEAKING: conversation_pb2.CONVERSATION_STATE_SPEAKING,
+}
+STATE_NAMES = {v: k for k, v in STATES.items()}
+
+
+def ms(seconds: float | None) -> int:
+    return max(0, round(seconds * 1000)) if seconds is not None else 0
+
+
+def seconds(ms: int) -> float | None:
+    """A TurnTimings field: 0 is "not measured"."""
+    return ms / 1000 if ms else None
+
+
+def config_to_proto(options: SessionOptions) -> conversation_pb2.ConversationConfig:
+    e, s, b = options.endpointing, options.sampling, options.barge_in
+    return conversation_pb2.ConversationConfig(
+        input_format=audio_pb2.AudioFormat(encoding=S16LE, sample_rate_hz=options.input_sample_rate_hz, channels=1),
+        output_format=audio_pb2.AudioFormat(encoding=S16LE, sample_rate_hz=options.output_sample_rate_hz, channels=1),
+        voice=options.voice,
+        system_prompt=options.system_prompt,
+        sampling=conversation_pb2.SamplingConfig(
+            temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed
+        ),
+        language=options.language,
+        endpointing=endpointing_to_proto(e),
+        barge_in=conversation_pb2.BargeInConfig(
+            disabled=not b.enabled,
+            min_speech_ms=b.min_speech_ms,
+            stop_words=list(b.stop_words),
+            min_words=b.min_words,
+            backchannels=list(b.backchannels),
+        ),
+        routing=routing_pb2.Routing(
+            mode=options.routing.mode,
+            engine=options.routing.engine,
+            latency_budget_ms=options.routing.latency_budget_ms,
+        ),
+    )
+
+
+def turn_complete_to_proto(r: TurnResult) -> conversation_pb2.TurnComplete:
+    t = r.timings
+    return conversation_pb2.TurnComplete(
+        user_text=r.user_text,
+        reply_text=r.reply_text,
+        interrupted=r.interrupted,
+        timings=conversation_pb2.TurnTimings(
+            speech_end_to_first_audio_ms=ms(t.speech_end_to_first_audio),
+            speech_end_to_transcript_ms=ms(t.speech_end_to_transcript),
+            transcript_to_first_text_ms=ms(t.transcript_to_first_text),
+            reply_audio_ms=ms(t.reply_audio),
+            speech_end_to_commit_ms=ms(t.speech_end_to_commit),
+            discarded_replies=t.discarded_replies,
+            preemptive=t.preemptive,
+        ),
+        served_by=r.served_by,
+    )
+
+
+def turn_complete_from_proto(c: conversation_pb2.TurnComplete) -> TurnResult:
+    t = c.timings
+    timings = TurnTimings(
+        speech_end_to_first_audio=seconds(t.speech_end_to_first_audio_ms),
+        speech_end_to_transcript=seconds(t.speech_end_to_transcript_ms),
+        transcript_to_first_text=seconds(t.transcript_to_first_text_ms),
+        reply_audio=t.reply_audio_ms / 1000,
+        speech_end_to_commit=seconds(t.speech_end_to_commit_ms),
+        discarded_replies=t.discarded_replies,
+        preemptive=t.preemptive,
+    )
+    return TurnResult(c.user_text, c.reply_text, c.interrupted, timings, c.served_by)
+
+
+def event_fields(event: StsEvent) -> dict:
+    """A session event as the oneof fields of its ConverseResponse; {} for reply audio (the servicer resamples it
+    into the caller's format and counts it) and for what is not sent (an end-of-turn estimate without its turn)."""
+    kind = event.kind
+    if kind == STATE:
+        return {"state": conversation_pb2.StateChange(state=STATES[event.state])}
+    if kind == USER_TRANSCRIPT:
+        return {"user_transcript": result_to_proto(event.transcript)}
+    if kind == REPLY_TEXT:
+        return {"reply_text": conversation_pb2.ReplyText(delta=event.text)}
+    if kind == INTERRUPTED:
+        return {
+            "interrupted": conversation_pb2.Interrupted(
+                reason=event.reason, audio_sent_ms=event.audio_sent_ms, heard_text=event.heard_text
+            )
+        }
+    if kind == TURN_COMPLETE:
+        return {"turn_complete": turn_complete_to_proto(event.result)}
+    if kind == END_OF_TURN_JUDGED and event.turn is not None:
+        return {"end_of_turn": end_of_turn_to_proto(event.turn)}
+    if kind == TURN_ERROR:
+        return {"turn_error": conversation_pb2.TurnError(code=event.code, message=event.message)}
+    return {}
+
+
+def event_from_response(reply: conversation_pb2.ConverseResponse, served_by: str) -> StsEvent | None:
+    """A ConverseResponse -> the session event it carries (None for one this version does not know). ``served_by``
+    labels its reply audio."""
+    kind, turn = reply.WhichOneof("event"), reply.turn_index
+    if kind == "state":
+        return StsEvent(STATE, turn, state=STATE_NAMES.get(reply.state.state, ""))
+    if kind == "user_transcript":
+        return StsEvent(USER_TRANSCRIPT, turn, transcript=result_from_proto(reply.user_transcript))
+    if kind == "reply_text":
+        return StsEvent(REPLY_TEXT, turn, text=reply.reply_text.delta)
+    if kind == "reply_audio":
+        a = reply.reply_audio
+        return StsEvent(REPLY_AUDIO, turn, audio=AudioPiece(a.data, a.format.sample_rate_hz, 0, 0, served_by=served_by))
+    if kind == "interrupted":
+        i = reply.interrupted
+        return StsEvent(INTERRUPTED, turn, reason=i.reason, audio_sent_ms=i.audio_sent_ms, heard_text=i.heard_text)
+    if kind == "turn_complete":
+        return StsEvent(TURN_COMPLETE, turn, result=turn_complete_from_proto(reply.turn_complete))
+    if kind == "turn_error":
+        return StsEvent(TURN_ERROR, turn, code=reply.turn_error.code, message=reply.turn_error.message)
+    if kind == "end_of_turn":
+        return StsEvent(END_OF_TURN_JUDGED, turn, turn=end_of_turn_from_proto(reply.end_of_turn))
+    return None
