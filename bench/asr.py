@@ -1,6 +1,6 @@
 """ASR: endpoint latency (speech end -> final), first interim, VAD cost per window, RTF, streams sustained in real time.
 
-Speech: the evaluation sentences (services/asr/evaluation.py) said by piper joe, sent to a real asr service over
+Speech: the evaluation sentences (bench/evaluation.py) said by piper joe, sent to a real asr service over
 loopback at the pace of real time (20 ms messages), as a live caller would. Latencies are client-side:
   - "speech end -> final": final received minus the moment the last speech sample was sent (truth end; it
     includes the hangover, 200 ms by default) -- what a caller waits after they stop talking;
@@ -25,8 +25,8 @@ import time
 import grpc
 import numpy as np
 
+from bench import evaluation as ev
 from bench.harness import Row
-from services.asr import evaluation as ev
 from services.cli.fleet import LocalFleet
 from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
 

@@ -1,6 +1,6 @@
 """ASR beyond clean speech: WER in white and babble noise at SNR 20/10/0 dB and on the phone band (8 kHz, 300-3400 Hz).
 
-Speech: the 24 evaluation sentences (services/asr/evaluation.py) said by piper joe and espeak-ng en-US, each padded
+Speech: the 24 evaluation sentences (bench/evaluation.py) said by piper joe and espeak-ng en-US, each padded
 with 0.5 s before and after, then degraded (``Speakers.degraded``): white noise, or babble (four other sentences
 by the same two voices, summed at equal power), at a speech-to-noise ratio; or cut to what a phone line carries.
 The noise runs through the silence too, so the VAD has to find the speech in it. Recognizer: the asr CPU engine in
@@ -18,8 +18,8 @@ import asyncio
 import sys
 import time
 
+from bench import evaluation as ev
 from bench.harness import Row
-from services.asr import evaluation as ev
 
 
 async def wer_by_condition(speakers: ev.Speakers, engine, voices, texts, conditions) -> dict:

@@ -1,6 +1,6 @@
 """Brain (llama.cpp + SmolLM2-135M on CPU): generation tokens/s and time to first token of the installed build.
 
-The brain is started as the fleet starts it (services/moss_sts/brain_server.py, brain.n_threads threads) on a free
+The brain is started as the fleet starts it (services/brain/, brain.n_threads threads) on a free
 port, and asked the same chat question RUNS times (temperature 0, max_tokens 96, streamed). Measured: time to the
 first streamed token, and completion tokens / generation time (first token to last). The JSON says which
 llama_cpp package ran, so the portable x86-64-v3 build (scripts/build-brain-wheel.sh) can be compared with another

@@ -34,7 +34,7 @@ ROUNDS = 3
 def load(cache_bytes: int):
     import llama_cpp
 
-    from services.moss_sts.brain_server import smollm2_path
+    from services.brain.server import smollm2_path
 
     llm = llama_cpp.Llama(str(smollm2_path()), n_ctx=2048, n_threads=2, n_threads_batch=2, verbose=False, seed=7)
     if cache_bytes:

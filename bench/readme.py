@@ -29,6 +29,7 @@ QUOTED: list[tuple[str, str]] = [
     ("leases", "lease acquire -> granted (free card, loopback gRPC)"),
     ("brain", "generation tokens/s"),
     ("gateway", "gateway added to first audio p95 (its histogram, speech)"),
+    ("memory", "the fleet PSS (sum of members)"),
 ]
 # (benchmark, key of a {row: {column: value}} table in its JSON, caption) quoted below the figures.
 QUOTED_TABLES: list[tuple[str, str, str]] = [

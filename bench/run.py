@@ -27,6 +27,7 @@ BENCHMARKS = [
     "supervisor",
     "brain",
     "gateway",
+    "memory",
 ]
 
 

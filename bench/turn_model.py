@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 
+from bench import evaluation as ev
 from bench.harness import machine
-from services.asr import evaluation as ev
 from services.asr.turn_model import TurnModel, turn_model_path
 from services.common import audio
 

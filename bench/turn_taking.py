@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 
+from bench.evaluation import words
 from bench.turn_set import RATE, TurnSet
-from services.asr.evaluation import words
 from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc, recognizer_pb2
 
 FRAME_MS = 20

@@ -13,8 +13,8 @@ set -euo pipefail
 python=${1:?usage: build-brain-wheel.sh PYTHON OUT_DIR}
 out=${2:?usage: build-brain-wheel.sh PYTHON OUT_DIR}
 here=$(cd "$(dirname "$0")/.." && pwd)
-version=$(sed -n 's/^llama-cpp-python==\([0-9.]*\).*/\1/p' "$here/services/moss_sts/requirements-brain.txt")
-[ -n "$version" ] || { echo "build-brain-wheel: no llama-cpp-python==X pin in requirements-brain.txt" >&2; exit 2; }
+version=$(sed -n 's/^llama-cpp-python==\([0-9.]*\).*/\1/p' "$here/services/brain/requirements-cpu.txt")
+[ -n "$version" ] || { echo "build-brain-wheel: no llama-cpp-python==X pin in services/brain/requirements-cpu.txt" >&2; exit 2; }
 
 # x86-64-v3, spelled out; everything wider (AVX-512*, AVX-VNNI, AMX) stays at ggml's default OFF.
 export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON \

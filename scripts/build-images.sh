@@ -13,8 +13,7 @@ services=("$@")
 export DOCKER_BUILDKIT=0
 for s in "${services[@]}"; do
   case $s in
-    brain) dockerfile=services/moss_sts/Dockerfile target=brain wheels="build/wheels/brain build/wheels/moss_sts" ;;
-    moss_sts) dockerfile=services/moss_sts/Dockerfile target=cpu wheels="build/wheels/brain build/wheels/moss_sts" ;;
+    brain) dockerfile=services/brain/Dockerfile target=brain wheels="build/wheels/brain" ;;
     *) dockerfile=services/$s/Dockerfile target=cpu wheels=build/wheels/$s ;;
   esac
   for w in $wheels; do

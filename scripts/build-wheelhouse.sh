@@ -41,8 +41,8 @@ for s in "${services[@]}"; do
       cp "$brain" "$out/"
       # Everything but llama-cpp-python from the index; llama-cpp-python only as the portable wheel above.
       wheel "$out" --find-links "$out" --only-binary llama-cpp-python \
-        -r services/common/requirements.txt -r services/moss_sts/requirements-brain.txt
-      wheel "$out" --no-deps -r services/moss_sts/requirements-cpu-nodeps.txt ;;
+        -r services/common/requirements.txt -r services/brain/requirements-cpu.txt
+      wheel "$out" --no-deps -r services/brain/requirements-cpu-nodeps.txt ;;
     *) echo "build-wheelhouse: unknown service $s" >&2; exit 2 ;;
   esac
   echo "$stamp" >"$out.complete"

@@ -77,8 +77,8 @@ def asr_fleet(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 async def asr_speakers():
-    """Every evaluation sentence said once by piper joe and espeak-ng en-US, in process (services/asr/evaluation.py)."""
-    from services.asr.evaluation import Speakers
+    """Every evaluation sentence said once by piper joe and espeak-ng en-US, in process (bench/evaluation.py)."""
+    from bench.evaluation import Speakers
 
     speakers = Speakers()
     await speakers.start()

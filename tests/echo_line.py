@@ -41,7 +41,7 @@ LEVELS_DB = (-20, -12, -6)
 
 async def voices(texts=(USER,)) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """(reply, {text: user speech}) as int16 at 16 kHz, synthesized in process with the CPU voices."""
-    from services.asr.evaluation import Speakers
+    from bench.evaluation import Speakers
 
     speakers = Speakers()
     await speakers.start()

@@ -20,7 +20,7 @@ import functools
 
 import numpy as np
 
-from services.asr import evaluation
+from bench import evaluation
 from services.common import audio
 
 # The strict listener's bound: corpus WER of what it heard against what was to be said.

@@ -1,6 +1,6 @@
 """What a user of asr checks: speech found where it is, the words right, interim results before each final.
 
-Real speech from the fleet's CPU TTS engines (piper joe, espeak-ng en-US; services/asr/evaluation.py), several
+Real speech from the fleet's CPU TTS engines (piper joe, espeak-ng en-US; bench/evaluation.py), several
 sentences per stream with silence before, between and after, sent to the asr service as s16le at 8, 16 and 24 kHz.
 16 kHz runs all 24 sentences per voice; 8 and 24 kHz run 8 each (whisper time is what a test run pays for).
 Bounds (docs/asr.md has the measured numbers behind them):
@@ -13,7 +13,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from services.asr import evaluation as ev
+from bench import evaluation as ev
 from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
 
 TOLERANCE_MS = 100

@@ -10,7 +10,7 @@ import time
 import grpc
 import pytest
 
-from services.asr import evaluation as ev
+from bench import evaluation as ev
 from services.common import audio
 from services.common.asr_servicer import CPU_STREAMS_PER_CORE
 from services.common.scheduler import cpu_cores

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from services.asr import evaluation as ev
+from bench import evaluation as ev
 from services.common import audio
 
 SENTENCE = "please call me back when you get home"

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from services.asr import evaluation as ev
+from bench import evaluation as ev
 from services.asr.vad import WINDOW, Endpointer, SileroVad
 from services.common.config.asr import AsrGpuConfig, AsrServiceConfig
 from services.common.engines import RESULT, SPEECH_END, SPEECH_START, Endpointing, RecognitionOptions

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.asr import evaluation as ev
+from bench import evaluation as ev
 from services.common.config.asr import AsrGpuConfig, AsrServiceConfig
 from services.common.engines import RESULT, RecognitionOptions
 from tests.test_asr_engines import collect

@@ -1,5 +1,5 @@
 """ASR regression bounds beyond clean speech: the asr CPU engine (VAD + whisper tiny.en finals, in process) on every
-third evaluation sentence, clean and with white or babble noise at 10 dB SNR (services/asr/evaluation.py
+third evaluation sentence, clean and with white or babble noise at 10 dB SNR (bench/evaluation.py
 ``Speakers.degraded``; the noise runs through the silence around the speech too). The full table (20/10/0 dB, the
 phone band, all 24 sentences) is `make bench` (bench/asr_noise.py) and docs/asr.md#noise-and-the-phone-band; the
 bounds here sit above what it measured, so they fail a real regression (noise reaching whisper unscaled, a VAD that
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.asr import evaluation as ev
+from bench import evaluation as ev
 
 SENTENCES = list(ev.SENTENCES[0::3])
 # Corpus WER bounds per (voice, condition). Measured on these 8 sentences (2026-11-23): joe 0 / 1.6 / 11.5 %,

@@ -19,7 +19,7 @@ import grpc
 import numpy as np
 import pytest
 
-from services.asr import evaluation as ev
+from bench import evaluation as ev
 from services.asr.turn_model import PACKAGE, REQUIREMENTS, TurnModel, TurnModelMissing, TurnSupport, turn_model_path
 from services.cli.fleet import write_ephemeral_config
 from services.common import audio

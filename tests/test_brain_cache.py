@@ -2,7 +2,7 @@
 prompt cache in the server the fleet starts, and with it a session's next turn evaluates only its new tokens even
 after another session's turn ran on the same model in between.
 
-The server's own argument parser reads the command ``brain_server`` builds, and the server's own loader makes the
+The server's own argument parser reads the command ``services.brain.server`` builds, and the server's own loader makes the
 model from those settings (llama_cpp.server.model.LlamaProxy.load_llama_from_model_settings), so this checks what
 the running brain does; "evaluated" is llama.cpp's count of prompt tokens it ran (llama_perf_context), not a time.
 """
@@ -13,10 +13,12 @@ import argparse
 
 import pytest
 
+from services.brain.server import server_command
 from services.common.config import load_config
-from services.moss_sts.brain_server import server_command
 
-llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (requirements-brain.txt)")
+llama_cpp = pytest.importorskip(
+    "llama_cpp", reason="llama-cpp-python is not installed (services/brain/requirements-cpu.txt)"
+)
 
 SYSTEM = "You are a friendly voice assistant. Answer in one short sentence."
 

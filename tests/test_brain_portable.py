@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from services.moss_sts.brain_server import REQUIRED_CPU_FLAGS, missing_cpu_flags
+from services.brain.server import REQUIRED_CPU_FLAGS, missing_cpu_flags
 
 # Operands and mnemonics that exist only beyond x86-64-v3, as a GNU grep -E pattern (Python's re takes ~40 s on the
 # 1.3 million lines objdump prints for llama.cpp; grep takes about a second).

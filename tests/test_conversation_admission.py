@@ -36,7 +36,7 @@ pytestmark = pytest.mark.timeout(400)
 def fleet(tmp_path_factory):
     running = start_fleet(
         tmp_path_factory.mktemp("conversation-admission"),
-        services=("brain", "moss_sts", "router"),
+        services=("asr", "brain", "moss_sts", "router"),
         moss_sts={"max_concurrent_sessions": CAPACITY, "idle_timeout_seconds": 5, "default_max_tokens": 24},
     )
     yield running

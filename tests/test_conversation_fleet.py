@@ -110,7 +110,7 @@ def conv(tmp_path_factory):
     recorder = BrainRecorder(brain_port)
     running = start_fleet(
         tmp_path_factory.mktemp("conversation-fleet"),
-        services=("brain", "moss_sts", "router"),
+        services=("asr", "brain", "moss_sts", "router"),
         brain={"port": brain_port, "base_url": f"http://127.0.0.1:{recorder.port}/v1"},
         # turn_commit_ms: a held (preemptive) reply waits for 1 s of silence, so a test can speak again before it
         # commits (test_a_reply_started_before_the_user_went_on_is_never_heard).
@@ -322,12 +322,13 @@ def test_three_turn_conversation_carries_context(conv, router_channel, say):
         talk.wait(lambda: (3, L) in talk.states(), timeout=10)
         assert talk.states() == [(0, L), (0, T), (0, S), (1, L), (1, T), (1, S), (2, L), (2, T), (2, S), (3, L)]
         # Context: the brain's third request holds both earlier turns exactly as heard and answered.
-        # Replies started at a candidate end of turn and dropped (the user went on) asked too: one per discard.
+        # Replies started at a candidate end of turn and dropped (the user went on) asked too, at most one per discard
+        # (a reply dropped before its request left, as when the asr service reports the user going on, asked none).
         everything = conv.recorder.requests[asked_before:]
         discarded = sum(talk.complete(turn).timings.discarded_replies for turn in range(3))
         committed = {talk.complete(turn).user_text for turn in range(3)}
         asked = [r for r in everything if r["messages"][-1]["content"] in committed]
-        assert len(asked) == 3 and len(everything) == 3 + discarded, [r["messages"][-1] for r in everything]
+        assert len(asked) == 3 and 3 <= len(everything) <= 3 + discarded, [r["messages"][-1] for r in everything]
         third = asked[2]["messages"]
         expect = [("system", SYSTEM)]
         for turn in range(3):
@@ -408,7 +409,7 @@ def test_speech_shorter_than_the_barge_in_minimum_does_not_interrupt(conv, route
 def test_semantic_end_of_turn_waits_through_a_pause_and_commits_a_finished_turn_early(conv, router_channel, say):
     """The service's default mode is semantic: an 800 ms pause mid-phrase is judged unfinished (one turn with the
     whole sentence), and the finished sentence commits on the turn model's word, before the old 400 ms hangover."""
-    from services.asr.evaluation import cut_after
+    from bench.evaluation import cut_after
     from tests.speech import _whisper
 
     said = np.frombuffer(trim(say("Please call me back when you get home.")), dtype=np.int16)

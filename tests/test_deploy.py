@@ -59,7 +59,7 @@ def test_cpu_stages_take_the_base_image_and_the_wheelhouse_as_build_args():
             if stage.endswith("deps"):  # installs from the wheelhouse when there is one, never compiles
                 assert "ARG PIP_NO_INDEX" in body and "--find-links /wheels" in body, f"{dockerfile}: {stage}"
         assert "RUN --mount" not in text, f"{dockerfile}: needs BuildKit, which Debian's Docker lacks"
-    assert "cmake" not in (ROOT / "services/moss_sts/Dockerfile").read_text(), "the brain is never compiled in an image"
+    assert "cmake" not in (ROOT / "services/brain/Dockerfile").read_text(), "the brain is never compiled in an image"
 
 
 def test_compose_runs_like_production():

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from services.asr import evaluation as ev
+from bench import evaluation as ev
 from services.common.engines import SPEECH_START, RecognitionOptions
 from services.conversation.echo import (
     EchoCanceller,

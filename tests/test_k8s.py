@@ -46,6 +46,7 @@ from services.common import metrics
 from services.common.config import Config, ConfigError, load_config
 from services.common.config.base import MODEL_SERVICES
 from services.common.health import LIVENESS
+from services.moss_sts.service import asr_address
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -554,6 +555,12 @@ def check_routes(objects: list[dict], fleet: list[Member], problems: list[str]) 
             problems += service_for(
                 objects, fleet, m.config.gateway.router or "", "router", False, f"{m.where} gateway.router"
             )
+        if m.section == "moss_sts" and m.settings.asr == "remote" and "asr" in sections:
+            target = asr_address(m.config)
+            headless = target.startswith("dns:///")
+            problems += service_for(
+                objects, fleet, target.removeprefix("dns:///"), "asr", headless, f"{m.where} moss_sts.asr_address"
+            )
         if m.section in ("router", "moss_sts") and "brain" in sections:
             url = re.fullmatch(r"https?://([^/]+)/v1", m.config.brain.url)
             if not url:
@@ -633,6 +640,7 @@ def check_network_policies(objects: list[dict], fleet: list[Member], problems: l
         by_section.setdefault(m.section, []).append(m)
     # Who must reach whom, and that nobody else reaches the model services, the brain and the lease authorities.
     needs = [("router", s) for s in (*MODEL_SERVICES, "brain", "lease_authority")] + [("moss_sts", "brain")]
+    needs += [("moss_sts", "asr")]  # its dialogue listens through the asr service (moss_sts.asr remote)
     needs += [(s, "lease_authority") for s in MODEL_SERVICES]
     for src, dst in needs:
         for a in by_section.get(src, []):

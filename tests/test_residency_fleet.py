@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from services.asr import evaluation as ev
+from bench import evaluation as ev
 from tests.conftest import start_fleet, wait_until
 from tests.test_conversation_fleet import Talk, close
 from voice.v1 import (

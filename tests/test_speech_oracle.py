@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.asr import evaluation as ev
+from bench import evaluation as ev
 from services.common import audio
 from tests.speech import INTELLIGIBLE, intelligible, wer
 

@@ -33,7 +33,7 @@ def status_output(up: UpProcess) -> str:
 
 
 def status_row(output: str, member: str) -> list[str]:
-    """The supervisor table's row for ``member``: [name, state, uptime, restarts, last exit...]."""
+    """The supervisor table's row for ``member``: [name, state, uptime, restarts, PSS MB, last exit...]."""
     table = output.split("\nmember ", 1)[1]
     return next(line.split() for line in table.splitlines()[1:] if line.split()[:1] == [member])
 
@@ -86,7 +86,8 @@ def test_every_member_killed_in_turn_comes_back_and_speech_keeps_flowing(full_fl
     output = status_output(up)
     for name in FULL_FLEET:
         row = status_row(output, name)
-        assert row[1] == "ready" and row[3] == "1" and "SIGKILL" in " ".join(row[4:]), (name, row, output)
+        assert row[1] == "ready" and row[3] == "1" and "SIGKILL" in " ".join(row[5:]), (name, row, output)
+        assert float(row[4]) > 0, f"{name}: no memory shown in {row}"  # its processes' PSS, in MB
 
 
 def test_a_member_that_exits_at_every_start_is_given_up_and_the_rest_keep_serving(tmp_path):

@@ -39,9 +39,9 @@ class Member:
         return "(output went to the terminal)"
 
 
-# The module that runs a fleet member that is not services.<name> (the brain: llama-cpp-python's OpenAI server; the
-# lease authority: the residency layer's entry point).
-MODULES = {"brain": "services.moss_sts.brain_server", "lease_authority": "services.residency"}
+# The module that runs a fleet member that is not services.<name> (the lease authority: the residency layer's entry
+# point).
+MODULES = {"lease_authority": "services.residency"}
 
 
 def free_port() -> int:

@@ -338,20 +338,24 @@ def _print_models(config) -> None:
 
 
 def _print_members(config) -> None:
-    """What the supervisor of `voicefleet up` says of each member: state, uptime, restarts, last exit."""
+    """What the supervisor of `voicefleet up` says of each member: state, uptime, restarts, memory, last exit."""
     from services.cli.supervisor import fetch_members
 
     members = fetch_members(config.fleet.supervisor_port)
     if members is None:
         print(f"\nsupervisor: none on 127.0.0.1:{config.fleet.supervisor_port} (fleet not started by `voicefleet up`?)")
         return
-    print(f"\n{'member':<14} {'state':<9} {'uptime':>8} {'restarts':>8}  last exit")
+    mb = 1 << 20
+    print(f"\n{'member':<14} {'state':<9} {'uptime':>8} {'restarts':>8} {'PSS MB':>7}  last exit")
     for m in members:
         uptime = f"{m['uptime_seconds']:.0f}s" if m["uptime_seconds"] is not None else "-"
         last = f"{m['last_exit']} {m['last_exit_seconds_ago']:.0f}s ago" if m["last_exit"] else "-"
         if m["restart_in_seconds"] is not None:
             last += f"; restarting in {m['restart_in_seconds']:.1f}s"
-        print(f"{m['name']:<14} {m['state']:<9} {uptime:>8} {m['restarts']:>8}  {last}")
+        pss = f"{m['pss_bytes'] / mb:.0f}" if m.get("pss_bytes") is not None else "-"
+        print(f"{m['name']:<14} {m['state']:<9} {uptime:>8} {m['restarts']:>8} {pss:>7}  {last}")
+    total = sum(m.get("pss_bytes") or 0 for m in members)
+    print(f"{'the fleet':<14} {'':<9} {'':>8} {'':>8} {total / mb:>7.0f}  (PSS: shared pages counted once)")
 
 
 def _print_leases(channel, config, title: str = "GPU card") -> None:

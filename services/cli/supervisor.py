@@ -8,8 +8,8 @@ router's health Watch + outlier ejection route around the gap (failover before f
 replay). Exit code 2 is a bad configuration (services/common/server.py): restarting cannot fix it, so it is not
 restarted (systemd's ``RestartPreventExitStatus``).
 
-The supervisor serves ``/members`` (JSON: state, restarts, last exit, uptime — what ``voicefleet status`` prints) and
-``/metrics`` on 127.0.0.1:``fleet.supervisor_port``.
+The supervisor serves ``/members`` (JSON: state, restarts, last exit, uptime, memory (PSS of the member's processes) —
+what ``voicefleet status`` prints) and ``/metrics`` on 127.0.0.1:``fleet.supervisor_port``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.cli.fleet import LocalFleet
+from services.cli.memory import member_pss
 from services.common.config.fleet import RestartConfig
 from services.common.health_probe import member_status
 from services.common.metrics import SUPERVISOR_GAVE_UP, SUPERVISOR_MEMBER_READY, SUPERVISOR_RESTARTS
@@ -191,10 +192,16 @@ class Supervisor:
             self.log(f"{st.name} exited ({st.last_exit}); restarting in {delay:.1f}s")
 
     # --- reporting -------------------------------------------------------------------------------------------------
-    def snapshot(self) -> list[dict]:
+    def snapshot(self, memory: bool = False) -> list[dict]:
+        """Each member's state; ``memory``: with ``pss_bytes``, its processes' PSS (reads /proc: only on request)."""
         now = time.monotonic()
         members = self.fleet.members
-        return [st.to_json(now, members[st.name].process.pid) for st in list(self.states.values())]
+        states = [st.to_json(now, members[st.name].process.pid) for st in list(self.states.values())]
+        if memory:
+            pss = member_pss({s["name"]: s["pid"] for s in states})
+            for s in states:
+                s["pss_bytes"] = pss[s["name"]]
+        return states
 
     def serve_http(self, port: int, host: str = "127.0.0.1") -> None:
         """/members (JSON) and /metrics on host:port, from a background thread (port 0: not served)."""
@@ -205,7 +212,7 @@ class Supervisor:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 - http.server's name
                 if self.path == "/members":
-                    body, kind = json.dumps({"members": supervisor.snapshot()}).encode(), "application/json"
+                    body, kind = json.dumps({"members": supervisor.snapshot(memory=True)}).encode(), "application/json"
                 elif self.path == "/metrics":
                     body, kind = generate_latest(), CONTENT_TYPE_LATEST
                 else:

