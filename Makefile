@@ -45,7 +45,7 @@ prometheus:
 	  fi; \
 	fi
 
-# Real Chromium for the gateway's browser tests (tests/test_gateway_browser.py), driven by Playwright from PyPI pointed at
+# Real Chromium for the gateway's browser tests (tests/gateway/test_gateway_browser.py), driven by Playwright from PyPI pointed at
 # Debian's binary (never `playwright install`, which downloads a browser from outside). Installed when missing and root;
 # otherwise the browser tests skip and pytest prints a loud line saying so.
 chromium:
@@ -68,10 +68,10 @@ test-gpu: check-gpu-stacks  ## GPU smoke: each stack's GPU tests in its own venv
 compose-test: install  ## build every CPU image, run deploy/compose.yaml in Docker: speak, transcribe, converse, crash+failover
 	scripts/compose-test.sh $(BIN)/python
 
-config-schema: install  ## write docs/config.schema.json from the config models (tests/test_config.py fails when it is stale)
+config-schema: install  ## write docs/config.schema.json from the config models (tests/common/test_config.py fails when it is stale)
 	$(BIN)/python scripts/config_schema.py docs/config.schema.json
 
-# kubectl for tests/test_k8s.py: the one on PATH (Debian's kubernetes-client installed when missing and root), and
+# kubectl for tests/deploy/test_k8s.py: the one on PATH (Debian's kubernetes-client installed when missing and root), and
 # Debian's kubectl 1.20 fetched into build/k8s/ (the manifests must render the same with its kustomize v2.0.3).
 k8s-tools:
 	@scripts/k8s-check.sh --tools
@@ -87,7 +87,7 @@ $(TOOLS)/.installed: requirements/tools.txt
 	@touch $@
 
 dashboards: install prometheus $(TOOLS)/.installed  ## full CPU fleet under mixed load + Prometheus: every panel query has data; PNGs to docs/
-	DASHBOARD_DATA_DIR=build/dashboard-data $(BIN)/python -m pytest -m dashboards -o addopts="-ra" -s tests/test_dashboards.py
+	DASHBOARD_DATA_DIR=build/dashboard-data $(BIN)/python -m pytest -m dashboards -o addopts="-ra" -s tests/deploy/test_dashboards.py
 	$(TOOLS)/bin/python scripts/render-dashboards.py build/dashboard-data docs/dashboards
 
 golden: install  ## regenerate the TTS regression goldens (tests/golden/) ON PURPOSE; review the audio, commit with why

@@ -1,7 +1,7 @@
 """Conversation (moss_sts CPU cascade through the router): user speech end -> first reply audio, barge-in -> silence.
 
 A fleet of brain (llama.cpp + SmolLM2-135M) + moss_sts + router on loopback; the caller is the tests' live caller
-(tests/test_conversation_fleet.Talk): silence at the pace of real time, each user line in one burst. User lines are
+(tests/fleet/test_conversation_fleet.Talk): silence at the pace of real time, each user line in one burst. User lines are
 piper speech made by the fleet (moss_sts's Synthesizer).
 
 * speech end -> first reply audio: the server's TurnTimings (end of the user's speech, as its audio arrived, to the
@@ -33,7 +33,7 @@ from bench.harness import RESULTS, Row
 from bench.turn_set import Counts
 from bench.turn_set import build as build_turn_set
 from services.cli.fleet import LocalFleet, free_port
-from tests.test_conversation_fleet import RATE, BrainRecorder, Talk, close
+from tests.fleet.test_conversation_fleet import RATE, BrainRecorder, Talk, close
 from voice.v1 import audio_pb2, conversation_pb2, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 LINES = [

@@ -129,7 +129,7 @@ def padded_stream(
 
 
 # --- beyond clean speech: noise at a given SNR, babble, the phone band ------------------------------------------
-# What the noise tables (bench/asr_noise.py, docs/asr.md) and tests/test_asr_noise.py feed the recognizer. All are
+# What the noise tables (bench/asr_noise.py, docs/asr.md) and tests/asr/test_asr_noise.py feed the recognizer. All are
 # deterministic (seeded), so a run is repeatable. SNR is speech power over noise power, speech power measured over
 # the utterance (truth bounds), noise over the whole buffer; the noise covers the silence around the speech too.
 
@@ -320,7 +320,7 @@ def cut_after(samples: np.ndarray, word: str, listener) -> int:
     """Sample of 16 kHz int16 ``samples`` where ``word`` (its last occurrence) ends: ``listener``'s (a faster-whisper
     WhisperModel) word timestamp, moved to the quietest 10 ms between 50 ms before it and 30 ms after it (timestamps
     are coarse; a cut must not clip a sound). Speech cut there and followed by silence is a speaker pausing
-    mid-sentence with the prosody of one going on (semantic endpointing: tests/test_asr_turn.py, bench/turn_model.py)."""
+    mid-sentence with the prosody of one going on (semantic endpointing: tests/asr/test_asr_turn.py, bench/turn_model.py)."""
     x = samples.astype(np.float32) / 32768.0
     segments, _ = listener.transcribe(x, language="en", beam_size=5, word_timestamps=True)
     heard = [w for s in segments for w in s.words]

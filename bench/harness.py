@@ -2,7 +2,7 @@
 
 Each benchmark module exposes ``run() -> (rows, extra)``; ``python -m bench.run [names]`` runs them and writes
 ``bench/results/latest/<name>.json`` and ``bench/results/latest/results.md`` (a table of every JSON there). The
-directory is committed: the README quotes it (``python -m bench.readme``; tests/test_bench_claims.py checks the
+directory is committed: the README quotes it (``python -m bench.readme``; tests/project/test_bench_claims.py checks the
 quote). Each JSON says the machine, date and load average (1 min) before and after its run, because a shared
 machine's load moves every compute figure. Numbers are measurements, never test asserts.
 """

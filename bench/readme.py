@@ -1,7 +1,7 @@
 """The README's benchmark table, generated from the committed results (bench/results/latest/*.json).
 
 ``python -m bench.readme`` rebuilds bench/results/latest/results.md and the block between the two markers in
-README.md from the JSON there; ``make bench`` does it after every run; tests/test_bench_claims.py fails when the README's block and the committed results disagree.
+README.md from the JSON there; ``make bench`` does it after every run; tests/project/test_bench_claims.py fails when the README's block and the committed results disagree.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ counted apart); per fleet process: RSS and open file descriptors after warm-up, 
 into the run: the working set grows until every workload has run at its peak concurrency, then must stay flat; the
 2026-11-24 mixed run grew asr from 529 to ~1150 MB in its first 6 minutes and stayed there) and at the end; growth
 is counted from the baseline. A progress line every
-``progress_s``. Profiles: ``smoke`` (~20 s, in ``make test`` via tests/test_soak_smoke.py), ``mixed`` (30 minutes),
+``progress_s``. Profiles: ``smoke`` (~20 s, in ``make test`` via tests/fleet/test_soak_smoke.py), ``mixed`` (30 minutes),
 ``converse`` (1,000 Converse turns). ``python -m bench.soak --profile mixed --minutes 5`` overrides the time.
 The report goes to bench/results/soak/<profile>.json and .md.
 """
@@ -39,7 +39,7 @@ import grpc
 
 from bench.harness import RESULTS, machine
 from services.cli.fleet import LocalFleet
-from tests.test_conversation_fleet import Talk, close
+from tests.fleet.test_conversation_fleet import Talk, close
 from voice.v1 import (
     audio_pb2,
     conversation_pb2,

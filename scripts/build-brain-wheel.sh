@@ -6,7 +6,7 @@
 # an AVX-512/AMX Intel host died with SIGSEGV in llama_decode on an AMD host and the other way round, and pip's wheel
 # cache hands that native build to every later venv on the machine. So the flags are spelled out here, the build
 # never reads or writes pip's cache (--no-cache-dir), and the wheel lands in a folder named after its flags.
-# tests/test_brain_portable.py disassembles the built libraries and fails on any AVX-512 or AMX instruction.
+# tests/brain/test_brain_portable.py disassembles the built libraries and fails on any AVX-512 or AMX instruction.
 #
 # Usage: scripts/build-brain-wheel.sh PYTHON OUT_DIR   (prints the wheel's path; reuses one already built there)
 set -euo pipefail

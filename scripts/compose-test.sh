@@ -6,7 +6,7 @@
 #   2. base image voicefleet-base:bookworm and voicefleet/prometheus-debian:2.42 (scripts/build-base-image.sh);
 #   3. the wheelhouse build/wheels/<service> (scripts/build-wheelhouse.sh; the brain's portable llama.cpp wheel);
 #   4. every CPU image (scripts/build-images.sh, classic builder, --no-index);
-#   5. tests/test_compose_stack.py: up, healthy, speak/transcribe/converse, moss_sts crash + failover + restart, down.
+#   5. tests/deploy/test_compose_stack.py: up, healthy, speak/transcribe/converse, moss_sts crash + failover + restart, down.
 # Usage: scripts/compose-test.sh PYTHON
 # Exit 3: this machine cannot run containers (not root and no Docker daemon answers, or dockerd does not start):
 # .ci/run then says so loudly instead of failing. Any other failure is a failure.
@@ -49,6 +49,6 @@ VOICEFLEET_BASE_IMAGE=voicefleet-base:bookworm nice -n 10 scripts/build-images.s
 step "images" $t
 
 t=$SECONDS
-"$python" -m pytest -m compose -o addopts="" -s -q tests/test_compose_stack.py
+"$python" -m pytest -m compose -o addopts="" -s -q tests/deploy/test_compose_stack.py
 step "stack test" $t
 echo "compose-test: all done in $(($SECONDS - t_all)) s"

@@ -1,6 +1,6 @@
 """Write the JSON Schema of the voicefleet config file, as the config models generate it:
 ``python scripts/config_schema.py docs/config.schema.json`` (``make config-schema``). Editors check and complete YAML
-with it (docs/configuration.md#editor-support); tests/test_config.py fails when the committed file is stale.
+with it (docs/configuration.md#editor-support); tests/common/test_config.py fails when the committed file is stale.
 """
 
 from __future__ import annotations

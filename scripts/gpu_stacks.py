@@ -3,7 +3,7 @@
 
   resolve  pip's resolver on every GPU requirements file (``pip install --dry-run --report``) in a throwaway venv
            with a pinned pip, all stacks in parallel; exit 1 on any resolution error. In `make test`
-           (tests/test_gpu_stacks.py). Nothing is installed.
+           (tests/project/test_gpu_stacks.py). Nothing is installed.
   test     `make test-gpu`: each stack's GPU tests (pytest -m gpu) in its own venv from `check`, with the weights
            from mounted directories; prints per stack what passed and, for each skip, why.
   check    install each stack into its own venv under build/gpu-stacks/, import every module the engine's load
@@ -64,23 +64,23 @@ STACKS = (
         "asr",
         ("services/asr/requirements-gpu.txt",),
         ("services/asr/requirements-cpu-nodeps.txt",),
-        gpu_tests=("tests/test_asr_gpu.py",),
+        gpu_tests=("tests/asr/test_asr_gpu.py",),
     ),
     Stack(
         "cosyvoice_tts",
         ("services/cosyvoice_tts/requirements-gpu.txt",),
         checkout=COSYVOICE,
-        gpu_tests=("tests/test_tts_cosyvoice.py",),
+        gpu_tests=("tests/cosyvoice_tts/test_tts_cosyvoice.py",),
     ),
     Stack(
         "moss_sts",
         ("services/moss_sts/requirements-gpu.txt",),
         ("services/moss_sts/requirements-cpu-nodeps.txt",),
         checkout=MOSS_SPEECH,
-        gpu_tests=("tests/test_conversation_gpu.py",),
+        gpu_tests=("tests/moss_sts/test_conversation_gpu.py",),
     ),
     # qwen_tts's tests drive both backends: qwen-tts in this venv, the vLLM-Omni sidecar in the next one's.
-    Stack("qwen_tts", ("services/qwen_tts/requirements-gpu.txt",), gpu_tests=("tests/test_qwen_tts_gpu.py",)),
+    Stack("qwen_tts", ("services/qwen_tts/requirements-gpu.txt",), gpu_tests=("tests/qwen_tts/test_qwen_tts_gpu.py",)),
     Stack("qwen_tts_vllm_omni", ("services/qwen_tts/requirements-vllm-omni.txt",)),
 )
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make k8s-check`: render every kustomization of deploy/k8s with `kubectl kustomize`, validate every object against
 # the Kubernetes schemas (kubernetes-validate, strict) and check ports, images, probes, drain and routes against the
-# services' own config: tests/test_k8s.py (which `make test` runs too).
+# services' own config: tests/deploy/test_k8s.py (which `make test` runs too).
 #   kubectl: $KUBECTL, else the one on PATH, else Debian's kubernetes-client installed when root (apt-get);
 #            otherwise this fails saying how to install it.
 #   kubectl 1.20 (Debian bookworm's kubernetes-client, kustomize v2.0.3): fetched into build/k8s/kubectl-1.20 with
@@ -57,4 +57,4 @@ fi
 echo "k8s-check: kubectl $("$KUBECTL" version --client 2>/dev/null | head -1)"
 if [ "$tools_only" = 1 ]; then exit 0; fi
 [ -z "${KUBECTL_OLD:-}" ] || echo "k8s-check: and kubectl $("$KUBECTL_OLD" version --client --short 2>/dev/null)"
-exec "$python" -m pytest -o addopts="-ra" -q tests/test_k8s.py
+exec "$python" -m pytest -o addopts="-ra" -q tests/deploy/test_k8s.py

@@ -1,6 +1,6 @@
 """Render the dashboard's panels to PNG from Prometheus query_range answers, so the latency picture can be looked at
 without a Grafana: ``python scripts/render-dashboards.py DATA_DIR OUT_DIR`` (``make dashboards`` runs it with the
-answers tests/test_dashboards.py kept from a real run in DATA_DIR/panels.json). Runs in build/tools-venv
+answers tests/deploy/test_dashboards.py kept from a real run in DATA_DIR/panels.json). Runs in build/tools-venv
 (matplotlib, requirements/tools.txt), never in the fleet's environment.
 """
 

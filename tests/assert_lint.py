@@ -1,6 +1,6 @@
 """Asserts that cannot fail (or cannot pass): ``python -m tests.assert_lint [paths]`` lists them and exits 1.
 
-Run by ``make lint`` on tests/ and bench/, and by tests/test_assert_lint.py. ruff covers ``assert False`` (B011),
+Run by ``make lint`` on tests/ and bench/, and by tests/project/test_assert_lint.py. ruff covers ``assert False`` (B011),
 asserts on tuples (F631) and string literals (PLW0129); this adds what ruff does not catch:
 
 - an assert whose condition is built from constants only (``assert 1``, ``assert not None``, ``assert 2 > 1``);

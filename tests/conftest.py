@@ -120,7 +120,7 @@ def pytest_terminal_summary(terminalreporter):
 
 @pytest.fixture(scope="session")
 def gateway_fleet(tmp_path_factory):
-    """asr + brain + moss_sts + router + gateway (tests/test_gateway*.py): the conversation cascade, speech from moss_sts's
+    """asr + brain + moss_sts + router + gateway (tests/gateway/test_gateway*.py): the conversation cascade, speech from moss_sts's
     piper (the router's default TTS here), transcription by asr, all through the gateway's HTTP port. A small
     max_sessions and idle timeout so their limits are quick to reach."""
     running = start_fleet(

@@ -5,7 +5,7 @@
   temperature 0, no prompt, English) that knows nothing of the expected text, scored by ``wer`` on normalised
   words (``words``: lower case, no punctuation, digits spelled out). ``INTELLIGIBLE`` (0.10) is the bound: on a
   sentence of up to nine words that is word-perfect, so one content word changed ("fox" -> "box") fails
-  (tests/test_speech_oracle.py proves it on synthesized near-miss sentences); longer texts allow one error per
+  (tests/project/test_speech_oracle.py proves it on synthesized near-miss sentences); longer texts allow one error per
   ten words. Test sentences are ones both CPU voices say clearly (espeak-ng's "jumps" is heard as "dumps", so
   espeak tests use "the children are playing in the garden").
 - No grammar-constrained oracle: pocketsphinx with a word loop over the test sentence's words (the previous oracle)

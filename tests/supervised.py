@@ -1,6 +1,6 @@
 """`voicefleet up` as a user runs it (a real process tree on loopback), and a caller that keeps speaking through it.
 
-Shared by tests/test_supervisor.py and bench/supervisor.py.
+Shared by tests/cli/test_supervisor.py and bench/supervisor.py.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Why faster-whisper and not FunASR: docs/asr.md#gpu-engine.
 Heavy imports (faster_whisper, ctranslate2) happen in ``start``. The CUDA 12 cuBLAS/cuDNN 9 libraries come from
 NVIDIA's pip wheels (requirements-gpu.txt) and are loaded here before CTranslate2 needs them, so no
 LD_LIBRARY_PATH setup is needed in the image. The engine also runs with ``asr.gpu.device: cpu`` (int8), which is
-how its code is tested on machines without a GPU (tests/test_asr_engines.py, with the tiny.en model).
+how its code is tested on machines without a GPU (tests/asr/test_asr_engines.py, with the tiny.en model).
 """
 
 from __future__ import annotations

@@ -2,5 +2,5 @@
 client (``brain``), composed from engine interfaces only.
 
 A library, not a service: moss_sts composes it from local engines, the router's Conversation fallback from remote
-ones. It imports services.common and nothing of any service (docs/architecture.md, tests/test_import_graph.py).
+ones. It imports services.common and nothing of any service (docs/architecture.md, tests/project/test_import_graph.py).
 """

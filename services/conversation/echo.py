@@ -11,7 +11,7 @@ its own words. The server knows exactly what it sent, so it cancels that:
   and the reply as chunks the caller took; a chunk taken when the mic stream is at sample P plays from
   max(P, end of the previous chunk) on (the caller's playback buffer). Mic samples [P, P+n) are processed with the
   reference samples of the same span (zeros where nothing plays); AEC3's delay estimator finds the rest (network,
-  jitter buffer, playback: 50-250 ms measured, tests/test_echo.py).
+  jitter buffer, playback: 50-250 ms measured, tests/conversation/test_echo.py).
 * ``is_own_words``: a barge-in candidate whose recognized words are mostly a run of the reply's recent words is the
   agent hearing itself (what AEC leaves, or AEC turned off), so it must not interrupt.
 

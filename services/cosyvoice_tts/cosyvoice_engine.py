@@ -605,7 +605,7 @@ class GpuStreamResampler:
     torchaudio resamples a whole tensor; applied chunk by chunk it would click at every seam. Here input is kept
     until ``width`` samples of look-ahead exist and each call resamples whole blocks (gcd-reduced ``orig`` input
     samples -> ``new`` output samples) with ``width`` samples of real context on both sides, so the output equals
-    resampling the whole stream at once (tests/test_tts_cosyvoice.py checks this in ``make test-gpu``).
+    resampling the whole stream at once (tests/cosyvoice_tts/test_tts_cosyvoice.py checks this in ``make test-gpu``).
     """
 
     LOWPASS_FILTER_WIDTH, ROLLOFF = 6, 0.99  # torchaudio's defaults

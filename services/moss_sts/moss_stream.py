@@ -16,9 +16,9 @@ takes the one its decoder has (read from ``token2wav``'s signature at load, moss
   * ``CosyVoice2Model`` ("from start"): its flow is causal with a pre-lookahead, and each call decodes all frames
     from 0 up to b + ``flow.pre_lookahead_len`` with ``token_offset=a``; the decoder returns only the new audio.
 The end of the stream is decoded with ``finalize`` (nothing held back). Both contracts are tested on CPU against a
-test double of ``token2wav`` (tests/test_conversation_moss_stream.py). Whether the join is click-free on real
+test double of ``token2wav`` (tests/moss_sts/test_conversation_moss_stream.py). Whether the join is click-free on real
 weights is not proven here (no GPU, and the codec's remote code ships only with its weights): the GPU test
-(tests/test_conversation_gpu.py) compares a streamed decode with a whole-utterance decode of the same frames.
+(tests/moss_sts/test_conversation_gpu.py) compares a streamed decode with a whole-utterance decode of the same frames.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ model is off its device (ModelControl says it is not RESIDENT) gets no deep prob
 ModelControl answering, so a probe never pulls a swapped-out model back onto the card.
 
 State changes take ``now`` from an injectable clock so the rules are unit-tested without sleeping
-(tests/test_router_health.py).
+(tests/router/test_router_health.py).
 """
 
 from __future__ import annotations

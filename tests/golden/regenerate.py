@@ -1,4 +1,4 @@
-"""Regression goldens for the CPU TTS engines: what ``make golden`` writes and tests/test_tts_regression.py reads.
+"""Regression goldens for the CPU TTS engines: what ``make golden`` writes and tests/common/test_tts_regression.py reads.
 
 Regenerate ON PURPOSE only (a model, engine or dependency change that is meant to change the audio):
     make golden            # = python -m tests.golden.regenerate

@@ -14,7 +14,7 @@ import yaml
 from services.common import metrics
 from services.common.config import load_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 
 

@@ -48,7 +48,7 @@ from services.common.config.base import MODEL_SERVICES
 from services.common.health import LIVENESS
 from services.moss_sts.service import asr_address
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 FLEETS = ("base", "overlays/gpu", "overlays/tls", "overlays/production")  # kustomizations holding a whole fleet
@@ -218,7 +218,7 @@ class Member:
             # lease_authority), else the module's last name.
             self.section = {m: s for s, m in MEMBER_MODULES.items()}.get(module, module.rsplit(".", 1)[-1])
         else:
-            self.section = service  # compose's service names are the config sections (tests/test_deploy.py)
+            self.section = service  # compose's service names are the config sections (tests/deploy/test_deploy.py)
         if self.section not in Config.model_fields:
             self.problem(f"runs {module}, which is no fleet config section")
             return

@@ -1,6 +1,6 @@
 """qwen_tts's CPU engine in process: espeak-ng's own voices (incl. Mandarin), streaming, cancel within one
 callback, deterministic PCM, bad voice/language. The service-level tests (router, gRPC) are in
-tests/test_qwen_tts_service.py."""
+tests/qwen_tts/test_qwen_tts_service.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 boundary - a small local HTTP server that speaks vllm-omni 0.30's wire format (GET /health, GET /v1/audio/voices,
 POST /v1/audio/speech with stream=true -> text/event-stream of speech.audio.delta / .done / .error events, chunked
 transfer encoding, as uvicorn sends them). It stands in for the GPU sidecar only; the engine code under test is
-the real one, and the real sidecar is exercised by tests/test_qwen_tts_gpu.py on a GPU machine.
+the real one, and the real sidecar is exercised by tests/qwen_tts/test_qwen_tts_gpu.py on a GPU machine.
 
 The double's audio is a deterministic synthetic signal (24 kHz s16le, 1920 samples per 12.5 Hz codec frame), so
 the tests can check the engine hands on exactly the bytes the server sent, chunk by chunk.

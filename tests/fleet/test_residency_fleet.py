@@ -17,7 +17,7 @@ import pytest
 
 from bench import evaluation as ev
 from tests.conftest import start_fleet, wait_until
-from tests.test_conversation_fleet import Talk, close
+from tests.fleet.test_conversation_fleet import Talk, close
 from voice.v1 import (
     audio_pb2,
     gpu_pb2,

@@ -11,7 +11,7 @@ import pytest
 from bench import evaluation as ev
 from services.common.config.asr import AsrGpuConfig, AsrServiceConfig
 from services.common.engines import RESULT, RecognitionOptions
-from tests.test_asr_engines import collect
+from tests.asr.test_asr_engines import collect
 
 pytestmark = pytest.mark.gpu
 

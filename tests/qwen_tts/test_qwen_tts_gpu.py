@@ -6,7 +6,7 @@ when the machine lacks a CUDA GPU, the library, or the mounted weights:
                                      (default: this interpreter)
 
 No test double here: these drive qwen-tts and a vLLM-Omni sidecar for real. The HTTP client is also tested on CPU
-against a test double (tests/test_qwen_tts_vllm_omni_client.py).
+against a test double (tests/qwen_tts/test_qwen_tts_vllm_omni_client.py).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ import yaml
 from services.cli.fleet import free_port
 from services.common import audio
 from tests.conftest import start_fleet, wait_until
-from tests.test_conversation_fleet import RATE, Talk, close, trim
+from tests.fleet.test_conversation_fleet import RATE, Talk, close, trim
 from voice.v1 import (
     audio_pb2,
     conversation_pb2,
@@ -46,7 +46,7 @@ from voice.v1 import (
     synthesizer_pb2_grpc,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "voicefleet.json"
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
 SCRAPED = ("router", "cosyvoice_tts", "qwen_tts", "asr", "moss_sts", "gateway")

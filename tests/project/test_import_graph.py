@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODEL_SERVICES = ("asr", "cosyvoice_tts", "qwen_tts", "moss_sts")
 # Engines a model service may take from another model service: moss_sts's cascade in a box speaks with them, and
 # listens with them when moss_sts.asr is local. Nothing else of a model service is shared, and no other service

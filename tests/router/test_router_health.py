@@ -1,6 +1,6 @@
 """The router's health rules (services/router/backends.py) on an injected clock: outlier ejection, growing and
 capped ejection times, recovery only through probes in a row (hysteresis), and the routing config's validation.
-The same rules run against real processes in tests/test_faults_router.py."""
+The same rules run against real processes in tests/fleet/test_faults_router.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The gateway on a real CPU fleet (asr + brain + moss_sts + router + gateway on loopback): the official ``openai``
 client speaks and transcribes through it (audio checked by the strict listener), the conversation WebSocket answers
 spoken audio, and bad input closes a socket with a code and a reason naming the field while other sessions go on.
-The browser test is tests/test_gateway_browser.py (same fleet)."""
+The browser test is tests/gateway/test_gateway_browser.py (same fleet)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """RegisterVoice on the CPU fleet: piper cannot clone (FAILED_PRECONDITION naming the engine), ids are unique
 across the fleet (ALREADY_EXISTS naming voice_id), direct and through the router. Cloning itself is tested with the
-CosyVoice3 engine in tests/test_tts_cosyvoice.py."""
+CosyVoice3 engine in tests/cosyvoice_tts/test_tts_cosyvoice.py."""
 
 from __future__ import annotations
 

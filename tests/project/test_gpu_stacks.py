@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("gpu_stacks", ROOT / "scripts" / "gpu_stacks.py")
 gpu_stacks = importlib.util.module_from_spec(spec)
 sys.modules["gpu_stacks"] = gpu_stacks

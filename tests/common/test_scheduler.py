@@ -1,6 +1,6 @@
 """The segment scheduler's order and admission control, with an injected clock (services/common/scheduler.py).
 
-Over real servers: tests/test_admission.py."""
+Over real servers: tests/fleet/test_admission.py."""
 
 from __future__ import annotations
 

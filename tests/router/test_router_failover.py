@@ -1,6 +1,6 @@
 """The router's record of a streaming-text call (services/router/failover.py TextLog): a fallback backend replays the
 caller's text from any character, with the caller's flushes and end where they were, and still gets the caller's bad
-message as an error. End-to-end failover on real processes: tests/test_faults_router.py."""
+message as an error. End-to-end failover on real processes: tests/fleet/test_faults_router.py."""
 
 from __future__ import annotations
 

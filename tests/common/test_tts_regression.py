@@ -81,7 +81,7 @@ async def test_another_seed_gives_another_rendition(engine):
     if engine.golden_name == "espeak":
         pytest.skip(
             "espeak-ng's en-US voice uses no noise source, so its seed changes nothing; the seed is checked on a"
-            " voice variant with breath noise (Vivian, f2) in tests/test_qwen_tts_espeak.py"
+            " voice variant with breath noise (Vivian, f2) in tests/qwen_tts/test_qwen_tts_espeak.py"
         )
     a, _ = await synthesize(engine, engine.golden_voice, CASES["fox"], seed=1)
     b, _ = await synthesize(engine, engine.golden_voice, CASES["fox"], seed=2)

@@ -108,7 +108,7 @@ def test_missing_file(tmp_path):
 
 
 # --- the published JSON Schema (docs/config.schema.json; docs/configuration.md#editor-support) --------------------
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "docs" / "config.schema.json"
 
 

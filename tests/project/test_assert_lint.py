@@ -9,7 +9,7 @@ import pytest
 
 from tests.assert_lint import check_paths, check_source
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from services.cli.fleet import free_port
 from services.common import audio
 from tests.speech import wer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 PROJECT = "voicefleet-test"
 MEMBERS = ("router", "cosyvoice_tts", "qwen_tts", "asr", "moss_sts", "brain", "gateway")
@@ -225,7 +225,7 @@ def test_converse_through_the_router(stack, tmp_path):
     assert wer(QUESTION, user) <= 0.34, user
     # The words are SmolLM2-135M's; that it answered, and spoke the answer, is the stack's. (Empty replies here were
     # the brain's llama-cpp-python cutting a streamed reply when its readiness probe's completion arrived:
-    # tests/test_brain_concurrency.py.)
+    # tests/brain/test_brain_concurrency.py.)
     reply = re.search(r"reply: +'(.*)'", out).group(1)
     assert len(reply.split()) >= 2, out
     assert (tmp_path / "reply.wav").stat().st_size > 44 + 8000  # a quarter second of 16 kHz audio at least

@@ -18,7 +18,7 @@ import yaml
 from services.cli.fleet import free_port
 from voice.v1 import synthesizer_pb2
 
-PROM_DIR = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
+PROM_DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 needs_prometheus = pytest.mark.skipif(
     not (shutil.which("prometheus") and shutil.which("promtool")),
     reason="needs Debian's prometheus package (apt-get install prometheus; make test and .ci/run install it as root)",

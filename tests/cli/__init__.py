@@ -1,0 +1,1 @@
+"""Tests of the voicefleet CLI (services/cli): TTS commands, the supervisor, memory per member."""

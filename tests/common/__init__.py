@@ -1,0 +1,1 @@
+"""Tests of the shared runtime (services/common): audio and text helpers, the scheduler, config, the wiring and RPC wrapper, server bootstrap, security, the shared Synthesizer servicer, CPU TTS regression gates."""

@@ -1,0 +1,1 @@
+"""Tests of the residency layer (services/residency): the lease table, GpuLeases over gRPC, the GPU host checks."""
