@@ -6,6 +6,10 @@ alternate between recognizing speech (asr) and speaking with moss_sts's voice (p
 another backend). Every call succeeds; the models swap (counted and timed in each service's metrics); both show in
 the router's lease table and in ModelControl. A conversation that finds MOSS cold is answered by the router's warm
 cascade while MOSS is loaded, and the next conversation is MOSS's.
+
+moss_sts listens with its own in-process asr engines here (moss_sts.asr: local), counted in its own lease: with the
+default (the asr service over gRPC) a MOSS conversation needs asr's model on the card beside MOSS, which a card they
+do not fit together cannot give (docs/leases.md).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ def card(tmp_path_factory):
     fleet = start_fleet(
         tmp_path_factory.mktemp("card-asr-moss"),
         services=("cosyvoice_tts", "asr", "brain", "moss_sts", "router"),
+        moss_sts={"asr": "local"},
         router={
             "leases": {"capacity_gb": 10, "min_residency_seconds": 1, "ttl_seconds": 3, "renew_deadline_seconds": 2}
         },
