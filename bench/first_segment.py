@@ -17,7 +17,7 @@ import time
 from services.common.config.base import ChunkingConfig
 from services.common.engines import SynthesisOptions, TextEvent
 from services.conversation.cascade import REPLY_BUFFERING
-from services.cosyvoice_tts.piper_engine import PiperTtsEngine
+from services.engines.piper_engine import PiperTtsEngine
 
 SYNTHESIZE_TEXT = "The weather service expects heavy rain over the northern hills tonight. Please stay safe."
 REPLIES = {

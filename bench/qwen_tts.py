@@ -18,8 +18,8 @@ from bench.harness import Row
 from services.cli.fleet import LocalFleet
 from services.common.config.base import ChunkingConfig, EspeakConfig
 from services.common.engines import SynthesisOptions
-from services.qwen_tts.espeak import Espeak
-from services.qwen_tts.espeak_engine import EspeakTtsEngine
+from services.engines.espeak import Espeak
+from services.engines.espeak_engine import EspeakTtsEngine
 from voice.v1 import synthesizer_pb2 as pb
 from voice.v1 import synthesizer_pb2_grpc
 

@@ -45,7 +45,7 @@ def memcpy_seconds(nbytes: int, runs: int = 5) -> float:
 
 
 async def _whisper(model_dir: Path) -> tuple[list[float], list[float]]:
-    from services.asr.gpu_engine import GpuAsrEngine
+    from services.engines.asr.gpu_engine import GpuAsrEngine
     from services.common.config.asr import AsrGpuConfig, AsrServiceConfig
 
     config = AsrServiceConfig(
@@ -101,7 +101,7 @@ def _table_row(nbytes: int, outs: list[float], ins: list[float], bound_s: float)
 
 
 def run():
-    from services.asr.models import base_model_dir, tiny_en_dir
+    from services.engines.asr.models import base_model_dir, tiny_en_dir
 
     rows, table = [], {}
     for label, model_dir in (("whisper tiny.en", tiny_en_dir()), ("whisper base", base_model_dir())):

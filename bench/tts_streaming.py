@@ -25,7 +25,7 @@ from services.cli.fleet import LocalFleet
 from services.common import metrics
 from services.common.config.base import ChunkingConfig
 from services.common.engines import SynthesisOptions
-from services.cosyvoice_tts.piper_engine import PiperTtsEngine
+from services.engines.piper_engine import PiperTtsEngine
 from voice.v1 import synthesizer_pb2 as pb
 from voice.v1 import synthesizer_pb2_grpc
 

@@ -12,7 +12,7 @@ from bench.harness import Row
 from services.cli.fleet import LocalFleet
 from services.common.config.base import ChunkingConfig
 from services.common.engines import SynthesisOptions
-from services.cosyvoice_tts.piper_engine import PiperTtsEngine
+from services.engines.piper_engine import PiperTtsEngine
 from voice.v1 import synthesizer_pb2, synthesizer_pb2_grpc
 
 TEXT = "Hello, thanks for calling. Your order shipped this morning and should arrive on Tuesday."

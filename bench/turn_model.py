@@ -1,4 +1,4 @@
-"""The turn model (Smart Turn v3.2, services/asr/turn_model.py) on piper joe: p(complete) for whole sentences and for
+"""The turn model (Smart Turn v3.2, services/engines/asr/turn_model.py) on piper joe: p(complete) for whole sentences and for
 sentences cut after a mid-sentence word, at the silences where semantic endpointing judges (min_silence_ms 160, then
 every 200 ms), and its compute per call (one intra-op thread, as the asr service runs it). Numbers go to
 docs/asr.md#semantic-endpointing. Not part of `make bench` (no service involved): ``python -m bench.turn_model``.
@@ -13,7 +13,7 @@ import numpy as np
 
 from bench import evaluation as ev
 from bench.harness import machine
-from services.asr.turn_model import TurnModel, turn_model_path
+from services.engines.asr.turn_model import TurnModel, turn_model_path
 from services.common import audio
 
 RATE = 16000
@@ -43,7 +43,7 @@ CUTS = (
 async def main() -> None:
     from faster_whisper import WhisperModel
 
-    from services.asr.models import base_model_dir
+    from services.engines.asr.models import base_model_dir
 
     started = machine()
     speakers = ev.Speakers()

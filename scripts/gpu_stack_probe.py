@@ -69,8 +69,8 @@ def yaml_modules(yaml_text: str) -> list[str]:
 
 
 def probe_asr() -> dict:
-    imported = import_all(["faster_whisper", "ctranslate2", "onnxruntime", "services.asr.gpu_engine"])
-    from services.asr.gpu_engine import GpuAsrEngine, preload_cuda_libraries
+    imported = import_all(["faster_whisper", "ctranslate2", "onnxruntime", "services.engines.asr.gpu_engine"])
+    from services.engines.asr.gpu_engine import GpuAsrEngine, preload_cuda_libraries
 
     libs = preload_cuda_libraries()
     tmp = tempfile.mkdtemp()

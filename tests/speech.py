@@ -1,7 +1,7 @@
 """Test oracles for speech: what a listener would check.
 
 - ``listen``: the strict listener, the intelligibility oracle of every test that asks "was the text said?". An
-  open-vocabulary recognizer (faster-whisper ``base`` from its wheels, services/asr/models.py; beam 5, greedy
+  open-vocabulary recognizer (faster-whisper ``base`` from its wheels, services/engines/asr/models.py; beam 5, greedy
   temperature 0, no prompt, English) that knows nothing of the expected text, scored by ``wer`` on normalised
   words (``words``: lower case, no punctuation, digits spelled out). ``INTELLIGIBLE`` (0.10) is the bound: on a
   sentence of up to nine words that is word-perfect, so one content word changed ("fox" -> "box") fails
@@ -41,7 +41,7 @@ def wer(reference: str, hypothesis: str) -> float:
 def _whisper(model: str):
     from faster_whisper import WhisperModel
 
-    from services.asr.models import base_model_dir, tiny_en_dir
+    from services.engines.asr.models import base_model_dir, tiny_en_dir
 
     directory = tiny_en_dir() if model == "tiny.en" else base_model_dir()
     return WhisperModel(str(directory), device="cpu", compute_type="int8", cpu_threads=2)

@@ -3,13 +3,13 @@ GPU: the same pipeline with faster-whisper on CUDA (docs/asr.md)."""
 
 from __future__ import annotations
 
-from services.asr.turn_model import TurnModelMissing
 from services.common.asr_servicer import AsrLimits, RecognizerServicer
 from services.common.config import Config
 from services.common.engines import AsrEngine
 from services.common.health import recognition_probe
 from services.common.server import ServiceParts, Servicer
 from services.common.wiring import model_service
+from services.engines.asr.turn_model import TurnModelMissing
 from services.residency.from_config import resident_asr
 from services.residency.resident_engines import when_resident
 from voice.v1 import recognizer_pb2_grpc
@@ -27,10 +27,10 @@ def make_engine(config: Config) -> AsrEngine:
 def _make_engine(config: Config) -> AsrEngine:
     section = config.asr
     if section.engine == "gpu":
-        from services.asr.gpu_engine import GpuAsrEngine
+        from services.engines.asr.gpu_engine import GpuAsrEngine
 
         return GpuAsrEngine(SERVICE, section)
-    from services.asr.cpu_engine import CpuAsrEngine
+    from services.engines.asr.cpu_engine import CpuAsrEngine
 
     return CpuAsrEngine(SERVICE, section)
 

@@ -28,7 +28,7 @@ of playback, so they can spare it). The reserve then is not needed.
 its capacity of streams, or when the predicted wait for the new stream's first segment is over its budget: a fast
 "retry in 0.4 s" beats a slow stream that stutters, and the router tries another backend first.
 
-Engines use it like this (services/cosyvoice_tts/piper_engine.py)::
+Engines use it like this (services/engines/piper_engine.py)::
 
     playback = self.scheduler.playback()
     for segment in segments:

@@ -217,7 +217,9 @@ def load_service_config(name: str, argv: list[str] | None = None) -> Config:
     """The start of every fleet process ``python -m services.<name> [--config PATH]``: die with the supervisor, read
     the config and the security files; a bad one exits 2 naming the field."""
     die_with_supervisor()
-    parser = argparse.ArgumentParser(prog=f"python -m services.{name}", description=f"voicefleet {name} service")
+    main = sys.modules.get("__main__")
+    module = getattr(getattr(main, "__spec__", None), "parent", "") or f"services.{name}"  # services.residency runs one
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=f"voicefleet {name} service")
     parser.add_argument("--config", help="fleet config file (default: VOICEFLEET_CONFIG or the bundled default)")
     args = parser.parse_args(argv)
     try:

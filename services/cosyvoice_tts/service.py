@@ -14,7 +14,7 @@ SERVICE = "cosyvoice_tts"
 def make_engine(config: Config) -> TtsEngine:
     section = config.cosyvoice_tts
     if section.engine == "cpu":
-        from services.cosyvoice_tts.piper_engine import PiperTtsEngine
+        from services.engines.piper_engine import PiperTtsEngine
 
         return PiperTtsEngine(SERVICE, section.chunking, section.scheduling)
     from services.cosyvoice_tts.cosyvoice_engine import CosyVoice3Engine

@@ -35,10 +35,10 @@ def make_asr(config: Config) -> AsrEngine:
 
         return RemoteAsrEngine(DirectBackend("asr", asr_address(config)), deadline_margin_s=0.0)
     if config.asr.engine == "gpu":
-        from services.asr.gpu_engine import GpuAsrEngine
+        from services.engines.asr.gpu_engine import GpuAsrEngine
 
         return GpuAsrEngine(SERVICE, config.asr)
-    from services.asr.cpu_engine import CpuAsrEngine
+    from services.engines.asr.cpu_engine import CpuAsrEngine
 
     return CpuAsrEngine(SERVICE, config.asr)
 
@@ -46,10 +46,10 @@ def make_asr(config: Config) -> AsrEngine:
 def make_tts(config: Config) -> TtsEngine:
     section = config.moss_sts
     if section.tts_engine == "espeak":
-        from services.qwen_tts.espeak_engine import EspeakTtsEngine
+        from services.engines.espeak_engine import EspeakTtsEngine
 
         return EspeakTtsEngine(SERVICE, section.chunking, section.espeak, section.scheduling.margin_ms)
-    from services.cosyvoice_tts.piper_engine import PiperTtsEngine
+    from services.engines.piper_engine import PiperTtsEngine
 
     return PiperTtsEngine(SERVICE, section.chunking, section.scheduling)
 
@@ -58,7 +58,7 @@ def make_engines(config: Config) -> tuple[StsEngine, TtsEngine]:
     section = config.moss_sts
     check_echo_cancellation(SERVICE, section)
     if section.asr == "local" and section.endpointing.mode == SEMANTIC_MODE:  # the default mode needs the turn model
-        from services.asr.cpu_engine import check_turn_model
+        from services.engines.asr.cpu_engine import check_turn_model
 
         check_turn_model(config.asr, f"{SERVICE}: cannot start: moss_sts.endpointing.mode is semantic")
     limits = DialogueLimits.from_config(section)

@@ -36,7 +36,7 @@ from services.common.engines import AudioPiece, Offloadable, SynthesisOptions, T
 from services.common.errors import FailedPrecondition, NotFound
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
-from services.qwen_tts import presets
+from services.engines import qwen_presets as presets
 from services.qwen_tts.vllm_omni_engine import check_rate, qwen_language_name, qwen_voice_info
 
 log = logging.getLogger("voicefleet.qwen_tts.qwen")

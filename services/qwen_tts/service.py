@@ -36,7 +36,7 @@ class QwenResolver(LocalEngineResolver):
 def make_engine(config: Config) -> TtsEngine:
     section = config.qwen_tts
     if section.engine == "cpu":
-        from services.qwen_tts.espeak_engine import EspeakTtsEngine
+        from services.engines.espeak_engine import EspeakTtsEngine
 
         return EspeakTtsEngine(SERVICE, section.chunking, section.espeak, section.scheduling.margin_ms)
     if section.gpu.backend == "vllm_omni":

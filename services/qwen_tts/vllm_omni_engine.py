@@ -64,7 +64,7 @@ from services.common.engines import AudioPiece, Offloadable, SynthesisOptions, T
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import sentence_spans
-from services.qwen_tts import presets
+from services.engines import qwen_presets as presets
 
 log = logging.getLogger("voicefleet.qwen_tts.vllm_omni")
 

@@ -9,10 +9,10 @@ import sys
 import pytest
 
 from bench import evaluation as ev
-from services.asr.vad import WINDOW, Endpointer, SileroVad
 from services.common.config.asr import AsrGpuConfig, AsrServiceConfig
 from services.common.engines import RESULT, SPEECH_END, SPEECH_START, Endpointing, RecognitionOptions
 from services.common.errors import FailedPrecondition
+from services.engines.asr.vad import WINDOW, Endpointer, SileroVad
 
 MS = 16  # samples per ms at 16 kHz
 
@@ -67,7 +67,7 @@ def test_silero_is_found_without_importing_its_package():
 
 
 def test_base_model_is_joined_from_its_two_wheels(tmp_path):
-    from services.asr.models import BASE_PARTS, _package_dir, base_model_dir
+    from services.engines.asr.models import BASE_PARTS, _package_dir, base_model_dir
 
     path = base_model_dir(tmp_path)
     parts = [_package_dir(pkg) / "data" / part for pkg, part in BASE_PARTS]
@@ -97,8 +97,8 @@ async def collect(stream, pcm: bytes) -> list:
 async def test_gpu_engine_code_on_cpu_with_tiny_en(asr_speakers):
     """GpuAsrEngine with asr.gpu.device=cpu and the tiny.en model from its wheel: the same calls it makes on CUDA
     (word timestamps, whisper re-decodes as interim results), checked on what it hears."""
-    from services.asr.gpu_engine import GpuAsrEngine
-    from services.asr.models import tiny_en_dir
+    from services.engines.asr.gpu_engine import GpuAsrEngine
+    from services.engines.asr.models import tiny_en_dir
 
     config = AsrServiceConfig(
         port=1,
@@ -130,8 +130,8 @@ async def test_gpu_engine_code_on_cpu_with_tiny_en(asr_speakers):
 async def test_gpu_engine_offload_frees_the_model_and_reload_hears_the_same(asr_speakers):
     """A revoke's offload really takes the weights off the model's device (CTranslate2's unload_model: the model
     reports not loaded and refuses new streams) and reload brings back the same model: the same transcript."""
-    from services.asr.gpu_engine import GpuAsrEngine
-    from services.asr.models import tiny_en_dir
+    from services.engines.asr.gpu_engine import GpuAsrEngine
+    from services.engines.asr.models import tiny_en_dir
 
     config = AsrServiceConfig(
         port=1,
@@ -162,7 +162,7 @@ async def test_gpu_engine_offload_frees_the_model_and_reload_hears_the_same(asr_
 
 
 async def test_gpu_engine_refuses_a_missing_model_dir(tmp_path):
-    from services.asr.gpu_engine import GpuAsrEngine
+    from services.engines.asr.gpu_engine import GpuAsrEngine
 
     engine = GpuAsrEngine("asr", AsrServiceConfig(port=1, engine="gpu", gpu=AsrGpuConfig(model_dir=str(tmp_path))))
     with pytest.raises(FailedPrecondition, match="asr.gpu.model_dir"):
@@ -173,8 +173,8 @@ async def test_gpu_engine_refuses_a_missing_model_dir(tmp_path):
 async def test_interim_budget_leaves_finals_whole_and_comes_back(asr_speakers):
     """asr.max_concurrent_interims=1: while one utterance runs pass 1, another stream's utterance gets its final (right)
     and no interims; once the first ends, interims come back. No stream is refused for it."""
-    from services.asr.cpu_engine import CpuAsrEngine
     from services.common import metrics
+    from services.engines.asr.cpu_engine import CpuAsrEngine
 
     engine = CpuAsrEngine("asr_budget", AsrServiceConfig(port=1, max_concurrent_interims=1))
     await engine.start()
@@ -221,8 +221,8 @@ async def _gather(stream, into: list) -> None:
 
 def test_a_final_that_repeats_itself_is_decoded_again_with_the_full_window():
     """The fitted encoder window (asr.final_window_min_seconds) sometimes makes whisper say a short utterance twice;
-    such a final is not kept (services/asr/cpu_engine.py, repeats_itself)."""
-    from services.asr.cpu_engine import repeats_itself
+    such a final is not kept (services/engines/asr/cpu_engine.py, repeats_itself)."""
+    from services.engines.asr.cpu_engine import repeats_itself
 
     assert repeats_itself("Hello. My name is Alice. Hello. My name is Alice.")
     assert repeats_itself("the children are playing the children are playing in the garden")
@@ -231,12 +231,12 @@ def test_a_final_that_repeats_itself_is_decoded_again_with_the_full_window():
 
 
 def test_pass1_process_that_dies_is_replaced_and_interims_come_back(monkeypatch, asr_speakers):
-    """Pass 1 runs in a child process (services/asr/pass1_process.py). Killed mid-utterance: that call gets no
+    """Pass 1 runs in a child process (services/engines/asr/pass1_process.py). Killed mid-utterance: that call gets no
     hypothesis (no error reaches the stream), and the next utterance is decoded by a new child."""
     import numpy as np
 
-    from services.asr import pass1_process
-    from services.asr.cpu_engine import PocketsphinxPartial, PocketsphinxPool
+    from services.engines.asr import pass1_process
+    from services.engines.asr.cpu_engine import PocketsphinxPartial, PocketsphinxPool
 
     monkeypatch.setattr(pass1_process, "RESTART_PAUSE_S", 0.0)
     pcm = np.frombuffer(asr_speakers.padded("joe", ["hello world this is a test"], 16000).pcm, dtype=np.int16)

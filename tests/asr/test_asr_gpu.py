@@ -22,7 +22,7 @@ MODEL_DIR = os.environ.get("VOICEFLEET_ASR__GPU__MODEL_DIR", AsrGpuConfig().mode
 def gpu_model() -> str:
     """Skips (before any speech is synthesized) unless CUDA and the model are there."""
     try:
-        from services.asr.gpu_engine import preload_cuda_libraries
+        from services.engines.asr.gpu_engine import preload_cuda_libraries
 
         preload_cuda_libraries()
         import ctranslate2
@@ -38,7 +38,7 @@ def gpu_model() -> str:
 
 
 async def test_gpu_engine_transcribes_both_voices_with_interims(gpu_model, asr_speakers):
-    from services.asr.gpu_engine import GpuAsrEngine
+    from services.engines.asr.gpu_engine import GpuAsrEngine
 
     engine = GpuAsrEngine("asr", AsrServiceConfig(port=1, engine="gpu", gpu=AsrGpuConfig(model_dir=gpu_model)))
     await engine.start()

@@ -20,10 +20,17 @@ import numpy as np
 import pytest
 
 from bench import evaluation as ev
-from services.asr.turn_model import PACKAGE, REQUIREMENTS, TurnModel, TurnModelMissing, TurnSupport, turn_model_path
 from services.cli.fleet import write_ephemeral_config
 from services.common import audio
 from services.common.config.asr import AsrServiceConfig
+from services.engines.asr.turn_model import (
+    PACKAGE,
+    REQUIREMENTS,
+    TurnModel,
+    TurnModelMissing,
+    TurnSupport,
+    turn_model_path,
+)
 from tests import speech
 from tests.conftest import start_fleet
 from voice.v1 import recognizer_pb2, recognizer_pb2_grpc

@@ -1,4 +1,4 @@
-"""Piper's priority lanes on the real engine (services/cosyvoice_tts/piper_engine.py, docs/scheduling.md): a stream's
+"""Piper's priority lanes on the real engine (services/engines/piper_engine.py, docs/scheduling.md): a stream's
 first segment runs on a thread at the process's own priority, its continuations on threads at
 ``scheduling.continuation_nice``, so the OS runs a newcomer's first segment ahead of continuations already running.
 The priority each segment actually ran at is read from the kernel (getpriority of the thread that ran it)."""
@@ -13,7 +13,7 @@ import pytest
 
 from services.common.config.base import ChunkingConfig, SchedulingConfig
 from services.common.engines import SynthesisOptions
-from services.cosyvoice_tts.piper_engine import PiperTtsEngine
+from services.engines.piper_engine import PiperTtsEngine
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="per-thread nice is Linux's")
 

@@ -357,7 +357,7 @@ async def test_gpu_cosyvoice3_clones_and_speaks_intelligibly(tmp_path):
     if reason:
         pytest.skip(reason)
     from services.common.config.base import ChunkingConfig as Chunking
-    from services.cosyvoice_tts.piper_engine import PiperTtsEngine
+    from services.engines.piper_engine import PiperTtsEngine
     from tests.speech import INTELLIGIBLE, intelligible
 
     piper = PiperTtsEngine("test", Chunking())

@@ -240,9 +240,9 @@ def test_the_lease_follows_the_bytes_the_engine_was_measured_to_hold():
 def test_every_gpu_engine_declares_that_it_can_offload():
     """GPU engines take turns on the card because they are Offloadable (declared, not guessed from their methods):
     their residency moves the weights with their own offload and reload."""
-    from services.asr.gpu_engine import GpuAsrEngine
     from services.common.engines import Offloadable
     from services.cosyvoice_tts.cosyvoice_engine import CosyVoice3Engine
+    from services.engines.asr.gpu_engine import GpuAsrEngine
     from services.moss_sts.moss_engine import MossSpeechEngine
     from services.qwen_tts.qwen_engine import QwenTtsEngine
     from services.qwen_tts.vllm_omni_engine import VllmOmniTtsEngine

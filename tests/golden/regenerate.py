@@ -33,14 +33,14 @@ CASES = {
 
 
 def make_piper():
-    from services.cosyvoice_tts.piper_engine import PiperTtsEngine
+    from services.engines.piper_engine import PiperTtsEngine
 
     return PiperTtsEngine("golden", ChunkingConfig())
 
 
 def make_espeak():
     from services.common.config.base import EspeakConfig
-    from services.qwen_tts.espeak_engine import EspeakTtsEngine
+    from services.engines.espeak_engine import EspeakTtsEngine
 
     return EspeakTtsEngine("golden", ChunkingConfig(), EspeakConfig())
 

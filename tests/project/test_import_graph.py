@@ -1,8 +1,9 @@
 """The layers of docs/architecture.md, checked on the imports themselves (parsed with ast, lazy imports included).
 
 contracts (voice.*) -> runtime (services.common) -> residency (services.residency), remote engines
-(services.remote) and orchestration (services.conversation) -> model services -> router, CLI. A layer imports
-only layers below it; the exceptions are named here and in docs/architecture.md.
+(services.remote), orchestration (services.conversation) and local engines (services.engines) -> model services
+and the brain, side by side (none imports another) -> router, gateway, CLI. A layer imports only layers below it
+(MAY_IMPORT).
 Each Dockerfile stage also has to copy every module its entry point imports (so an image never imports what it
 does not carry, and the router's image carries no model service's code).
 """
@@ -17,17 +18,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_SERVICES = ("asr", "cosyvoice_tts", "qwen_tts", "moss_sts")
-# Engines a model service may take from another model service: moss_sts's cascade in a box speaks with them, and
-# listens with them when moss_sts.asr is local. Nothing else of a model service is shared, and no other service
-# takes any (the asr evaluation, which speaks with both TTS engines, lives in bench/).
-SHARED_ENGINES = {
-    "moss_sts": {
-        "services.asr.cpu_engine",
-        "services.asr.gpu_engine",
-        "services.cosyvoice_tts.piper_engine",
-        "services.qwen_tts.espeak_engine",
-    }
-}
 
 
 def _module_name(path: Path) -> str:
@@ -88,40 +78,50 @@ def test_the_graph_is_read():
     assert "services.conversation.cascade" in GRAPH["services.router.service"]
     assert "services.conversation.dialogue" in GRAPH["services.moss_sts.moss_engine"]
     assert "services.common.config.base" in GRAPH["services.common.config.asr"]
-    assert "services.common.config.asr" in GRAPH["services.asr.cpu_engine"]
+    assert "services.common.config.asr" in GRAPH["services.engines.asr.cpu_engine"]
     assert "services.remote.base" in GRAPH["services.remote.asr"]
 
 
-def test_router_imports_only_the_runtime_residency_remote_engines_the_conversation_package_and_itself():
+# The layers (docs/architecture.md), bottom up: what each may import besides itself and the root package. Model
+# services sit side by side: none imports another, nor the router, the gateway or the CLI.
+SHARED = ("common",)
+BELOW_SERVICES = ("common", "residency", "remote", "conversation", "engines")
+MAY_IMPORT = {
+    "common": SHARED,  # the shared runtime, config sections included
+    "residency": SHARED,  # leases, holders, model residency, the per-card lease authority
+    "remote": SHARED,  # gRPC clients that are engines
+    "conversation": SHARED,  # turn-taking over engine interfaces only (local or remote)
+    "engines": SHARED,  # local engines more than one deployable runs in process
+    **{name: BELOW_SERVICES for name in MODEL_SERVICES},
+    "brain": SHARED,
+    "router": ("common", "residency", "remote", "conversation"),
+    "gateway": SHARED,  # a client of the router, like the CLI
+    "cli": ("common", "residency"),  # residency: the lease tables in `status`
+}
+DEPLOYABLES = (*MODEL_SERVICES, "brain", "router", "gateway")
+
+
+def test_every_package_has_a_layer():
+    # A new folder under services/ must be placed in MAY_IMPORT (and in docs/architecture.md) before it lands.
+    assert {_layer(m) for m in MODULES} - {"services"} == set(MAY_IMPORT)
+
+
+@pytest.mark.parametrize("layer", sorted(MAY_IMPORT))
+def test_each_layer_imports_only_the_layers_below_it(layer):
     def allowed(m: str, dep: str) -> bool:
-        layer = _layer(dep)
-        return _layer(m) != "router" or layer in ("router", "common", "residency", "remote", "conversation", "services")
+        return _layer(m) != layer or _layer(dep) in (layer, "services", *MAY_IMPORT[layer])
 
     assert _violations(allowed) == []
 
 
-def test_runtime_orchestration_and_remote_engines_import_no_service():
-    def allowed(m: str, dep: str) -> bool:
-        layer, dep_layer = _layer(m), _layer(dep)
-        if layer == "common":
-            return dep_layer in ("common", "services")
-        if layer == "conversation":
-            return dep_layer in ("common", "conversation", "services")
-        if layer == "remote":
-            # gRPC clients of a backend: the contracts and the runtime, never the router or a model service.
-            return dep_layer in ("common", "remote", "services")
-        return True
-
-    assert _violations(allowed) == []
-
-
-def test_residency_imports_only_the_runtime():
-    # Leases, holders, model residency and the per-card lease authority: a layer of their own above the runtime,
-    # below the model services, the router and the CLI (which all may import it).
-    def allowed(m: str, dep: str) -> bool:
-        return _layer(m) != "residency" or _layer(dep) in ("residency", "common", "services")
-
-    assert _violations(allowed) == []
+def test_a_model_service_importing_another_would_be_found():
+    GRAPH["services.moss_sts.service"].add("services.asr.service")
+    try:
+        assert "services.moss_sts.service imports services.asr.service" in _violations(
+            lambda m, dep: _layer(m) != "moss_sts" or _layer(dep) in ("moss_sts", "services", *MAY_IMPORT["moss_sts"])
+        )
+    finally:
+        GRAPH["services.moss_sts.service"].discard("services.asr.service")
 
 
 def test_config_sections_import_only_the_config_base():
@@ -129,33 +129,6 @@ def test_config_sections_import_only_the_config_base():
 
     def allowed(m: str, dep: str) -> bool:
         return m not in SECTIONS or dep in base
-
-    assert _violations(allowed) == []
-
-
-def test_model_services_share_only_the_named_engines():
-    def allowed(m: str, dep: str) -> bool:
-        layer, dep_layer = _layer(m), _layer(dep)
-        if layer not in MODEL_SERVICES or dep_layer == layer:
-            return True
-        if dep_layer in MODEL_SERVICES:
-            return dep in SHARED_ENGINES.get(layer, ())
-        return dep_layer in ("common", "residency", "remote", "conversation", "services")
-
-    assert _violations(allowed) == []
-
-
-def test_cli_talks_to_the_fleet_only_through_the_runtime_and_residency():
-    def allowed(m: str, dep: str) -> bool:
-        return _layer(m) != "cli" or _layer(dep) in ("cli", "common", "residency", "services")
-
-    assert _violations(allowed) == []
-
-
-def test_gateway_talks_to_the_fleet_only_through_the_runtime():
-    # The gateway is a client of the router (gRPC contracts + the shared runtime), like the CLI.
-    def allowed(m: str, dep: str) -> bool:
-        return _layer(m) != "gateway" or _layer(dep) in ("gateway", "common", "services")
 
     assert _violations(allowed) == []
 
@@ -254,8 +227,9 @@ def test_each_image_copies_what_its_entry_point_imports(dockerfile, stage, copie
     assert missing == [], f"{dockerfile.relative_to(ROOT)} ({stage or 'the image'}) does not copy {missing}"
 
 
-def test_the_router_image_carries_no_model_service_code():
-    (router,) = [p for p in IMAGES if p.values[0].parent.name == "router"]
-    _, _, copies, _ = router.values
-    carried = [c for c in copies if c.startswith(tuple(f"services/{name}" for name in MODEL_SERVICES))]
-    assert carried == []
+@pytest.mark.parametrize(("dockerfile", "stage", "copies", "entry"), IMAGES)
+def test_no_image_copies_another_deployables_code(dockerfile, stage, copies, entry):
+    own = dockerfile.parent.name
+    others = tuple(f"services/{name}" for name in DEPLOYABLES if name != own)
+    carried = [c for c in copies if c == "services" or c.startswith(others)]
+    assert carried == [], f"{dockerfile.relative_to(ROOT)} ({stage or 'the image'}) copies {carried}"

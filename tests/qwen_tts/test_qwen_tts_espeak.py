@@ -14,8 +14,8 @@ from services.common.config.base import ChunkingConfig, EspeakConfig
 from services.common.engines import SynthesisOptions
 from services.common.errors import InvalidArgument, NotFound
 from services.common.tts_servicer import VOICE_ID_RE
-from services.qwen_tts import presets
-from services.qwen_tts.espeak_engine import EspeakTtsEngine
+from services.engines import qwen_presets as presets
+from services.engines.espeak_engine import EspeakTtsEngine
 from tests.speech import speech_like
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

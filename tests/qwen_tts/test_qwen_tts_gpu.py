@@ -24,7 +24,7 @@ import pytest
 from services.common.config.base import ChunkingConfig
 from services.common.config.qwen_tts import QwenGpuConfig
 from services.common.engines import SynthesisOptions
-from services.qwen_tts import presets
+from services.engines import qwen_presets as presets
 from tests.speech import INTELLIGIBLE, intelligible, speech_like
 
 pytestmark = pytest.mark.gpu

@@ -25,7 +25,7 @@ from services.common.config.base import ChunkingConfig
 from services.common.config.qwen_tts import QwenGpuConfig
 from services.common.engines import SynthesisOptions
 from services.common.errors import InvalidArgument, NotFound, Unavailable, VoiceError
-from services.qwen_tts import presets
+from services.engines import qwen_presets as presets
 from services.qwen_tts.vllm_omni_engine import VllmOmniTtsEngine, request_groups
 from tests.conftest import start_fleet
 from voice.v1 import synthesizer_pb2, synthesizer_pb2_grpc

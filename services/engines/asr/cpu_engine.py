@@ -20,14 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from services.asr.models import base_model_dir, tiny_en_dir
-from services.asr.pipeline import FinalText, InterimBudget, TwoPassStream
-from services.asr.turn_model import TurnSupport
-from services.asr.vad import RATE, SileroVad
 from services.common.config.asr import AsrServiceConfig
 from services.common.engines import AsrEngine, AsrStream, RecognitionOptions
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.scheduler import cpu_cores
+from services.engines.asr.models import base_model_dir, tiny_en_dir
+from services.engines.asr.pipeline import FinalText, InterimBudget, TwoPassStream
+from services.engines.asr.turn_model import TurnSupport
+from services.engines.asr.vad import RATE, SileroVad
 
 log = logging.getLogger("voicefleet.asr.cpu")
 
@@ -76,11 +76,11 @@ def repeats_itself(text: str, min_words: int = 3) -> bool:
 
 
 class PocketsphinxPool:
-    """Decoders for pass 1, in a process of their own (services/asr/pass1_process.py: pocketsphinx thrashes on the
+    """Decoders for pass 1, in a process of their own (services/engines/asr/pass1_process.py: pocketsphinx thrashes on the
     GIL beside the asr process's other threads), made on demand and reused."""
 
     def __init__(self) -> None:
-        from services.asr.pass1_process import Pass1Process
+        from services.engines.asr.pass1_process import Pass1Process
 
         self.process = Pass1Process(RATE, INTERIM_SEARCH)
         self._free: list = []
@@ -245,8 +245,8 @@ class WhisperFinals:
 
 def check_turn_model(config: AsrServiceConfig, needs_it: str) -> None:
     """At start, for a service whose configured default needs semantic endpointing (moss_sts's conversations): the
-    turn model's file must be there; else exit naming the package (services/asr/turn_model.py)."""
-    from services.asr.turn_model import TurnModelMissing, turn_model_path
+    turn model's file must be there; else exit naming the package (services/engines/asr/turn_model.py)."""
+    from services.engines.asr.turn_model import TurnModelMissing, turn_model_path
 
     try:
         turn_model_path(config.turn_model_path)

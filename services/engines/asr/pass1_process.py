@@ -3,7 +3,7 @@
 pocketsphinx's binding gives up and retakes the GIL so often inside a call that, in the asr process, it thrashed
 against every other thread (gRPC's event loop, VAD, the other streams' steps): a pass-1 decode beside one busy
 Python thread took 2-3x its time alone. Here every decoder lives in one child process (``python -m
-services.asr.pass1_process``, a fresh interpreter: the parent has threads and gRPC, which must not be forked), and
+services.engines.asr.pass1_process``, a fresh interpreter: the parent has threads and gRPC, which must not be forked), and
 streams talk to it through two pipes: audio goes down without a reply; a hypothesis is a request and its answer,
 which comes after all audio sent before it (the child reads in order).
 
@@ -99,7 +99,7 @@ class Pass1Process:
         from_child_r, from_child_w = os.pipe()
         args = [str(to_child_r), str(from_child_w), str(self.rate), json.dumps(self.search)]
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "services.asr.pass1_process", *args], pass_fds=(to_child_r, from_child_w)
+            [sys.executable, "-m", "services.engines.asr.pass1_process", *args], pass_fds=(to_child_r, from_child_w)
         )
         os.close(to_child_r)
         os.close(from_child_w)

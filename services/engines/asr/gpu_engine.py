@@ -1,6 +1,6 @@
 """GPU engine of asr: faster-whisper (CTranslate2) on CUDA with a large model from a mounted directory.
 
-Same pipeline as the CPU engine (services/asr/pipeline.py: Silero VAD on CPU, endpointing, two passes), different
+Same pipeline as the CPU engine (services/engines/asr/pipeline.py: Silero VAD on CPU, endpointing, two passes), different
 passes: pass 2 is the big model (``asr.gpu.model_dir``, e.g. a CTranslate2 conversion of whisper large-v3;
 ``device="cuda"``, ``compute_type="float16"``, word timestamps); pass 1 re-decodes the utterance so far with the
 same model (greedy) every ``asr.gpu.interim_interval_ms`` -- whisper has no incremental decoder, but on a GPU a
@@ -28,13 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
-from services.asr.cpu_engine import hint_prompt, whisper_language
-from services.asr.pipeline import FinalText, TwoPassStream
-from services.asr.turn_model import TurnSupport
-from services.asr.vad import RATE, SileroVad
 from services.common.config.asr import AsrServiceConfig
 from services.common.engines import AsrEngine, AsrStream, Offloadable, RecognitionOptions, WordTiming
 from services.common.errors import FailedPrecondition, InvalidArgument
+from services.engines.asr.cpu_engine import hint_prompt, whisper_language
+from services.engines.asr.pipeline import FinalText, TwoPassStream
+from services.engines.asr.turn_model import TurnSupport
+from services.engines.asr.vad import RATE, SileroVad
 
 log = logging.getLogger("voicefleet.asr.gpu")
 

@@ -3,7 +3,7 @@
 Voices (listed from espeak's own ``espeak_ListVoices``, nothing invented):
   * every espeak language voice, id = its identifier's last part as ``espeak-ng -v`` takes it: ``en-US``,
     ``cmn`` (Mandarin), ``fr``, ``en`` (British English, espeak's name for it), ... languages = espeak's own tags;
-  * Qwen3-TTS's 9 preset ids (Vivian, Ryan, ...) as espeak language voice + variant, see services/qwen_tts/presets.py.
+  * Qwen3-TTS's 9 preset ids (Vivian, Ryan, ...) as espeak language voice + variant, see services/engines/qwen_presets.py.
 
 Streaming: text is cut into segments (sentences; a long first sentence at its first clause); each segment is one
 ``espeak_Synth`` job on the process's espeak thread. espeak calls back every ``callback_ms`` of audio; each
@@ -40,8 +40,8 @@ from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, Voi
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
-from services.qwen_tts import presets
-from services.qwen_tts.espeak import DEFAULT_WPM, Espeak, EspeakVoice, SynthJob, bcp47
+from services.engines import qwen_presets as presets
+from services.engines.espeak import DEFAULT_WPM, Espeak, EspeakVoice, SynthJob, bcp47
 
 log = logging.getLogger("voicefleet.qwen_tts.espeak")
 
