@@ -232,6 +232,13 @@ class CosyVoice3Engine(TtsEngine, Offloadable):
             from services.residency.gpu_host import cap_torch_process, device_total_bytes
 
             budget = self.memory_budget_bytes
+            if self.gpu.load_vllm and (torch.device(self.gpu.device).index or 0) != 0:
+                # vLLM's engine core is a process of its own that takes the first visible card, whatever this one's
+                # current device is.
+                raise FailedPrecondition(
+                    f"cosyvoice_tts.gpu.device: {self.gpu.device} with load_vllm: vLLM's engine process uses the first"
+                    " visible card; set CUDA_VISIBLE_DEVICES to that card and gpu.device: cuda"
+                )
             if self.gpu.load_vllm:
                 # CosyVoice's load_vllm gives vLLM gpu_memory_utilization=0.2 of the card (hard-coded at the pinned
                 # commit), in vLLM's own engine process; this process keeps the rest of the lease.

@@ -88,6 +88,9 @@ def cap_torch_process(torch, where: str, device: str, budget_bytes: int) -> floa
     if not torch.cuda.is_available():
         raise FailedPrecondition(f"{where}: a CUDA device is needed and none is visible (CUDA_VISIBLE_DEVICES?)")
     index = torch.device(device).index or 0
+    # The libraries put their weights on torch.device("cuda"), the current device (CosyVoice's model.py at the pinned
+    # commit hard-codes it): make that the lease's card, or "gpu.device: cuda:1" caps card 1 and loads onto card 0.
+    torch.cuda.set_device(index)
     total = torch.cuda.get_device_properties(index).total_memory
     fraction = memory_fraction(budget_bytes, total)
     torch.cuda.set_per_process_memory_fraction(fraction, index)
