@@ -148,12 +148,14 @@ class MossSpeech:
         tok = self.processor.tokenizer
         self.stop_ids = [i for i in (tok.pad_token_id, tok.convert_tokens_to_ids("<|im_end|>")) if i is not None]
         self.codec = getattr(self.processor, "audio_codec", None) or getattr(self.processor, "codec", None)
-        if self.codec is None or not hasattr(getattr(self.codec, "audio_decoder", None), "token2wav"):
-            raise FailedPrecondition(
-                "moss_sts.gpu.codec_dir: the processor's codec has no audio_decoder.token2wav; this MOSS-Speech-Codec"
-                " revision is not the one docs/conversation.md names"
-            )
+        check_codec_surface(self.codec)
         self.plan, self.offset_protocol = decoder_plan(self.codec.audio_decoder, self.plan)
+        log.info(
+            "MOSS codec decoder: %s, %s contract (%s)",
+            type(self.codec.audio_decoder).__name__,
+            "token-offset" if self.offset_protocol else "mel-overlap",
+            self.plan,
+        )
         self.conditioning = self._voice_conditioning()
         self.track_weights()
         log.info("MOSS-Speech loaded in %.1fs (%s, %s)", time.monotonic() - t0, c.dtype, attn)
@@ -320,6 +322,32 @@ class MossSpeech:
 
 # Per-reply state of CosyVoice's token2wav models (cosyvoice/cli/model.py of the MOSS-Speech checkout).
 DECODER_STATE = ("hift_cache_dict", "mel_overlap_dict", "flow_cache_dict")
+
+
+# What the engine calls on the codec's remote code (it ships with the weights; the underscored ones are private
+# methods of it): checked at load so that another codec revision is refused by name, not by an AttributeError on the
+# first reply. The decoder's own contract is checked by ``decoder_plan``.
+CODEC_METHODS = ("_extract_speech_feat", "encode", "_extract_spk_embedding")
+
+
+def check_codec_surface(codec) -> None:
+    """Refuses, naming each missing method, a codec that lacks what the engine calls. A decoder that streams by
+    ``stream_inference`` (chunked flow weights) instead of ``token2wav`` is named as such: the engine drives
+    ``token2wav`` only."""
+    if codec is None:
+        raise FailedPrecondition(
+            "moss_sts.gpu.codec_dir: the processor has no audio_codec (nor codec); is it MOSS-Speech's processor?"
+        )
+    missing = [f"codec.{m}" for m in CODEC_METHODS if not callable(getattr(codec, m, None))]
+    decoder = getattr(codec, "audio_decoder", None)
+    if not callable(getattr(decoder, "token2wav", None)):
+        other = " (it has stream_inference: a chunked-flow decoder this engine does not drive)"
+        missing.append("codec.audio_decoder.token2wav" + (other if hasattr(decoder, "stream_inference") else ""))
+    if missing:
+        raise FailedPrecondition(
+            f"moss_sts.gpu.codec_dir: the codec ({type(codec).__name__}) lacks {', '.join(missing)}; the engine calls"
+            " the remote code of fnlp/MOSS-Speech-Codec as docs/conversation.md names it"
+        )
 
 
 def decoder_plan(decoder, plan: ChunkPlan) -> tuple[ChunkPlan, bool]:

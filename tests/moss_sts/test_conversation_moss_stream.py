@@ -204,3 +204,48 @@ def test_a_decoder_without_the_state_the_contract_needs_fails_at_load():
     del decoder.mel_overlap_dict
     with pytest.raises(FailedPrecondition, match="lacks mel_overlap_dict"):
         decoder_plan(decoder, ChunkPlan(2, 4))
+
+
+class CodecStandIn:
+    """Test double of MOSS-Speech-Codec's remote code (it ships with the weights, not installable here): the
+    methods the engine calls, with a decoder of the token-offset contract."""
+
+    def __init__(self, decoder=None):
+        self.audio_decoder = decoder if decoder is not None else CosyVoice2ModelShape()
+
+    def _extract_speech_feat(self, wav):
+        raise NotImplementedError  # only its presence is checked at load
+
+    def encode(self, batch):
+        raise NotImplementedError
+
+    def _extract_spk_embedding(self, wav):
+        raise NotImplementedError
+
+
+def test_a_codec_with_the_surface_the_engine_calls_passes():
+    from services.moss_sts.moss_engine import check_codec_surface
+
+    check_codec_surface(CodecStandIn())
+
+
+@pytest.mark.parametrize("method", ["_extract_speech_feat", "encode", "_extract_spk_embedding"])
+def test_a_codec_lacking_a_method_is_refused_at_load_naming_it(method):
+    from services.common.errors import FailedPrecondition
+    from services.moss_sts.moss_engine import check_codec_surface
+
+    codec = type("OtherCodec", (CodecStandIn,), {method: None})()
+    with pytest.raises(FailedPrecondition, match=rf"OtherCodec\) lacks codec\.{method};"):
+        check_codec_surface(codec)
+
+
+def test_a_stream_inference_decoder_is_named_not_driven():
+    from services.common.errors import FailedPrecondition
+    from services.moss_sts.moss_engine import check_codec_surface
+
+    class ChunkedFlowDecoder:
+        def stream_inference(self, *args):
+            raise NotImplementedError
+
+    with pytest.raises(FailedPrecondition, match="token2wav \\(it has stream_inference"):
+        check_codec_surface(CodecStandIn(ChunkedFlowDecoder()))
