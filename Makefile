@@ -11,7 +11,7 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
-.PHONY: install run test config-schema test-gpu check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench soak clean golden prometheus chromium
+.PHONY: install run test config-schema test-gpu gpu-smoke check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench soak clean golden prometheus chromium
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,9 @@ check-gpu-stacks:  ## install each GPU stack into build/gpu-stacks/venvs (CPU is
 
 test-gpu: check-gpu-stacks  ## GPU smoke: each stack's GPU tests in its own venv; every skip says why
 	$(PYTHON) scripts/gpu_stacks.py test $(STACKS)
+
+gpu-smoke: install  ## first contact with a CUDA card, no weights, no hub: asr on CUDA, torch_offload 1/4/8 GiB -> bench/results/gpu/<card>/ (every step skips saying why without a card)
+	$(BIN)/python -m bench.gpu_smoke
 
 compose-test: install  ## build every CPU image, run deploy/compose.yaml in Docker: speak, transcribe, converse, crash+failover
 	scripts/compose-test.sh $(BIN)/python

@@ -232,6 +232,13 @@ class CosyVoice3Engine(TtsEngine, Offloadable):
             from services.residency.gpu_host import cap_torch_process, device_total_bytes
 
             budget = self.memory_budget_bytes
+            if self.gpu.load_vllm and (torch.device(self.gpu.device).index or 0) != 0:
+                # vLLM's engine core is a process of its own that takes the first visible card, whatever this one's
+                # current device is.
+                raise FailedPrecondition(
+                    f"cosyvoice_tts.gpu.device: {self.gpu.device} with load_vllm: vLLM's engine process uses the first"
+                    " visible card; set CUDA_VISIBLE_DEVICES to that card and gpu.device: cuda"
+                )
             if self.gpu.load_vllm:
                 # CosyVoice's load_vllm gives vLLM gpu_memory_utilization=0.2 of the card (hard-coded at the pinned
                 # commit), in vLLM's own engine process; this process keeps the rest of the lease.
@@ -285,11 +292,26 @@ class CosyVoice3Engine(TtsEngine, Offloadable):
                 f"cosyvoice_tts.gpu.repo_dir: cannot import CosyVoice from {repo} ({e}); install the GPU image"
                 " (services/cosyvoice_tts/requirements-gpu.txt)"
             ) from None
-        if self.gpu.load_vllm:  # as in the repo's vllm_example.py: the LM runs as a vLLM model
-            from cosyvoice.vllm.cosyvoice2 import CosyVoice2ForCausalLM
-            from vllm import ModelRegistry
+        if self.gpu.load_vllm:
+            # The LM runs as a vLLM model, registered by our vLLM plugin in every process vLLM starts (its engine
+            # core is a spawned child: a registration made here only would not be there). The plugin finds the
+            # checkout through the environment, which children inherit.
+            from services.cosyvoice_tts import vllm_plugin
 
-            ModelRegistry.register_model("CosyVoice2ForCausalLM", CosyVoice2ForCausalLM)
+            os.environ[vllm_plugin.REPO_ENV] = str(repo)
+            try:
+                from vllm.plugins import load_general_plugins
+
+                load_general_plugins()  # what vLLM does in each of its processes
+                from vllm import ModelRegistry
+            except ImportError as e:
+                raise FailedPrecondition(f"cosyvoice_tts.gpu.load_vllm: vLLM does not import ({e})") from None
+            if vllm_plugin.ARCH not in ModelRegistry.get_supported_archs():
+                raise FailedPrecondition(
+                    "cosyvoice_tts.gpu.load_vllm: vLLM did not load the voicefleet plugin (the vllm.general_plugins"
+                    " entry point of pyproject.toml): install the code with `pip install --no-deps -e .`, and leave"
+                    " VLLM_PLUGINS unset or include voicefleet_cosyvoice3 in it"
+                )
         return auto_model
 
     # What the engine uses of CosyVoice2Model's internals (cosyvoice/cli/model.py at the pinned commit).

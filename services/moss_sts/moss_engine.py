@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import logging
 import os
 import sys
@@ -47,6 +48,7 @@ import uuid
 import wave
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -120,6 +122,10 @@ class MossSpeech:
         for extra in (c.repo_dir, os.path.join(c.repo_dir, "Matcha-TTS")):
             if os.path.isdir(extra) and extra not in sys.path:
                 sys.path.append(extra)
+        if c.device.startswith("cuda") and self.memory_budget_bytes > 0:
+            plan = memory_plan(c)  # before any import or weight: a lease too small is refused with the numbers
+            log.info("MOSS-Speech memory plan: %s", plan.line(self.memory_budget_bytes))
+            plan.check(self.memory_budget_bytes)
         import torch
         from transformers import AutoModel, AutoProcessor
 
@@ -148,12 +154,14 @@ class MossSpeech:
         tok = self.processor.tokenizer
         self.stop_ids = [i for i in (tok.pad_token_id, tok.convert_tokens_to_ids("<|im_end|>")) if i is not None]
         self.codec = getattr(self.processor, "audio_codec", None) or getattr(self.processor, "codec", None)
-        if self.codec is None or not hasattr(getattr(self.codec, "audio_decoder", None), "token2wav"):
-            raise FailedPrecondition(
-                "moss_sts.gpu.codec_dir: the processor's codec has no audio_decoder.token2wav; this MOSS-Speech-Codec"
-                " revision is not the one docs/conversation.md names"
-            )
+        check_codec_surface(self.codec)
         self.plan, self.offset_protocol = decoder_plan(self.codec.audio_decoder, self.plan)
+        log.info(
+            "MOSS codec decoder: %s, %s contract (%s)",
+            type(self.codec.audio_decoder).__name__,
+            "token-offset" if self.offset_protocol else "mel-overlap",
+            self.plan,
+        )
         self.conditioning = self._voice_conditioning()
         self.track_weights()
         log.info("MOSS-Speech loaded in %.1fs (%s, %s)", time.monotonic() - t0, c.dtype, attn)
@@ -320,6 +328,92 @@ class MossSpeech:
 
 # Per-reply state of CosyVoice's token2wav models (cosyvoice/cli/model.py of the MOSS-Speech checkout).
 DECODER_STATE = ("hift_cache_dict", "mel_overlap_dict", "flow_cache_dict")
+
+
+# The memory plan (docs/leases.md, "MOSS-Speech on one card"): what the lease must hold besides the weights.
+CONTEXT_TOKENS = 4096  # the dialogue's context (bounded by turns and characters) in LM tokens, plus max_new_tokens
+ACTIVATIONS_BYTES = 1 << 30  # activations of a forward over the context, sampler, codec decode workspace
+HEADROOM_FRACTION = 0.05  # the allocator's fragmentation: 5 % of the lease is never planned for
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    weights: int  # the LM's checkpoint, in the configured dtype
+    codec: int  # Whisper-VQ encoder, flow and HiFT (the codec directory's weights)
+    kv: int  # KV cache of CONTEXT_TOKENS + max_new_tokens
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.codec + self.kv + self.activations
+
+    def line(self, lease: int) -> str:
+        g = 2**30
+        return (
+            f"weights {self.weights / g:.2f} + codec {self.codec / g:.2f} + KV {self.kv / g:.2f}"
+            f" + activations {self.activations / g:.2f} = {self.total / g:.2f} GiB;"
+            f" lease {lease / g:.2f} GiB, of which {HEADROOM_FRACTION:.0%} is headroom"
+        )
+
+    def check(self, lease: int) -> None:
+        usable = int(lease * (1 - HEADROOM_FRACTION))
+        if self.total > usable:
+            need = self.total / (1 - HEADROOM_FRACTION) / 2**30
+            raise FailedPrecondition(
+                f"residency.services.moss_sts.declared_gb: {self.line(lease)}: the plan does not fit; raise it to"
+                f" >= {need:.1f} (a 24 GB card grants 22: MOSS-Speech is resident alone there; docs/leases.md)"
+            )
+
+
+def _weights_bytes(directory: Path) -> int:
+    files = [p for ext in ("safetensors", "bin", "pt", "onnx") for p in directory.glob(f"**/*.{ext}")]
+    return sum(p.stat().st_size for p in files if p.is_file())
+
+
+def memory_plan(config: MossGpuConfig) -> MemoryPlan:
+    """The plan from the mounted directories: checkpoint bytes (published in bfloat16, rescaled to the configured
+    dtype), the codec's files, and the KV cache from the LM's config.json (2 x layers x KV heads x head dim x dtype
+    bytes per token)."""
+    model_dir, codec_dir = Path(config.model_dir), Path(config.codec_dir)
+    dtype = DTYPE_BYTES[config.dtype]
+    try:
+        lm = json.loads((model_dir / "config.json").read_text())
+        lm = lm.get("text_config") or lm
+        layers, heads = int(lm["num_hidden_layers"]), int(lm.get("num_key_value_heads") or lm["num_attention_heads"])
+        head_dim = int(lm.get("head_dim") or int(lm["hidden_size"]) // int(lm["num_attention_heads"]))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise FailedPrecondition(
+            f"moss_sts.gpu.model_dir: cannot read the LM's attention shape from {model_dir / 'config.json'} ({e})"
+        ) from None
+    kv = 2 * layers * heads * head_dim * dtype * (CONTEXT_TOKENS + config.max_new_tokens)
+    return MemoryPlan(_weights_bytes(model_dir) * dtype // 2, _weights_bytes(codec_dir), kv, ACTIVATIONS_BYTES)
+
+
+# What the engine calls on the codec's remote code (it ships with the weights; the underscored ones are private
+# methods of it): checked at load so that another codec revision is refused by name, not by an AttributeError on the
+# first reply. The decoder's own contract is checked by ``decoder_plan``.
+CODEC_METHODS = ("_extract_speech_feat", "encode", "_extract_spk_embedding")
+
+
+def check_codec_surface(codec) -> None:
+    """Refuses, naming each missing method, a codec that lacks what the engine calls. A decoder that streams by
+    ``stream_inference`` (chunked flow weights) instead of ``token2wav`` is named as such: the engine drives
+    ``token2wav`` only."""
+    if codec is None:
+        raise FailedPrecondition(
+            "moss_sts.gpu.codec_dir: the processor has no audio_codec (nor codec); is it MOSS-Speech's processor?"
+        )
+    missing = [f"codec.{m}" for m in CODEC_METHODS if not callable(getattr(codec, m, None))]
+    decoder = getattr(codec, "audio_decoder", None)
+    if not callable(getattr(decoder, "token2wav", None)):
+        other = " (it has stream_inference: a chunked-flow decoder this engine does not drive)"
+        missing.append("codec.audio_decoder.token2wav" + (other if hasattr(decoder, "stream_inference") else ""))
+    if missing:
+        raise FailedPrecondition(
+            f"moss_sts.gpu.codec_dir: the codec ({type(codec).__name__}) lacks {', '.join(missing)}; the engine calls"
+            " the remote code of fnlp/MOSS-Speech-Codec as docs/conversation.md names it"
+        )
 
 
 def decoder_plan(decoder, plan: ChunkPlan) -> tuple[ChunkPlan, bool]:

@@ -54,6 +54,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -184,6 +185,8 @@ class VllmOmniTtsEngine(TtsEngine, Offloadable):
         self._sleep_stages: list[int] | None = None
         self._off: str = ""  # "" resident, "asleep" (vLLM sleep mode), "stopped" (sidecar stopped), "kept" (not ours)
         self._voices: list[VoiceInfo] = []
+        self._unmeasured_logged = False
+        self.kv_plans: list[KvPlan] = []  # the autoregressive stages' KV sizing (the deploy copy), for logs and probes
         self._steps = metrics.ENGINE_STEPS.labels(service, self.name)
         self._audio_seconds = metrics.TTS_AUDIO_SECONDS.labels(service, self.name)
         self._cancel_to_stop = metrics.TTS_CANCEL_TO_STOP.labels(service, self.name)
@@ -197,11 +200,24 @@ class VllmOmniTtsEngine(TtsEngine, Offloadable):
         return "cuda (vLLM-Omni sidecar)"
 
     def resident_bytes(self) -> int:
-        """Not measured (the sidecar's memory is in its own processes): the lease's bytes its stages are sized to
-        while it holds them, 0 once asleep or stopped. vLLM's allocations outside sleep mode's pool (CUDA graphs)
-        and the CUDA contexts stay on the card while asleep and are not counted."""
-        if self._client is None or self._off in ("asleep", "stopped"):
+        """What the sidecar holds on the card, measured: its process tree's device memory from NVML (the sidecar
+        and vLLM's engine-core/worker processes). Asleep, that is not 0: CUDA graphs, vLLM's allocations outside
+        sleep mode's pool and a CUDA context per process stay (the lease table counts them). Where NVML cannot see
+        the tree (no driver library, a container's pids): the stages' lease bytes while awake, and while asleep
+        ASLEEP_ESTIMATE_BYTES per stage, said once in the log. 0 once stopped, or for a sidecar not ours."""
+        if self._client is None or self._off == "stopped":
             return 0
+        if self._sidecar is not None and hasattr(self._sidecar, "pid"):
+            from services.residency.gpu_host import process_tree_gpu_bytes
+
+            measured = process_tree_gpu_bytes(self._sidecar.pid)
+            if measured is not None:
+                return measured
+            if not self._unmeasured_logged:
+                self._unmeasured_logged = True
+                log.warning("vLLM-Omni sidecar: NVML cannot see its processes; its GPU bytes are estimated")
+        if self._off == "asleep":
+            return ASLEEP_ESTIMATE_BYTES * len(self._sleep_stages or ())
         return self.memory_budget_bytes
 
     # --- life ---------------------------------------------------------------------------------------------------
@@ -306,9 +322,33 @@ class VllmOmniTtsEngine(TtsEngine, Offloadable):
             for value, parent, key in shares:
                 parent[key] = round(value * scale, 4)
             log.info("vLLM-Omni stages sized to the lease: %s", [p[k] for _, p, k in shares])
+            for _, parent, key in shares:
+                if "max_model_len" in parent or "max_num_seqs" in parent:  # an autoregressive stage: a KV cache
+                    self.kv_plans.append(self._size_kv(parent, parent[key] * total))
         sized = Path(os.environ.get("TMPDIR", "/tmp")) / f"voicefleet-{self.service}-{deploy.name}"
         sized.write_text(yaml.safe_dump(tree, sort_keys=False))
         return sized
+
+    def _size_kv(self, args: dict, share_bytes: float) -> KvPlan:
+        """``max_model_len`` and ``max_num_seqs`` of an autoregressive stage from the KV room its share leaves
+        (vLLM refuses to start when one sequence of ``max_model_len`` does not fit its KV cache: the stock 65536
+        tokens need ~7 GiB for the 1.7B talker, more than a 6 GB lease's stage has). Refuses with the numbers."""
+        plan = kv_plan(
+            share_bytes,
+            checkpoint_bytes(Path(self.config.model_dir)),
+            kv_bytes_per_token(Path(self.config.model_dir) / "config.json"),
+            int(args.get("max_model_len") or STOCK_MAX_MODEL_LEN),
+            int(args.get("max_num_seqs") or STOCK_MAX_NUM_SEQS),
+        )
+        log.info("vLLM-Omni KV plan: %s", plan.line())
+        if plan.max_model_len < MIN_MODEL_LEN:
+            raise FailedPrecondition(
+                f"residency.services.qwen_tts.declared_gb: {plan.line()}; a stage needs >= {MIN_MODEL_LEN} tokens"
+                f" of KV room ({MIN_MODEL_LEN * plan.kv_per_token / 2**30:.2f} GiB): raise the lease by"
+                f" >= {(MIN_MODEL_LEN - plan.tokens) * plan.kv_per_token / 2**30:.2f} GiB (docs/leases.md)"
+            )
+        args["max_model_len"], args["max_num_seqs"] = plan.max_model_len, plan.max_num_seqs
+        return plan
 
     # --- residency ----------------------------------------------------------------------------------------------
     async def offload(self) -> None:
@@ -544,6 +584,74 @@ class VllmOmniTtsEngine(TtsEngine, Offloadable):
         if pcm:
             playback.produced(len(pcm) / 2 / SAMPLE_RATE)
             yield AudioPiece(pcm, SAMPLE_RATE, start, end, self.served_by)
+
+
+# What one asleep stage keeps on the card where NVML cannot measure it: a CUDA context (~0.5 GiB) and CUDA graphs
+# with vLLM's allocations outside sleep mode's pool (~0.5 GiB). An estimate, not a measurement (make gpu-smoke).
+ASLEEP_ESTIMATE_BYTES = 1 << 30
+
+# KV sizing of an autoregressive stage (``_size_kv``). The stock values are vllm-omni's qwen3_tts.yaml's.
+STOCK_MAX_MODEL_LEN = 65536
+STOCK_MAX_NUM_SEQS = 64
+# Under this many tokens of KV room a stage cannot hold one long utterance (talker + text + voice prompt).
+MIN_MODEL_LEN = 4096
+# A typical request's tokens, to size max_num_seqs: a sentence group of ~20 s at 12.5 codec frames/s, plus prompt.
+TYPICAL_SEQ_TOKENS = 512
+# What vLLM takes of a stage's share besides weights and KV: activations at profiling, sampler, CUDA graphs.
+STAGE_OVERHEAD_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class KvPlan:
+    share_bytes: int
+    weights_bytes: int
+    overhead_bytes: int
+    kv_per_token: int
+    tokens: int  # KV room, in tokens
+    max_model_len: int
+    max_num_seqs: int
+
+    def line(self) -> str:
+        room = self.share_bytes - self.weights_bytes - self.overhead_bytes
+        return (
+            f"stage share {self.share_bytes / 2**30:.2f} GiB - weights {self.weights_bytes / 2**30:.2f} GiB"
+            f" - overhead {self.overhead_bytes / 2**30:.2f} GiB = KV room {room / 2**30:.2f} GiB"
+            f" = {self.tokens} tokens at {self.kv_per_token / 1024:.0f} KiB/token"
+            f" -> max_model_len {self.max_model_len}, max_num_seqs {self.max_num_seqs}"
+        )
+
+
+def kv_plan(share: float, weights: int, per_token: int, stock_len: int, stock_seqs: int) -> KvPlan:
+    """The largest max_model_len (a multiple of 256, at most the stock one) whose KV fits the room, and as many
+    sequences as the room holds at TYPICAL_SEQ_TOKENS each (at least 1, at most the stock max_num_seqs)."""
+    tokens = max(0, int(share) - weights - STAGE_OVERHEAD_BYTES) // max(per_token, 1)
+    max_len = min(stock_len, tokens // 256 * 256)
+    seqs = max(1, min(stock_seqs, tokens // TYPICAL_SEQ_TOKENS))
+    return KvPlan(int(share), weights, STAGE_OVERHEAD_BYTES, per_token, tokens, max_len, seqs)
+
+
+def checkpoint_bytes(model_dir: Path) -> int:
+    """The checkpoint's weights (its *.safetensors / *.bin files): what a stage loads at most."""
+    files = [*model_dir.glob("*.safetensors"), *model_dir.glob("*.bin")]
+    return sum(f.stat().st_size for f in files if f.is_file())
+
+
+def kv_bytes_per_token(config_json: Path) -> int:
+    """K and V of every layer for one token, bf16, from the talker's config (``talker_config`` when the checkpoint
+    nests it, else the top level): 2 x layers x kv_heads x head_dim x 2 bytes."""
+    try:
+        config = json.loads(config_json.read_text())
+    except (OSError, ValueError) as e:
+        raise FailedPrecondition(f"qwen_tts.gpu.model_dir: cannot read {config_json} ({e})") from None
+    c = config.get("talker_config") or config
+    try:
+        layers, heads = int(c["num_hidden_layers"]), int(c.get("num_key_value_heads") or c["num_attention_heads"])
+        head_dim = int(c.get("head_dim") or int(c["hidden_size"]) // int(c["num_attention_heads"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise FailedPrecondition(
+            f"qwen_tts.gpu.model_dir: {config_json} lacks the talker's attention shape ({e}); is it Qwen3-TTS?"
+        ) from None
+    return 2 * layers * heads * head_dim * 2
 
 
 async def _no_events():

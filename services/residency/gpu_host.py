@@ -11,6 +11,7 @@ their process with ``torch.cuda.set_per_process_memory_fraction``, vLLM engines 
 from __future__ import annotations
 
 import ctypes
+import glob
 import logging
 
 from services.common.errors import FailedPrecondition
@@ -88,6 +89,9 @@ def cap_torch_process(torch, where: str, device: str, budget_bytes: int) -> floa
     if not torch.cuda.is_available():
         raise FailedPrecondition(f"{where}: a CUDA device is needed and none is visible (CUDA_VISIBLE_DEVICES?)")
     index = torch.device(device).index or 0
+    # The libraries put their weights on torch.device("cuda"), the current device (CosyVoice's model.py at the pinned
+    # commit hard-codes it): make that the lease's card, or "gpu.device: cuda:1" caps card 1 and loads onto card 0.
+    torch.cuda.set_device(index)
     total = torch.cuda.get_device_properties(index).total_memory
     fraction = memory_fraction(budget_bytes, total)
     torch.cuda.set_per_process_memory_fraction(fraction, index)
@@ -107,3 +111,71 @@ def device_total_bytes(index: int = 0) -> int:
     if libcuda.cuDeviceTotalMem_v2(ctypes.byref(total), device):
         return 0
     return int(total.value)
+
+
+def process_tree(root: int) -> set[int]:
+    """``root`` and every process below it (from /proc: a sidecar's engine-core and worker processes)."""
+    children: dict[int, list[int]] = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in tree:
+            tree.add(pid)
+            todo += children.get(pid, [])
+    return tree
+
+
+class _NvmlProcess(ctypes.Structure):  # nvmlProcessInfo_t (v2/v3 layout)
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+def gpu_bytes_by_pid() -> dict[int, int] | None:
+    """Device memory of every compute process on every card, from NVML (the driver's libnvidia-ml; no CUDA
+    context, no package): pid -> bytes, summed over cards. None where NVML cannot answer."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2():
+        return None
+    try:
+        count = ctypes.c_uint(0)
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)):
+            return None
+        used: dict[int, int] = {}
+        for index in range(count.value):
+            handle = ctypes.c_void_p()
+            if nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)):
+                return None
+            n = ctypes.c_uint(256)
+            infos = (_NvmlProcess * n.value)()
+            if nvml.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(n), infos):
+                return None
+            for info in infos[: n.value]:
+                if info.usedGpuMemory < (1 << 63):  # NVML_VALUE_NOT_AVAILABLE is ~0
+                    used[info.pid] = used.get(info.pid, 0) + int(info.usedGpuMemory)
+        return used
+    finally:
+        nvml.nvmlShutdown()
+
+
+def process_tree_gpu_bytes(root: int) -> int | None:
+    """What ``root`` and its descendants hold on the cards now (NVML), or None where that cannot be read: no NVML,
+    or none of the tree's pids among NVML's (a container whose pids NVML does not see)."""
+    used = gpu_bytes_by_pid()
+    if used is None:
+        return None
+    mine = process_tree(root) & used.keys()
+    return sum(used[p] for p in mine) if mine else None

@@ -4,11 +4,16 @@ One helper for every torch engine (qwen-tts, MOSS-Speech, CosyVoice3): it moves 
 mappings of loose tensors to host memory and back with torch's own API, and says how many bytes moved and how long
 it took.
 
-* offload, CUDA: ``module.to("cpu")``, every host copy pinned (``t.data = t.data.pin_memory()``, so the way back is
-  a DMA copy), loose tensors likewise, then ``torch.cuda.empty_cache()``: the caching allocator gives the freed
-  blocks back to the driver, which is what a neighbour granted the card next needs.
-* reload, CUDA: ``module.to(device, non_blocking=True)`` (from pinned memory: asynchronous copies) and
-  ``torch.cuda.synchronize()`` before the engine serves again.
+* offload, CUDA: every tensor of the engine's (parameters, buffers, loose tensors) is copied into ONE flat host
+  buffer per model, laid out tensor after tensor (``flat_layout``), page-locked as a whole with
+  ``cudaHostRegister`` (so the way back is a DMA copy), then ``torch.cuda.empty_cache()``: the caching allocator
+  gives the freed blocks back to the driver, which is what a neighbour granted the card next needs. Not
+  ``t.pin_memory()`` tensor by tensor: torch's caching host allocator rounds each block up to a power of two and
+  keeps freed blocks for the life of the process, so 1-2x the model's bytes would stay page-locked after the first
+  offload (17-34 GiB for MOSS). Page-locked host bytes while offloaded: the model's bytes plus alignment
+  (``HostOffload.pinned_bytes``); after reload: none (the buffer is unregistered and freed).
+* reload, CUDA: ``module.to(device, non_blocking=True)`` (from the page-locked buffer: asynchronous copies),
+  ``torch.cuda.synchronize()`` before the engine serves again, then the buffer is unregistered and dropped.
 * CPU (tests, probes): ``.to("cpu")`` would be a no-op, so offload replaces every tensor's storage with a fresh host
   copy and reload with a fresh "device" copy. The storages the engine held before are then referenced by nobody
   (a test proves it with weakrefs to them), exactly as the card's would be after a real move.
@@ -35,15 +40,80 @@ class Moved:
     device: str  # where the weights were (out) or went (in)
     left_on_card: int | None = None  # out, CUDA: torch.cuda.memory_reserved() after the move (None elsewhere)
     copy_bound_s: float | None = None  # in, CUDA: bytes / measured pinned host-to-device bandwidth (the floor)
+    pinned_bytes: int = 0  # out: page-locked host bytes now held for the weights (the flat buffer)
 
     def line(self) -> str:
         where = "to host" if self.direction == "out" else f"back to {self.device}"
         text = f"{self.bytes / 2**20:.1f} MiB {where} in {self.seconds:.3f}s"
         if self.left_on_card is not None:
             text += f"; {self.left_on_card / 2**20:.1f} MiB still reserved on {self.device}"
+        if self.pinned_bytes:
+            text += f"; {self.pinned_bytes / 2**20:.1f} MiB page-locked on the host"
         if self.copy_bound_s:
             text += f"; bytes / H2D = {self.copy_bound_s:.3f}s, {self.seconds / self.copy_bound_s:.2f}x the copy bound"
         return text
+
+
+ALIGN = 512  # bytes between tensors in the flat buffer: a multiple of every dtype's size
+
+
+def flat_layout(sizes: Iterable[int], align: int = ALIGN) -> tuple[list[int], int]:
+    """Offsets of tensors of ``sizes`` bytes laid one after another in one buffer, each on an ``align`` boundary
+    (so a slice of the buffer can be viewed as any dtype), and the buffer's size."""
+    offsets, end = [], 0
+    for n in sizes:
+        offsets.append(end)
+        end += -(-n // align) * align
+    return offsets, end
+
+
+class CudaHostRegister:
+    """Page-locks a host range that already exists (``cudaHostRegister`` through torch's cudart bindings): exactly
+    its bytes, outside torch's caching host allocator, and unlocked again by ``unpin``."""
+
+    def pin(self, ptr: int, size: int) -> None:
+        import torch
+
+        err = int(torch.cuda.cudart().cudaHostRegister(ptr, size, 0))
+        if err:
+            raise RuntimeError(f"cudaHostRegister of {size} bytes failed (cudaError {err})")
+
+    def unpin(self, ptr: int) -> None:
+        import torch
+
+        err = int(torch.cuda.cudart().cudaHostUnregister(ptr))
+        if err:
+            raise RuntimeError(f"cudaHostUnregister failed (cudaError {err})")
+
+
+def _host_bytes(size: int):
+    import torch
+
+    return torch.empty(size, dtype=torch.uint8)  # pageable; CudaHostRegister locks it
+
+
+@dataclass
+class PinnedArena:
+    """One flat host buffer, page-locked as a whole while it is open. ``pinner`` and ``alloc`` are injectable (the
+    tests count what is pinned without a card; on one they are CudaHostRegister and a torch uint8 tensor)."""
+
+    pinner: object = field(default_factory=CudaHostRegister)
+    alloc: Callable[[int], object] = _host_bytes
+    buffer: object = None
+    pinned_bytes: int = 0
+
+    def open(self, size: int):
+        self.close()
+        buffer = self.alloc(size)
+        if size:
+            self.pinner.pin(buffer.data_ptr(), size)
+        self.buffer, self.pinned_bytes = buffer, size
+        return buffer
+
+    def close(self) -> None:
+        if self.buffer is not None and self.pinned_bytes:
+            self.pinner.unpin(self.buffer.data_ptr())
+        self.buffer, self.pinned_bytes = None, 0
 
 
 _H2D_BYTES_PER_S: dict[str, float] = {}
@@ -54,7 +124,8 @@ def host_to_device_bytes_per_s(device: str) -> float:
     import torch
 
     if device not in _H2D_BYTES_PER_S:
-        host = torch.empty(64 << 20, dtype=torch.uint8).pin_memory()  # small: the card is near its lease here
+        arena = PinnedArena()  # not pin_memory(): the caching host allocator would keep the block
+        host = arena.open(64 << 20)  # small: the card is near its lease here
         target = torch.empty_like(host, device=device)
         target.copy_(host, non_blocking=True)  # warm-up
         torch.cuda.synchronize(device)
@@ -64,6 +135,7 @@ def host_to_device_bytes_per_s(device: str) -> float:
         torch.cuda.synchronize(device)
         _H2D_BYTES_PER_S[device] = 4 * host.nbytes / (time.perf_counter() - t0)
         del host, target
+        arena.close()
     return _H2D_BYTES_PER_S[device]
 
 
@@ -152,6 +224,12 @@ class HostOffload:
     last: dict = field(default_factory=dict)  # "out" / "in" -> the last Moved that way (logs, probes)
     _homes: list = field(default_factory=list)
     _tensor_homes: list = field(default_factory=list)  # (map, key, device)
+    arena: PinnedArena = field(default_factory=PinnedArena)  # the flat page-locked buffer of the CUDA tensors
+
+    @property
+    def pinned_bytes(self) -> int:
+        """Page-locked host bytes held for this engine's weights now (0 unless offloaded from a card)."""
+        return self.arena.pinned_bytes
 
     def current_maps(self) -> list:
         return self.maps() if callable(self.maps) else self.maps
@@ -173,30 +251,64 @@ class HostOffload:
             torch.cuda.synchronize()  # nothing of the engine's still running on the weights being moved
         self._homes = [_home(m) for m in self.modules]
         moved = 0
+        staged = []  # (tensor, None) or (map, key): the CUDA tensors, copied into the flat pinned buffer below
         for module, home in zip(self.modules, self._homes, strict=True):
             if home is None:
                 continue
-            module.to("cpu")
             for t in module_tensors(module):
-                t.data = _host_copy(t.data, _is_cuda(home))
-                moved += t.nbytes
-        moved += self._maps_to_host()  # in a function of its own: no local keeps an original alive past it
+                if _is_cuda(home):
+                    staged.append((t, None))  # counted when staged
+                else:
+                    t.data = t.data.clone()  # a fresh host copy: the engine's old storage is dropped
+                    moved += t.nbytes
+        moved += self._maps_to_host(staged)  # in a function of its own: no local keeps an original alive past it
+        moved += self._stage_into_arena(staged)
         left = None
         if on_cuda:
             torch.cuda.empty_cache()  # freed blocks back to the driver: the next lease holder can have them
             left = sum(device_bytes((), (), d) for d in devices if _is_cuda(d))
         self.offloaded = True
-        self.last["out"] = Moved("out", moved, time.monotonic() - t0, ",".join(sorted(devices)), left)
+        self.last["out"] = Moved(
+            "out", moved, time.monotonic() - t0, ",".join(sorted(devices)), left, pinned_bytes=self.pinned_bytes
+        )
         return self.last["out"]
 
-    def _maps_to_host(self) -> int:
+    def _maps_to_host(self, staged: list) -> int:
+        """Loose tensors on the host get a fresh host copy; those on a card join ``staged`` (counted later)."""
         moved, self._tensor_homes = 0, []
         for owner, key, value in _loose(self.current_maps()):
             home = str(value.device)
-            owner[key] = _host_copy(value.to("cpu"), _is_cuda(home))
             self._tensor_homes.append((owner, key, home))
-            moved += value.nbytes
+            if _is_cuda(home):
+                staged.append((owner, key))
+            else:
+                owner[key] = value.clone()
+                moved += value.nbytes
         return moved
+
+    def _stage_into_arena(self, staged: list) -> int:
+        """Copies every staged CUDA tensor into one flat buffer, page-locked as a whole, and points the engine at
+        the copies: the page-locked bytes are the model's (plus alignment), whatever the number of tensors."""
+        import torch
+
+        if not staged:
+            return 0
+        current = [owner.data if key is None else owner[key] for owner, key in staged]
+        offsets, size = flat_layout(t.nbytes for t in current)
+        flat = self.arena.open(size)
+        copies = []
+        for t, offset in zip(current, offsets, strict=True):
+            host = flat[offset : offset + t.nbytes].view(t.dtype).view(t.shape)
+            host.copy_(t, non_blocking=True)
+            copies.append(host)
+        torch.cuda.synchronize()  # every copy landed before the card's storage is let go
+        for (owner, key), host in zip(staged, copies, strict=True):
+            if key is None:
+                owner.data = host
+            else:
+                owner[key] = host
+        del current
+        return sum(c.nbytes for c in copies)
 
     def reload(self) -> Moved:
         import torch
@@ -222,6 +334,7 @@ class HostOffload:
         self._tensor_homes = []
         if any(map(_is_cuda, devices)):
             torch.cuda.synchronize()  # every copy done before the engine serves again
+        self.arena.close()  # the flat buffer: unlocked and freed (nothing of the engine's points into it now)
         self.offloaded = False
         seconds = time.monotonic() - t0
         cuda = sorted(d for d in devices if _is_cuda(d))
@@ -235,11 +348,3 @@ class HostOffload:
             return 0
         maps = self.current_maps()
         return sum(device_bytes(self.modules, maps, d) for d in self.devices())
-
-
-def _host_copy(t, pin: bool):
-    """A host copy of ``t`` in new storage: pinned when it came from a card (the way back is then a DMA copy),
-    a plain clone when it was already on the host (so the engine's old storage is dropped either way)."""
-    if pin:
-        return t if t.is_pinned() else t.pin_memory()
-    return t.clone()

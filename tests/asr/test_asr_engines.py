@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import numpy as np
 import pytest
 
 from bench import evaluation as ev
@@ -157,6 +158,39 @@ async def test_gpu_engine_offload_frees_the_model_and_reload_hears_the_same(asr_
         await engine.reload()
         assert engine.final.model.model.model_is_loaded
         assert await final_transcript() == before
+    finally:
+        await engine.close()
+
+
+async def test_gpu_engine_offload_drains_the_interim_redecode_in_flight(asr_speakers):
+    """An interim re-decode still running on the stream pool when a revoke comes (offload used to wait on the final
+    pool only, and CTranslate2's unload_model does nothing while the model is busy): offload waits for it, the
+    re-decode hears its words, and the model is then really unloaded."""
+    from services.engines.asr.gpu_engine import GpuAsrEngine
+    from services.engines.asr.models import tiny_en_dir
+
+    config = AsrServiceConfig(
+        port=1,
+        engine="gpu",
+        gpu=AsrGpuConfig(model_dir=str(tiny_en_dir()), device="cpu", compute_type="int8", num_workers=1, beam_size=1),
+    )
+    engine = GpuAsrEngine("asr_gpu_on_cpu", config)
+    engine.final.load()
+    texts = list(ev.SENTENCES[:3])
+    pcm = asr_speakers.padded("joe", texts, 16000).pcm
+    audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+    try:
+        loop = asyncio.get_running_loop()
+        interim = loop.run_in_executor(engine.stream_pool, engine.final.quick, audio, "en")
+        while engine.final.gate.busy == 0 and not interim.done():  # noqa: ASYNC110 (a counter set by a pool thread)
+            await asyncio.sleep(0.001)
+        assert not interim.done(), "the re-decode ended before the offload could race it"
+        await engine.offload()
+        assert interim.done()
+        assert ev.wer([" ".join(texts)], [interim.result()]) <= 0.2
+        assert not engine.final.model.model.model_is_loaded
+        await engine.reload()
+        assert engine.final.model.model.model_is_loaded
     finally:
         await engine.close()
 

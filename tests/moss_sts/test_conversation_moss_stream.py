@@ -204,3 +204,88 @@ def test_a_decoder_without_the_state_the_contract_needs_fails_at_load():
     del decoder.mel_overlap_dict
     with pytest.raises(FailedPrecondition, match="lacks mel_overlap_dict"):
         decoder_plan(decoder, ChunkPlan(2, 4))
+
+
+class CodecStandIn:
+    """Test double of MOSS-Speech-Codec's remote code (it ships with the weights, not installable here): the
+    methods the engine calls, with a decoder of the token-offset contract."""
+
+    def __init__(self, decoder=None):
+        self.audio_decoder = decoder if decoder is not None else CosyVoice2ModelShape()
+
+    def _extract_speech_feat(self, wav):
+        raise NotImplementedError  # only its presence is checked at load
+
+    def encode(self, batch):
+        raise NotImplementedError
+
+    def _extract_spk_embedding(self, wav):
+        raise NotImplementedError
+
+
+def test_a_codec_with_the_surface_the_engine_calls_passes():
+    from services.moss_sts.moss_engine import check_codec_surface
+
+    check_codec_surface(CodecStandIn())
+
+
+@pytest.mark.parametrize("method", ["_extract_speech_feat", "encode", "_extract_spk_embedding"])
+def test_a_codec_lacking_a_method_is_refused_at_load_naming_it(method):
+    from services.common.errors import FailedPrecondition
+    from services.moss_sts.moss_engine import check_codec_surface
+
+    codec = type("OtherCodec", (CodecStandIn,), {method: None})()
+    with pytest.raises(FailedPrecondition, match=rf"OtherCodec\) lacks codec\.{method};"):
+        check_codec_surface(codec)
+
+
+def test_a_stream_inference_decoder_is_named_not_driven():
+    from services.common.errors import FailedPrecondition
+    from services.moss_sts.moss_engine import check_codec_surface
+
+    class ChunkedFlowDecoder:
+        def stream_inference(self, *args):
+            raise NotImplementedError
+
+    with pytest.raises(FailedPrecondition, match="token2wav \\(it has stream_inference"):
+        check_codec_surface(CodecStandIn(ChunkedFlowDecoder()))
+
+
+def moss_mounts(tmp_path, weights_gib: float, codec_gib: float):
+    """Mount directories with the LM's real attention shape (Qwen3-8B: 36 layers, 8 KV heads of 128) and weight files
+    of the given sizes (sparse: only their sizes are read)."""
+    import json
+
+    from services.common.config.moss_sts import MossGpuConfig
+
+    model, codec = tmp_path / "MOSS-Speech", tmp_path / "MOSS-Speech-Codec"
+    for directory, gib in ((model, weights_gib), (codec, codec_gib)):
+        directory.mkdir()
+        with open(directory / "model.safetensors", "wb") as f:
+            f.truncate(int(gib * 2**30))
+    shape = {"num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128}
+    (model / "config.json").write_text(json.dumps(shape))
+    return MossGpuConfig(model_dir=str(model), codec_dir=str(codec))
+
+
+def test_the_memory_plan_of_the_published_sizes_fits_the_21_gib_lease_with_headroom(tmp_path):
+    from services.moss_sts.moss_engine import memory_plan
+
+    plan = memory_plan(moss_mounts(tmp_path, 17, 1))
+    assert plan.kv == 2 * 36 * 8 * 128 * 2 * (4096 + 600)  # 144 KiB a token
+    assert round(plan.total / 2**30, 2) == 19.64
+    plan.check(21 << 30)
+    assert "= 19.64 GiB; lease 21.00 GiB, of which 5% is headroom" in plan.line(21 << 30)
+
+
+def test_a_lease_that_leaves_no_headroom_is_refused_at_load_with_the_numbers(tmp_path):
+    """The old 20 GiB lease: 19.64 GiB planned is more than its 95 % (19.0): refused before any weight loads."""
+    from services.common.errors import FailedPrecondition
+    from services.moss_sts.moss_engine import MossSpeech
+
+    config = moss_mounts(tmp_path, 17, 1)
+    with pytest.raises(FailedPrecondition) as refused:
+        MossSpeech(config, memory_budget_bytes=20 << 30).load()
+    message = str(refused.value)
+    assert message.startswith("residency.services.moss_sts.declared_gb: weights 17.00 + codec 1.00 + KV 0.64")
+    assert "raise it to >= 20.7" in message

@@ -33,3 +33,38 @@ def test_memory_fraction_is_the_lease_over_the_card():
         memory_fraction(30 << 30, 24 << 30)
     with pytest.raises(FailedPrecondition):
         memory_fraction(0, 24 << 30)
+
+
+class StandInTorch:
+    """Test double for torch's CUDA calls (no card here): records what cap_torch_process asks of torch.cuda."""
+
+    def __init__(self, cards: int = 2, total: int = 24 << 30):
+        self.calls: list[tuple] = []
+        # torch.device("cuda:1").index == 1, torch.device("cuda").index is None
+        self.device = lambda name: type("Device", (), {"index": int(name[5:]) if ":" in name else None})()
+        self.version = type("Version", (), {"cuda": "12.8"})()
+        outer = self
+
+        class Cuda:
+            def is_available(self):
+                return True
+
+            def set_device(self, index):
+                outer.calls.append(("set_device", index))
+
+            def get_device_properties(self, index):
+                assert index < cards
+                return type("Props", (), {"total_memory": total})()
+
+            def set_per_process_memory_fraction(self, fraction, index):
+                outer.calls.append(("fraction", round(fraction, 3), index))
+
+        self.cuda = Cuda()
+
+
+def test_the_cap_makes_the_leased_card_current_so_cuda_means_that_card(monkeypatch):
+    """Libraries that put their weights on "cuda" (CosyVoice) land on the leased card, not card 0."""
+    monkeypatch.setattr(gpu_host, "driver_cuda_version", lambda: (12, 8))
+    torch = StandInTorch()
+    gpu_host.cap_torch_process(torch, "cosyvoice_tts", "cuda:1", 6 << 30)
+    assert torch.calls == [("set_device", 1), ("fraction", 0.25, 1)]

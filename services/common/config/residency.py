@@ -27,7 +27,7 @@ class HolderConfig(Section):
 def _default_holders() -> dict[str, HolderConfig]:
     # Sizes from DESIGN §4 (FP16 estimates): MOSS-Speech ~15-21 GB, CosyVoice3 ~5-9 GB, Qwen3-TTS-0.6B ~3.4 GB.
     return {
-        "moss_sts": HolderConfig(declared_gb=20, priority="REALTIME", swap_in_ms=8000, swap_out_ms=2000),
+        "moss_sts": HolderConfig(declared_gb=21, priority="REALTIME", swap_in_ms=8000, swap_out_ms=2000),
         "cosyvoice_tts": HolderConfig(declared_gb=8, priority="INTERACTIVE", swap_in_ms=3000, swap_out_ms=800),
         "qwen_tts": HolderConfig(declared_gb=3.4, priority="INTERACTIVE", swap_in_ms=2000, swap_out_ms=500),
         "asr": HolderConfig(declared_gb=2, priority="INTERACTIVE", swap_in_ms=1500, swap_out_ms=300),

@@ -16,12 +16,14 @@ how its code is tested on machines without a GPU (tests/asr/test_asr_engines.py,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import glob
 import importlib.util
 import logging
 import math
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -63,6 +65,47 @@ def preload_cuda_libraries() -> list[str]:
     return loaded
 
 
+UNLOAD_WAIT_S = 10.0
+
+
+class ModelGate:
+    """Counts decodes in flight on the model, from every pool (finals on the final pool, interim re-decodes on the
+    stream pool); ``drain`` closes it and waits for the count to reach zero. CTranslate2's ``unload_model`` does
+    nothing while a replica is busy, so an offload that waited on one pool only could leave the weights on the card.
+    A decode that arrives while closed waits for ``open`` (the residency layer reloads before it admits streams)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._busy = 0
+        self._closed = False
+
+    @contextlib.contextmanager
+    def use(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not self._closed)
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy -= 1
+                self._cond.notify_all()
+
+    @property
+    def busy(self) -> int:
+        return self._busy
+
+    def drain(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.wait_for(lambda: self._busy == 0)
+
+    def open(self) -> None:
+        with self._cond:
+            self._closed = False
+            self._cond.notify_all()
+
+
 class WhisperGpu:
     """Both passes on one CTranslate2 Whisper model."""
 
@@ -70,6 +113,7 @@ class WhisperGpu:
         self.gpu = config.gpu
         self.model = None
         self.multilingual = True
+        self.gate = ModelGate()
 
     def load(self) -> None:
         model_dir = Path(self.gpu.model_dir)
@@ -105,6 +149,10 @@ class WhisperGpu:
         )
 
     def recognize(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText:
+        with self.gate.use():
+            return self._recognize(audio, language, hints)
+
+    def _recognize(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText:
         segments, info = self.model.transcribe(
             audio,
             language=language,
@@ -126,16 +174,17 @@ class WhisperGpu:
 
     def quick(self, audio: np.ndarray, language: str | None) -> str:
         """Pass 1: greedy, no timestamps, the utterance so far."""
-        segments, _ = self.model.transcribe(
-            audio,
-            language=language,
-            beam_size=1,
-            vad_filter=False,
-            condition_on_previous_text=False,
-            without_timestamps=True,
-            temperature=0.0,
-        )
-        return " ".join(s.text.strip() for s in segments).strip()
+        with self.gate.use():
+            segments, _ = self.model.transcribe(
+                audio,
+                language=language,
+                beam_size=1,
+                vad_filter=False,
+                condition_on_previous_text=False,
+                without_timestamps=True,
+                temperature=0.0,
+            )
+            return " ".join(s.text.strip() for s in segments).strip()
 
 
 class WhisperPartial:
@@ -213,18 +262,37 @@ class GpuAsrEngine(AsrEngine, Offloadable):
     # with them); load_model() copies them back: no second read from disk. On a CPU device host memory IS the
     # device's, so to_cpu would keep everything (CTranslate2 does nothing): the model is unloaded whole and
     # load_model() reads it again.
+    # Decodes still running on either pool (an ended stream's last interim, a speculative final) are drained first:
+    # the drain and the unload run on a thread of their own, as a closed gate parks a pool's threads.
     async def offload(self) -> None:
         """Weights off the device (new streams fail until ``reload``; the residency layer waits for live ones)."""
         self._ready = False
         if self.final.model is not None:
-            model, to_cpu = self.final.model.model, self.device == "cuda"
-            await asyncio.get_running_loop().run_in_executor(self.final_pool, lambda: model.unload_model(to_cpu=to_cpu))
+            model, to_cpu, gate = self.final.model.model, self.device == "cuda", self.final.gate
+
+            def drain_and_unload() -> None:
+                gate.drain()
+                # CTranslate2 counts a batch active until its worker thread lets go, a moment after the caller
+                # has its result: unload_model returns without unloading until then. Retry for a while.
+                deadline = time.monotonic() + UNLOAD_WAIT_S
+                while True:
+                    model.unload_model(to_cpu=to_cpu)
+                    if not model.model_is_loaded:
+                        return
+                    if time.monotonic() > deadline:
+                        raise FailedPrecondition(
+                            f"asr: CTranslate2 kept the model loaded {UNLOAD_WAIT_S:.0f}s after its last decode"
+                        )
+                    time.sleep(0.01)
+
+            await asyncio.to_thread(drain_and_unload)
 
     async def reload(self) -> None:
         if self.final.model is None:
             await asyncio.get_running_loop().run_in_executor(self.final_pool, self.final.load)
         elif not self.final.model.model.model_is_loaded:
-            await asyncio.get_running_loop().run_in_executor(self.final_pool, self.final.model.model.load_model)
+            await asyncio.to_thread(self.final.model.model.load_model)
+        self.final.gate.open()
         self._ready = True
 
     def check_options(self, options: RecognitionOptions) -> None:
