@@ -85,6 +85,18 @@ def wer(references: list[str], hypotheses: list[str]) -> float:
     return edits / max(1, sum(len(words(r)) for r in references))
 
 
+def characters(text: str) -> list[str]:
+    """The characters a character error rate counts: letters and digits, lower case; no spaces, no punctuation."""
+    return [c for c in text.lower() if c.isalnum()]
+
+
+def cer(references: list[str], hypotheses: list[str]) -> float:
+    """Corpus character error rate (for Chinese and other languages written without spaces): all edits over all
+    reference characters. Characters are compared as written: Traditional 歡 against Simplified 欢 is an error."""
+    edits = sum(edit_distance(characters(r), characters(h)) for r, h in zip(references, hypotheses, strict=True))
+    return edits / max(1, sum(len(characters(r)) for r in references))
+
+
 def truth_bounds(pcm: bytes) -> tuple[int, int]:
     """(first, last+1) sample of speech: above 2% of the peak."""
     x = np.abs(np.frombuffer(pcm, dtype=np.int16).astype(np.int32))
@@ -207,8 +219,8 @@ class Speakers:
 
     async def start(self) -> None:
         from services.common.config.base import ChunkingConfig, EspeakConfig
-        from services.engines.piper_engine import PiperTtsEngine
         from services.engines.espeak_engine import EspeakTtsEngine
+        from services.engines.piper_engine import PiperTtsEngine
 
         piper = PiperTtsEngine("asr_eval", ChunkingConfig(first_segment_max_chars=0))
         espeak = EspeakTtsEngine("asr_eval", ChunkingConfig(first_segment_max_chars=0), EspeakConfig())
@@ -259,8 +271,8 @@ class Speakers:
 
 async def cpu_engine(**config):
     """The asr CPU engine in process, started (its defaults unless ``config`` overrides AsrServiceConfig fields)."""
-    from services.engines.asr.cpu_engine import CpuAsrEngine
     from services.common.config.asr import AsrServiceConfig
+    from services.engines.asr.cpu_engine import CpuAsrEngine
 
     engine = CpuAsrEngine("asr_eval", AsrServiceConfig(port=1, **config))
     await engine.start()

@@ -47,12 +47,13 @@ def _whisper(model: str):
     return WhisperModel(str(directory), device="cpu", compute_type="int8", cpu_threads=2)
 
 
-def listen(pcm: bytes, rate: int, model: str = "base") -> str:
-    """The strict listener: what an open-vocabulary recognizer hears in s16le mono ``pcm`` at ``rate``."""
+def listen(pcm: bytes, rate: int, model: str = "base", language: str = "en") -> str:
+    """The strict listener: what an open-vocabulary recognizer hears in s16le mono ``pcm`` at ``rate``, in
+    ``language`` (whisper's code: "en", "zh", ...; base is multilingual, tiny.en is not)."""
     x = np.frombuffer(audio.resample(pcm, rate, 16000), dtype=np.int16).astype(np.float32) / 32768.0
     segments, _ = _whisper(model).transcribe(
         x,
-        language="en",
+        language=language,
         beam_size=5,
         temperature=0.0,
         condition_on_previous_text=False,
@@ -60,6 +61,11 @@ def listen(pcm: bytes, rate: int, model: str = "base") -> str:
         vad_filter=False,
     )
     return " ".join(s.text.strip() for s in segments)
+
+
+def cer(reference: str, hypothesis: str) -> float:
+    """Character error rate of ``hypothesis`` against ``reference`` (letters and digits, as written)."""
+    return evaluation.cer([reference], [hypothesis])
 
 
 def intelligible(text: str, pcm: bytes, rate: int) -> tuple[float, str]:

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from services.common import languages
 from services.common.errors import FailedPrecondition
 from services.common.text import BufferPolicy, FirstSegment, TextEvent, stream_segments
 
@@ -28,9 +29,9 @@ class VoiceInfo:
     description: str = ""
 
     def speaks(self, language: str) -> bool:
-        """BCP-47 prefix match, case-insensitive: 'en' matches 'en-US'; 'en-us' matches 'en-US'."""
-        lang = language.lower()
-        return any(lang == v.lower() or v.lower().startswith(lang + "-") for v in self.languages)
+        """BCP-47 match, case-insensitive (services.common.languages.matches): 'en' matches 'en-US'; 'zh-CN'
+        matches 'zh' and 'cmn'; 'en-GB' does not match 'en-US'."""
+        return any(languages.matches(language, v) for v in self.languages)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from services.common import audio, metrics
+from services.common import audio, languages, metrics
 from services.common.convert.tts import routing_from_proto, voice_to_proto
 from services.common.engines import (
     AudioPiece,
@@ -42,11 +42,18 @@ MAX_MIN_CHARS, MAX_MAX_WAIT_MS = 1000, 10_000
 
 class EngineResolver(Protocol):
     async def resolve(
-        self, voice: str, language: str, routing: Routing, time_remaining: float | None, field: str = "config"
+        self,
+        voice: str,
+        language: str,
+        routing: Routing,
+        time_remaining: float | None,
+        field: str = "config",
+        detected: bool = False,
     ) -> tuple[TtsEngine, VoiceInfo]:
         """The engine and voice for a request; raises NotFound / InvalidArgument / Unavailable.
 
-        ``field`` is where the request holds its SynthesisConfig ("config" or "config.synthesis"), for messages."""
+        ``field`` is where the request holds its SynthesisConfig ("config" or "config.synthesis"), for messages;
+        ``detected``: the language came from the text's script, not from the request."""
 
     async def voices(self, service: str) -> list[VoiceInfo]:
         """Every voice this process can reach (``service`` filters, router only)."""
@@ -61,10 +68,16 @@ class LocalEngineResolver:
         self.engine = engine
 
     async def resolve(
-        self, voice: str, language: str, routing: Routing, time_remaining: float | None, field: str = "config"
+        self,
+        voice: str,
+        language: str,
+        routing: Routing,
+        time_remaining: float | None,
+        field: str = "config",
+        detected: bool = False,
     ) -> tuple[TtsEngine, VoiceInfo]:
         voices = await self.engine.voices()
-        return self.engine, pick_voice(voices, voice, language, where=self.engine.service, field=field)
+        return self.engine, pick_voice(voices, voice, language, self.engine.service, field, detected)
 
     async def voices(self, service: str) -> list[VoiceInfo]:
         return await self.engine.voices()
@@ -123,7 +136,7 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
     async def Synthesize(self, request, context):
         received = time.monotonic()
         self._check_text("text", request.text)
-        options, fmt, engine = await self._prepare(request.config, context, "config")
+        options, fmt, engine = await self._prepare(request.config, context, "config", request.text)
         pieces = engine.synthesize(request.text, options)
         async for chunk, span, served_by in self._stream(engine, pieces, fmt, received, "Synthesize"):
             yield synthesizer_pb2.SynthesizeResponse(
@@ -151,7 +164,11 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
                 f"the first message must carry config (a StreamingSynthesisConfig); it carried {kind or 'nothing'}",
             )
         policy = self._buffer_policy(first.config.buffering)
-        options, fmt, engine = await self._prepare(first.config.synthesis, context, "config.synthesis")
+        text = ""
+        if not first.config.synthesis.language:
+            # The language comes from the text: wait for the first text (speech cannot start before it anyway).
+            messages, text = await self._first_text(messages)
+        options, fmt, engine = await self._prepare(first.config.synthesis, context, "config.synthesis", text)
         pieces = engine.synthesize_text_stream(self._text_events(messages), options, policy)
         async for chunk, span, served_by in self._stream(engine, pieces, fmt, received, "StreamingSynthesize"):
             yield synthesizer_pb2.StreamingSynthesizeResponse(
@@ -172,6 +189,20 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
                 f"{max_wait_ms} is over {MAX_MAX_WAIT_MS} (0 means {DEFAULT_MAX_WAIT_MS})",
             )
         return BufferPolicy(min_chars=min_chars, max_wait_s=max_wait_ms / 1000)
+
+    @staticmethod
+    async def _first_text(messages) -> tuple[AsyncIterator, str]:
+        """The first message after the config, put back in front of the rest, and its text ('' if it has none)."""
+        second = await anext(messages, None)
+
+        async def chained():
+            if second is not None:
+                yield second
+            async for message in messages:
+                yield message
+
+        text = second.text_delta if second is not None and second.WhichOneof("payload") == "text_delta" else ""
+        return chained(), text
 
     async def _text_events(self, messages) -> AsyncIterator[TextEvent]:
         """The messages after the config as engine events, each checked; a client half-close ends the text."""
@@ -250,7 +281,12 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
                 " split it into several requests or stream it with StreamingSynthesize",
             )
 
-    async def _prepare(self, config, context, field: str) -> tuple[SynthesisOptions, audio.PcmFormat, TtsEngine]:
+    async def _prepare(
+        self, config, context, field: str, text: str
+    ) -> tuple[SynthesisOptions, audio.PcmFormat, TtsEngine]:
+        """Checks the config and resolves the engine and voice. A request without a language takes it from the
+        text's script (services.common.languages.detect: Han -> zh, Kana -> ja, Cyrillic -> ru, ...; Latin gives
+        none, and the default voice speaks as before)."""
         fmt_in = config.output_format
         if fmt_in.sample_rate_hz:  # range first: a bad rate is a bad request whatever the voice
             audio.check_rate(f"{field}.output_format.sample_rate_hz", fmt_in.sample_rate_hz)
@@ -261,11 +297,15 @@ class SynthesizerServicer(synthesizer_pb2_grpc.SynthesizerServicer):
         remaining = context.time_remaining()
         if remaining is None:
             remaining = self.default_deadline_s
-        engine, voice = await self.resolver.resolve(config.voice, config.language, routing, remaining, field=field)
+        language = config.language or languages.detect(text)
+        detected = bool(language) and not config.language
+        engine, voice = await self.resolver.resolve(
+            config.voice, language, routing, remaining, field=field, detected=detected
+        )
         fmt = audio.output_format(f"{field}.output_format", fmt_in, voice.native_sample_rate_hz)
         options = SynthesisOptions(
             voice=voice.id,
-            language=config.language or voice.languages[0],
+            language=language or voice.languages[0],
             speaking_rate=rate,
             seed=config.seed,
             sample_rate_hz=fmt.sample_rate_hz,

@@ -51,14 +51,31 @@ class ChatBrain:
         api_key: str = "",
         connect_timeout_s: float = 2.0,
         read_timeout_s: float = 30.0,
+        languages: tuple[str, ...] = (),
     ):
+        """``languages``: the languages the reply model writes; () = any (a multilingual model)."""
         self.base_url = base_url.rstrip("/")
+        self.languages = languages
         self.model = model
         self.api_key = api_key
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self._first_token = metrics.STS_BRAIN_FIRST_TOKEN.labels(service)
         self._client = None
+
+    def check_language(self, language: str, field: str = "config.language") -> None:
+        """FAILED_PRECONDITION when the reply model does not write ``language`` (an empty language is not checked)."""
+        from services.common import languages as tags
+        from services.common.errors import FailedPrecondition
+
+        if not language or not self.languages or any(tags.matches(language, t) for t in self.languages):
+            return
+        raise FailedPrecondition(
+            f"{field}: {language!r}: the reply model ({self.model} at {self.base_url}) writes only"
+            f" {', '.join(self.languages)}; for a conversation in {language!r} set brain.base_url to a multilingual"
+            " model's OpenAI endpoint (e.g. vLLM on GPU, docs/conversation.md#the-brain), or converse in"
+            f" {self.languages[0]}"
+        )
 
     def _http(self):
         if self._client is None:

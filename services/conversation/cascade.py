@@ -115,6 +115,7 @@ class CascadeStsEngine(StsEngine):
         from services.common.engines import RecognitionOptions
 
         self.asr.check_options(RecognitionOptions(language=options.language, endpointing=options.endpointing))
+        self.brain.check_language(options.language)
 
     async def open_session(self, options: SessionOptions) -> StsSession:
         voices = await self.tts.voices()

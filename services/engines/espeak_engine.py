@@ -34,7 +34,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from services.common import metrics
+from services.common import languages, metrics
 from services.common.config.base import ChunkingConfig, EspeakConfig
 from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -59,9 +59,8 @@ class _Route:
     def espeak_voice(self, language: str) -> str:
         if not language:
             return self.by_language[0][1]
-        lang = language.lower()
         for tags, name in self.by_language:
-            if any(lang == t.lower() or t.lower().startswith(lang + "-") for t in tags):
+            if any(languages.matches(language, t) for t in tags):
                 return name
         raise InvalidArgument(
             "config.language",

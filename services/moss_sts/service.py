@@ -73,7 +73,9 @@ def make_engines(config: Config) -> tuple[StsEngine, TtsEngine]:
     from services.conversation.cascade import CascadeStsEngine
 
     b = config.brain
-    brain = ChatBrain(b.url, b.model, SERVICE, b.api_key, b.connect_timeout_seconds, b.read_timeout_seconds)
+    brain = ChatBrain(
+        b.url, b.model, SERVICE, b.api_key, b.connect_timeout_seconds, b.read_timeout_seconds, b.reply_languages
+    )
     tts = make_tts(config)
     return CascadeStsEngine(SERVICE, make_asr(config), brain, tts, limits), tts
 

@@ -5,7 +5,12 @@
 2. A voice: the backends that have it, in the order of the mode's chain, then router.routes.voice_owners (a preset
    voice of qwen_tts routes to qwen_tts). The first serves; the mode chain's other backends that have the same voice
    are its fallbacks. No backend has it: NOT_FOUND listing the voices there are.
-3. Otherwise the mode's chain (router.routes.realtime / broadcast / default), each backend with its default voice.
+3. A language but no voice (the request's, or detected from the text's script by the servicer): the backends
+   with a voice that speaks it, the mode's chain first, then router.routes.voice_owners, then the others; each
+   serves with its best voice for the language (services.common.voices.pick_voice). None has one:
+   INVALID_ARGUMENT listing the languages there are. A named voice that does not speak the language:
+   INVALID_ARGUMENT naming the voices of every backend that do.
+4. Otherwise the mode's chain (router.routes.realtime / broadcast / default), each backend with its default voice.
 
 Capability checks: a backend serves a request only if the voice is one of its voices and speaks the requested
 language (output sample rates are checked once, 8..48 kHz; backends resample). Health: backends that are routable
@@ -27,7 +32,7 @@ import logging
 from services.common.config.router import RoutesConfig
 from services.common.engines import Routing, TtsEngine, VoiceInfo
 from services.common.errors import InvalidArgument, NotFound, Unavailable, VoiceError
-from services.common.voices import pick_voice
+from services.common.voices import LanguageRefused, pick_voice, refusal
 from services.remote.tts import RemoteTtsEngine
 from services.router.failover import Candidate, FailoverLog, RoutedTts
 from voice.v1 import routing_pb2
@@ -84,7 +89,13 @@ class RouterTtsResolver:
 
     # --- resolve ----------------------------------------------------------------------------------------------
     async def resolve(
-        self, voice: str, language: str, routing: Routing, time_remaining: float | None, field: str = "config"
+        self,
+        voice: str,
+        language: str,
+        routing: Routing,
+        time_remaining: float | None,
+        field: str = "config",
+        detected: bool = False,
     ) -> tuple[TtsEngine, VoiceInfo]:
         if routing.engine:
             pinned = self._by_name(routing.engine, field=f"{field}.routing.engine")
@@ -99,9 +110,15 @@ class RouterTtsResolver:
             order = chain + [n for n in (*self.routes.voice_owners, *self.engines) if n in self.engines]
             order = list(dict.fromkeys(order))
             fallbacks = chain
+        elif language:
+            # Every backend with a voice for the language, the mode's chain first; each one that has such a voice
+            # may take over (with its own voice for the language).
+            chain = self._safe_chain(routing.mode)
+            order = chain + [n for n in (*self.routes.voice_owners, *self.engines) if n in self.engines]
+            order = fallbacks = list(dict.fromkeys(order))
         else:
             order = fallbacks = self.chain(routing.mode)
-        candidates = await self._candidates(order, voice, language, time_remaining, field)
+        candidates = await self._candidates(order, voice, language, time_remaining, field, detected)
         candidates = self._warm_first(candidates, fallbacks, routing.latency_budget_ms)
         # The first candidate serves; of the others, only the route's fallbacks take over.
         first = candidates[0]
@@ -137,7 +154,7 @@ class RouterTtsResolver:
             return []
 
     async def _candidates(
-        self, order: list[str], voice: str, language: str, time_remaining: float | None, field: str
+        self, order: list[str], voice: str, language: str, time_remaining: float | None, field: str, detected: bool
     ) -> list[Candidate]:
         """The backends of ``order`` that can serve (voice, language): routable ones first (chain order), then
         reachable ones that are ejected or recovering (last resort). Raises when none can."""
@@ -147,6 +164,7 @@ class RouterTtsResolver:
         problems: list[VoiceError] = []
         down: list[str] = [e.backend.describe() for e in engines if not e.backend.usable()]
         known: set[str] = set()
+        seen: list[VoiceInfo] = []
         found: list[Candidate] = []
         for group in (routable, fallback):
             if not group:
@@ -157,16 +175,21 @@ class RouterTtsResolver:
                     down.append(f"{engine.service}: {voices.message}")
                     continue
                 known.update(v.id for v in voices)
+                seen.extend(voices)
                 if voice and not any(v.id == voice for v in voices):
                     if len(order) == 1:  # a pinned backend: say it is not one of ITS voices
-                        pick_voice(voices, voice, language, engine.service, field)
+                        pick_voice(voices, voice, language, engine.service, field, detected)
                     continue
                 try:
-                    found.append(Candidate(engine, pick_voice(voices, voice, language, engine.service, field)))
+                    voice_info = pick_voice(voices, voice, language, engine.service, field, detected)
+                    found.append(Candidate(engine, voice_info))
                 except VoiceError as e:  # the voice or default voice does not speak the language
                     problems.append(e)
             if found:
                 return found
+        refused = next((e for e in problems if isinstance(e, LanguageRefused)), None)
+        if refused is not None:  # name the voices of every backend looked up that speak it
+            raise refusal(refused.voice, refused.language, seen, field, refused.detected)
         if problems:
             raise problems[0]
         if down:

@@ -72,3 +72,25 @@ def test_register_voice(fleet, tmp_path):
     assert clash.returncode != 0 and "ALREADY_EXISTS" in clash.stderr and "voice_id: 'joe'" in clash.stderr
     missing = cli(fleet, "register-voice", "x", str(tmp_path / "nope.wav"), "words")
     assert missing.returncode != 0 and "cannot read" in missing.stderr
+
+
+CHINESE = "你好，欢迎使用语音合成服务。"
+
+
+@pytest.mark.parametrize("flags", [(), ("--language", "zh-CN")])
+def test_speak_chinese_reaches_a_mandarin_voice(fleet, tmp_path, flags):
+    # No voice: the language (given, or from the text's script) picks espeak's Mandarin voice on qwen_tts.
+    out = tmp_path / "zh.wav"
+    result = cli(fleet, "speak", CHINESE, *flags, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "served by qwen_tts/espeak" in result.stdout
+    mandarin = tmp_path / "cmn.wav"
+    assert cli(fleet, "speak", CHINESE, "--voice", "cmn", "-o", str(mandarin)).returncode == 0
+    assert audio.read_wav(str(out)) == audio.read_wav(str(mandarin)), "the same (deterministic) Mandarin voice"
+
+
+def test_speak_refuses_an_english_voice_for_chinese(fleet, tmp_path):
+    result = cli(fleet, "speak", CHINESE, "--voice", "joe", "--language", "zh-CN", "-o", str(tmp_path / "x.wav"))
+    assert result.returncode != 0
+    assert "INVALID_ARGUMENT" in result.stderr + result.stdout
+    assert "voices that speak it: cmn (qwen_tts/espeak)" in result.stderr + result.stdout

@@ -177,10 +177,19 @@ BAD_STREAMS = [
         "language the voice lacks",
         [
             pb.StreamingSynthesizeRequest(
+                config=pb.StreamingSynthesisConfig(synthesis=pb.SynthesisConfig(voice="joe", language="fr"))
+            )
+        ],
+        "config.synthesis.language: voice 'joe' does not speak 'fr'; it speaks en-US; no voice here speaks it",
+    ),
+    (
+        "language no voice speaks",
+        [
+            pb.StreamingSynthesizeRequest(
                 config=pb.StreamingSynthesisConfig(synthesis=pb.SynthesisConfig(language="fr"))
             )
         ],
-        "config.synthesis.language: voice 'joe' does not speak 'fr'",
+        "config.synthesis.language: no voice was named and no voice here speaks 'fr'; languages spoken: en",
     ),
     (
         "unknown voice",

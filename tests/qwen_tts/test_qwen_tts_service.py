@@ -297,3 +297,74 @@ def test_language_without_voice_picks_a_voice_of_that_language(direct):
         replies, same = synthesize(direct, "Bonjour.", language=language)
         _, named = synthesize(direct, "Bonjour.", voice=voice_heard)
         assert same == named, (language, voice_heard)
+
+
+# --- language-aware routing (services/common/voices.py, services/router/policy.py) ---------------------------------
+# espeak-ng's Mandarin voice is deterministic: a request routed to it gives the same audio as one naming it. The
+# strict listener in Chinese (tests/speech.py, whisper base, language zh) does not understand espeak's robotic
+# Mandarin (character error rate 0.92-1.0 on three sentences, 2026-11-25), so it is not the check here.
+CHINESE = "你好，欢迎使用语音合成服务。"
+
+
+@pytest.mark.parametrize("target", ["router", "direct"])
+@pytest.mark.parametrize("language", ["", "zh-CN", "zh", "cmn"])
+def test_chinese_goes_to_the_mandarin_voice(router, direct, target, language):
+    stub = router if target == "router" else direct
+    replies, pcm = synthesize(stub, CHINESE, language=language)  # no voice; no language: from the text's script
+    assert {r.served_by for r in replies} == {"qwen_tts/espeak"}
+    _, mandarin = synthesize(direct, CHINESE, voice="cmn", language="zh")
+    assert pcm == mandarin, "spoken by espeak's Mandarin voice cmn"
+
+
+def streaming(stub, deltas, **config):
+    def requests():
+        yield synthesizer_pb2.StreamingSynthesizeRequest(
+            config=synthesizer_pb2.StreamingSynthesisConfig(synthesis=synthesizer_pb2.SynthesisConfig(**config))
+        )
+        for delta in deltas:
+            yield synthesizer_pb2.StreamingSynthesizeRequest(text_delta=delta)
+        yield synthesizer_pb2.StreamingSynthesizeRequest(end_of_text=True)
+
+    replies = list(stub.StreamingSynthesize(requests(), timeout=30))
+    return replies, b"".join(r.audio.data for r in replies)
+
+
+def test_streaming_chinese_goes_to_the_mandarin_voice(router):
+    replies, pcm = streaming(router, ["你好，", "欢迎使用", "语音合成服务。"])
+    assert {r.served_by for r in replies} == {"qwen_tts/espeak"}
+    assert len(pcm) / 2 / 22050 > 1.0
+    with pytest.raises(grpc.RpcError) as err:
+        streaming(router, ["你好，", "欢迎。"], voice="joe")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "config.synthesis.language: voice 'joe' does not speak 'zh' (detected from the text's script" in (
+        err.value.details()
+    )
+
+
+@pytest.mark.parametrize(
+    "config,says",
+    [
+        (dict(voice="joe"), "voice 'joe' does not speak 'zh' (detected from the text's script"),
+        (dict(voice="joe", language="zh-CN"), "voice 'joe' does not speak 'zh-CN'; it speaks en-US"),
+    ],
+)
+def test_an_english_voice_is_refused_for_chinese_naming_the_voices_that_speak_it(router, config, says):
+    with pytest.raises(grpc.RpcError) as err:
+        synthesize(router, CHINESE, **config)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = err.value.details()
+    assert details.startswith("config.language: ") and says in details
+    assert "voices that speak it: cmn (qwen_tts/espeak)" in details, details
+
+
+def test_a_language_no_voice_of_the_pinned_engine_speaks_is_refused(router):
+    with pytest.raises(grpc.RpcError) as err:
+        synthesize(router, CHINESE, routing=routing_pb2.Routing(engine="cosyvoice_tts"))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "config.language: no voice was named and no voice here speaks 'zh'" in err.value.details()
+    assert "languages spoken: en" in err.value.details()
+
+
+def test_english_text_keeps_the_default_route(router):
+    replies, _ = synthesize(router, "Hello there.")
+    assert {r.served_by for r in replies} == {"cosyvoice_tts/piper"}

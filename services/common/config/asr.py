@@ -54,6 +54,11 @@ class AsrServiceConfig(ServerConfig):
     final_window_min_seconds: int = bounded(
         10, ge=10, le=30, says="must be 10..30 (shorter windows misheard a quarter of the words)"
     )
+    # Whisper's initial prompt per language (whisper's code), before any phrase hints: the prompt's script and style
+    # steer the transcript's. Chinese: a short Simplified sentence with punctuation makes whisper base write
+    # Simplified characters and punctuation (without it, it often writes Traditional). Applies whether the language
+    # was given or detected; a language not listed gets no prompt.
+    language_prompts: dict[str, str] = Field(default_factory=lambda: {"zh": "以下是普通话的句子。"})
     # Utterances (across all streams) that run pass 1 (pocketsphinx interims, ~0.09 of a core each while speech
     # lasts) at once; an utterance starting past it gets its final without interims. 0 = 4 per core.
     max_concurrent_interims: int = bounded(0, ge=0, le=1000)

@@ -52,6 +52,12 @@ class BrainConfig(Section):
         return v
 
     @property
+    def reply_languages(self) -> tuple[str, ...]:
+        """The languages the reply model writes: the local server's default model (SmolLM2-135M-Instruct) writes
+        English; a model of your own (``base_url`` or ``model_path`` set) is taken to write any."""
+        return () if self.base_url or self.model_path else ("en",)
+
+    @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 

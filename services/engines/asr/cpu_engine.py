@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from services.common import languages
 from services.common.config.asr import AsrServiceConfig
 from services.common.engines import AsrEngine, AsrStream, RecognitionOptions
 from services.common.errors import FailedPrecondition, InvalidArgument
@@ -38,7 +39,7 @@ def whisper_language(language: str, field: str = "config.language") -> str | Non
         return None
     from faster_whisper.tokenizer import _LANGUAGE_CODES
 
-    code = language.split("-")[0].split("_")[0].lower()
+    code = languages.primary(language.replace("_", "-"))  # cmn (Mandarin) -> zh
     if code not in _LANGUAGE_CODES:
         raise InvalidArgument(
             field,
@@ -48,11 +49,14 @@ def whisper_language(language: str, field: str = "config.language") -> str | Non
     return code
 
 
-def hint_prompt(hints: tuple[str, ...]) -> str | None:
-    """Phrase hints as whisper's initial prompt. A bare list of the phrases made whisper drop words of the utterance
-    that the prompt already held ("she sells fresh fruit ..." lost its first words); "Vocabulary: ..." did not
-    (docs/asr.md)."""
-    return f"Vocabulary: {', '.join(hints)}." if hints else None
+def hint_prompt(hints: tuple[str, ...], language_prompt: str = "") -> str | None:
+    """Whisper's initial prompt: the language's prompt (asr.language_prompts), then the phrase hints. A bare list of
+    the phrases made whisper drop words of the utterance that the prompt already held ("she sells fresh fruit ..."
+    lost its first words); "Vocabulary: ..." did not (docs/asr.md)."""
+    parts = [language_prompt] if language_prompt else []
+    if hints:
+        parts.append(f"Vocabulary: {', '.join(hints)}.")
+    return " ".join(parts) or None
 
 
 # Pass 1 only shows interims (whisper gives the final), so its search is narrowed for speed: no second (flat-lexicon)
@@ -171,19 +175,58 @@ class WhisperFinals:
         self.base = WhisperModel(str(base_model_dir(self.config.model_cache_dir or None)), **kw)
         log.info("whisper tiny.en and base loaded in %.2fs", time.monotonic() - t0)
 
-    def model_for(self, language: str | None):
-        if language == "en" and self.config.english_model == "tiny.en":
+    def model_for(self, language: str | None, detected: bool = False):
+        if language == "en" and self.config.english_model == "tiny.en" and not detected:
             return self.tiny, "tiny.en"
         return self.base, "base"
 
+    def prompt(self, language: str | None, hints: tuple[str, ...]) -> str | None:
+        return hint_prompt(hints, self.config.language_prompts.get(language or "", ""))
+
     def recognize(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText:
+        """Language known: one decode with the fitted window. Not known: the language detected on the fitted
+        window (base's encoder on a window of ~2x the utterance, not 30 s), then the same decode in it, by base.
+        Either falls back to the full 30 s window when the fitted decode looks degenerate."""
+        detected = False
+        if not language:
+            language = self.detect(audio)
+            detected = language is not None
         if language:
-            fitted = self._fitted_window(audio, language, hints)
+            fitted = self._fitted_window(audio, language, hints, detected)
             if fitted is not None:
                 return fitted
-        return self._full_window(audio, language, hints)
+        return self._full_window(audio, language, hints, detected)
 
-    def _fitted_window(self, audio: np.ndarray, language: str, hints: tuple[str, ...]) -> FinalText | None:
+    def _window(self, model, audio: np.ndarray):
+        """(features in the fitted window, its seconds), or (None, 30) when the utterance needs the full window."""
+        extractor = model.feature_extractor
+        features = extractor(audio)  # (n_mels, frames); called without chunk_length it changes nothing shared
+        frames = features.shape[-1]
+        per_second = extractor.sampling_rate // extractor.hop_length  # 100 frames
+        seconds = max(self.config.final_window_min_seconds, math.ceil(2 * frames / per_second))
+        if seconds >= 30:
+            return None, 30
+        window = np.zeros((features.shape[0], seconds * per_second), dtype=np.float32)
+        window[:, :frames] = features
+        return window, seconds
+
+    def detect(self, audio: np.ndarray) -> str | None:
+        """The utterance's language by base's language-detection head on the fitted window; None when the
+        utterance needs the full window (then faster-whisper detects on its 30 s window)."""
+        import ctranslate2
+
+        window, _ = self._window(self.base, audio)
+        if window is None:
+            return None
+        scores = self.base.model.detect_language(ctranslate2.StorageView.from_array(window[None]))[0]
+        token, probability = scores[0]
+        language = token.strip("<|>")
+        log.debug("detected %s (p=%.2f) on the fitted window", language, probability)
+        return language
+
+    def _fitted_window(
+        self, audio: np.ndarray, language: str, hints: tuple[str, ...], detected: bool = False
+    ) -> FinalText | None:
         """One decode with the encoder window fitted to the utterance (ctranslate2's Whisper.generate accepts any
         window up to 30 s; faster-whisper's transcribe always pads to 30 s). None when the utterance needs the full
         window, or when the decode looks degenerate the way faster-whisper's own fallbacks judge it (compression
@@ -194,18 +237,13 @@ class WhisperFinals:
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_compression_ratio
 
-        model, _ = self.model_for(language)
+        model, _ = self.model_for(language, detected)
         extractor = model.feature_extractor
-        features = extractor(audio)  # (n_mels, frames); called without chunk_length it changes nothing shared
-        frames = features.shape[-1]
-        per_second = extractor.sampling_rate // extractor.hop_length  # 100 frames
-        seconds = max(self.config.final_window_min_seconds, math.ceil(2 * frames / per_second))
-        if seconds >= 30:
+        window, seconds = self._window(model, audio)
+        if window is None:
             return None
-        window = np.zeros((features.shape[0], seconds * per_second), dtype=np.float32)
-        window[:, :frames] = features
         tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language)
-        prompt_text = hint_prompt(hints)
+        prompt_text = self.prompt(language, hints)
         previous = tokenizer.encode(" " + prompt_text.strip()) if prompt_text else []
         prompt = model.get_prompt(tokenizer, previous, without_timestamps=True)
         result = model.model.generate(
@@ -226,8 +264,10 @@ class WhisperFinals:
             return None
         return FinalText(text=text, confidence=round(math.exp(avg_logprob), 3) if text else 0.0, language=language)
 
-    def _full_window(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText:
-        model, _ = self.model_for(language)
+    def _full_window(
+        self, audio: np.ndarray, language: str | None, hints: tuple[str, ...], detected: bool = False
+    ) -> FinalText:
+        model, _ = self.model_for(language, detected)
         segments, info = model.transcribe(
             audio,
             language=language,
@@ -235,7 +275,7 @@ class WhisperFinals:
             vad_filter=False,  # our VAD already cut the utterance
             condition_on_previous_text=False,
             without_timestamps=True,
-            initial_prompt=hint_prompt(hints),
+            initial_prompt=self.prompt(language, hints),
         )
         segments = list(segments)
         text = " ".join(s.text.strip() for s in segments).strip()
