@@ -115,8 +115,8 @@ def vad_cost(speakers: ev.Speakers) -> list[float]:
 
 def pass_rtfs(speakers: ev.Speakers) -> dict[str, list[float]]:
     """Compute / audio for pass 2 (tiny.en, base) and pass 1 (pocketsphinx) on each sentence alone."""
-    from services.engines.asr.cpu_engine import PocketsphinxPartial, PocketsphinxPool, WhisperFinals
     from services.common.config.asr import AsrServiceConfig
+    from services.engines.asr.cpu_engine import PocketsphinxPartial, PocketsphinxPool, WhisperFinals
 
     finals = WhisperFinals(AsrServiceConfig(port=1))
     finals.load()
@@ -145,9 +145,9 @@ def pass_rtfs(speakers: ev.Speakers) -> dict[str, list[float]]:
 
 def wer_table(speakers: ev.Speakers) -> dict:
     """WER and mean decode time per model, voice and input rate over all sentences (pass 2 alone)."""
-    from services.engines.asr.cpu_engine import WhisperFinals
     from services.common import audio
     from services.common.config.asr import AsrServiceConfig
+    from services.engines.asr.cpu_engine import WhisperFinals
 
     table = {}
     for beam in (1, 5):

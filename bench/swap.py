@@ -45,8 +45,8 @@ def memcpy_seconds(nbytes: int, runs: int = 5) -> float:
 
 
 async def _whisper(model_dir: Path) -> tuple[list[float], list[float]]:
-    from services.engines.asr.gpu_engine import GpuAsrEngine
     from services.common.config.asr import AsrGpuConfig, AsrServiceConfig
+    from services.engines.asr.gpu_engine import GpuAsrEngine
 
     config = AsrServiceConfig(
         port=1,

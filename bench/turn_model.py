@@ -13,8 +13,8 @@ import numpy as np
 
 from bench import evaluation as ev
 from bench.harness import machine
-from services.engines.asr.turn_model import TurnModel, turn_model_path
 from services.common import audio
+from services.engines.asr.turn_model import TurnModel, turn_model_path
 
 RATE = 16000
 SILENCES_MS = (160, 360, 560, 760)
