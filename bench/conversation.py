@@ -1,6 +1,6 @@
 """Conversation (moss_sts CPU cascade through the router): user speech end -> first reply audio, barge-in -> silence.
 
-A fleet of brain (llama.cpp + SmolLM2-135M) + moss_sts + router on loopback; the caller is the tests' live caller
+A fleet of brain (llama.cpp + SmolLM2-135M) + asr + moss_sts + router on loopback; the caller is the tests' live caller
 (tests/fleet/test_conversation_fleet.Talk): silence at the pace of real time, each user line in one burst. User lines are
 piper speech made by the fleet (moss_sts's Synthesizer).
 
@@ -142,7 +142,8 @@ def _barge_ins(channel, say, n: int) -> tuple[list[float], list[float]]:
 
 @contextlib.contextmanager
 def cpu_fleet():
-    """brain (behind the recording pass-through) + moss_sts + router on free loopback ports: a channel to the router."""
+    """brain (behind the recording pass-through) + asr + moss_sts (listening through asr) + router on free loopback
+    ports: a channel to the router."""
     import grpc
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,7 +151,7 @@ def cpu_fleet():
         recorder = BrainRecorder(brain_port)
         fleet = LocalFleet.on_free_ports(
             tmp,
-            ("brain", "moss_sts", "router"),
+            ("brain", "asr", "moss_sts", "router"),
             brain={"port": brain_port, "base_url": f"http://127.0.0.1:{recorder.port}/v1"},
             moss_sts={"default_max_tokens": 48},
         )
