@@ -278,7 +278,10 @@ def run_mixed_load(fleet) -> None:
             return fleet.metric("asr", "voicefleet_active_streams", method="StreamingRecognize")
 
         assert wait_until(lambda: recognizing() == 0, 30), "asr still serves the router's stream"
-        first = threading.Thread(target=recognize, args=(asr, say["What is two plus two?"]), daemon=True)
+        # The first caller talks for ~10 s (its question, then silence at real pace): both knocks below, 2.5 s apart,
+        # come while it holds the place (with only its 2.3 s question the second knock could find the place free).
+        held = say["What is two plus two?"] + bytes(RATE * 2 * 8)
+        first = threading.Thread(target=recognize, args=(asr, held), daemon=True)
         first.start()
         assert wait_until(lambda: recognizing() == 1, 30), "the first caller's stream never started"
         for _ in range(2):

@@ -27,7 +27,7 @@ from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc, synthes
 RATE = 16_000
 FRAME_MS = 40
 CAPACITY = 4
-ROUNDS = 6
+ROUNDS = 4
 HANG_UPS = ("while_listening", "mid_reply", "after_turn", "half_close_after_turn")
 pytestmark = pytest.mark.timeout(400)
 
