@@ -131,3 +131,19 @@ def test_the_schema_flags_what_the_loader_refuses(tmp_path, text):
         jsonschema.validate(yaml.safe_load(text), json.loads(SCHEMA.read_text()))
     with pytest.raises(ConfigError):
         load_config(write(tmp_path, text), env={})
+
+
+MOSS_AND_ASR_ON_A_CARD = "moss_sts: {engine: gpu, asr: remote}\nasr: {engine: gpu}\n"
+
+
+def test_moss_listening_through_an_asr_that_cannot_fit_beside_it_is_refused_naming_the_setting(tmp_path):
+    # 21 + 2 GiB of leases on a card granting 16: asr could never load while MOSS holds the card.
+    small_card = MOSS_AND_ASR_ON_A_CARD + "router: {leases: {capacity_gb: 16}}\n"
+    with pytest.raises(
+        ConfigError, match=r"moss_sts\.asr: 'remote' needs .*\(23 GiB.* grants 15 GiB.*moss_sts\.asr: local"
+    ):
+        load_config(write(tmp_path, small_card), env={})
+    # Where both fit (a 48 GB card), or moss_sts listens with its own engines, the same fleet loads.
+    assert load_config(write(tmp_path, MOSS_AND_ASR_ON_A_CARD + "router: {leases: {capacity_gb: 48}}\n"), env={})
+    local = small_card.replace("asr: remote", "asr: local")
+    assert load_config(write(tmp_path, local), env={}).moss_sts.asr == "local"

@@ -129,6 +129,33 @@ class Config(BaseSettings):
             }
         return self
 
+    @model_validator(mode="after")
+    def _moss_listens_where_it_fits(self):
+        # MOSS on the card with its listener in the asr service: a conversation needs both leases at once. Where the
+        # two do not fit together the asr service could never load while MOSS holds the card, and every turn would
+        # wait for it: refuse at start, naming the setting that avoids it (docs/conversation.md).
+        leases, holders = self.router.leases, self.residency.services
+        if (
+            self.moss_sts.engine == "gpu"
+            and self.moss_sts.asr == "remote"
+            and self.asr.engine == "gpu"
+            and leases.capacity_gb > 0
+            and "moss_sts" in holders
+            and "asr" in holders
+        ):
+            need = holders["moss_sts"].declared_gb + holders["asr"].declared_gb
+            room = leases.capacity_gb - leases.reserve_gb
+            if need > room:
+                raise FieldValueError(
+                    "moss_sts.asr",
+                    f"'remote' needs moss_sts's and asr's leases on the card at once ({need:g} GiB:"
+                    f" residency.services.moss_sts.declared_gb {holders['moss_sts'].declared_gb:g} + asr"
+                    f" {holders['asr'].declared_gb:g}) but the card grants {room:g} GiB (router.leases.capacity_gb"
+                    f" {leases.capacity_gb:g} - reserve_gb {leases.reserve_gb:g}); set moss_sts.asr: local (moss_sts"
+                    " listens with its own engines, inside its lease)",
+                )
+        return self
+
 
 def load_config(path: str | os.PathLike | None = None, env: typing.Mapping[str, str] | None = None) -> Config:
     """Read the file, apply env overrides, validate. Raises ConfigError naming the bad field."""
