@@ -273,7 +273,8 @@ def run(with_wer: bool = False):
 
 
 if __name__ == "__main__":
-    from bench.harness import markdown, write
+    from bench.harness import machine, markdown, write
 
+    started = machine()  # the load before the run (write() adds the load after)
     rows, extra = run(with_wer="--wer" in sys.argv)
-    print(markdown([write("asr", rows, extra)]))
+    print(markdown([write("asr", rows, extra, started)]))

@@ -4,7 +4,9 @@ Each benchmark module exposes ``run() -> (rows, extra)``; ``python -m bench.run 
 ``bench/results/latest/<name>.json`` and ``bench/results/latest/results.md`` (a table of every JSON there). The
 directory is committed: the README quotes it (``python -m bench.readme``; tests/project/test_bench_claims.py checks the
 quote). Each JSON says the machine, date and load average (1 min) before and after its run, because a shared
-machine's load moves every compute figure. Numbers are measurements, never test asserts.
+machine's load moves every compute figure. A run whose load (before or after) exceeds the core count is busy:
+``write`` refuses it (BusyMachine) unless ``BENCH_ALLOW_BUSY=1``, which writes it marked ``"busy"``; the README
+never quotes a busy run (tests/project/test_bench_claims.py). Numbers are measurements, never test asserts.
 """
 
 from __future__ import annotations
@@ -19,6 +21,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "latest"
+ALLOW_BUSY_ENV = "BENCH_ALLOW_BUSY"
+
+
+class BusyMachine(RuntimeError):
+    """A run on a machine loaded beyond its cores: its compute figures measure the other work, not ours."""
+
+
+def busy(at: dict) -> str | None:
+    """Why a run described by ``at`` (machine(), plus the load after) is busy: its 1-minute load average, before or
+    after, exceeds its core count; None when neither does. A missing load counts as busy: it cannot be shown quiet."""
+    cores = at.get("cores") or 0
+    loads = {"before": at.get("load_average_1min"), "after": at.get("load_average_1min_after")}
+    over = [f"{when} {load}" for when, load in loads.items() if not isinstance(load, (int, float)) or load > cores]
+    if over:
+        return f"1-minute load average {', '.join(map(str, over))} exceeds {cores} cores"
+    return None
+
+
+def allow_busy() -> bool:
+    return os.environ.get(ALLOW_BUSY_ENV, "") == "1"
+
+
+def check_quiet(name: str, at: dict) -> None:
+    """Refuse a busy run (BusyMachine) unless BENCH_ALLOW_BUSY=1."""
+    reason = busy(at)
+    if reason and not allow_busy():
+        raise BusyMachine(
+            f"{name}: not written: {reason}; its figures would measure the other work on this machine. Run it when"
+            f" the machine is quiet, or set {ALLOW_BUSY_ENV}=1 to write it marked busy (the README never quotes it)."
+        )
 
 
 @dataclass
@@ -75,13 +107,20 @@ def fmt(value: float, unit: str) -> str:
     return f"{value:.3f}"
 
 
-def write(name: str, rows: list[Row], extra: dict | None = None, started: dict | None = None) -> dict:
-    """``started``: machine() taken when the benchmark began (its date and load); the load at the end is added."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
+def write(
+    name: str, rows: list[Row], extra: dict | None = None, started: dict | None = None, directory: Path = RESULTS
+) -> dict:
+    """``started``: machine() taken when the benchmark began (its date and load); the load at the end is added. A busy
+    run (``busy``) raises BusyMachine and writes nothing, unless BENCH_ALLOW_BUSY=1: then it is written marked."""
     at = dict(started or machine())
     at["load_average_1min_after"] = round(os.getloadavg()[0], 2)
+    check_quiet(name, at)
+    reason = busy(at)
+    if reason:
+        at["busy"] = reason
     report = {"benchmark": name, "machine": at, "rows": [r.summary() for r in rows], **(extra or {})}
-    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2))
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.json").write_text(json.dumps(report, indent=2))
     return report
 
 
@@ -92,6 +131,8 @@ def markdown(reports: list[dict]) -> str:
         load = ""
         if "load_average_1min" in m:
             load = f", load average {m['load_average_1min']} → {m.get('load_average_1min_after', '?')}"
+        if busy(m):
+            load += f" — **BUSY** ({busy(m)}): not a result"
         lines.append(f"### {rep['benchmark']} — {m['date']}, {m['cores']} cores {m['cpu']}, GPU: {m['gpu']}{load}\n")
         lines.append("| figure | n | median | p95 | min | max | note |")
         lines.append("|---|---|---|---|---|---|---|")

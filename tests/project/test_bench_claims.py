@@ -1,11 +1,17 @@
 """The README's benchmark figures are those of the committed `make bench` run (bench/results/latest/): regenerate
 with `python -m bench.readme` after a run, and commit both. A hand edit of the README's numbers, or results
-committed without the README (or the other way round), fails here."""
+committed without the README (or the other way round), fails here; so does a quoted run from a busy machine (its
+1-minute load average, before or after, above its core count)."""
 
 from __future__ import annotations
 
+import json
+import shutil
+
+import pytest
+
 from bench import readme
-from bench.harness import RESULTS, load_reports, markdown
+from bench.harness import ALLOW_BUSY_ENV, RESULTS, BusyMachine, Row, busy, load_reports, markdown, write
 from bench.run import BENCHMARKS
 
 
@@ -30,3 +36,52 @@ def test_readme_quotes_the_committed_results():
 
 def test_results_table_is_made_from_the_committed_json():
     assert (RESULTS / "results.md").read_text() == markdown(load_reports(RESULTS, BENCHMARKS))
+
+
+def busy_quoted(directory=RESULTS) -> list[str]:
+    """The runs the README quotes that were made on a busy machine (marked so, or with a load above the cores)."""
+    reports = {r["benchmark"]: r for r in load_reports(directory)}
+    quoted = dict.fromkeys([b for b, _ in readme.QUOTED] + [b for b, _, _ in readme.QUOTED_TABLES])
+    out = []
+    for bench in quoted:
+        m = reports[bench]["machine"]
+        reason = m.get("busy") or busy(m)
+        if reason:
+            out.append(f"{bench} ({m['date']}): {reason}")
+    return out
+
+
+def test_the_readme_quotes_no_run_from_a_busy_machine():
+    found = busy_quoted()
+    assert not found, (
+        "the README quotes runs from a busy machine (load above the cores): re-run them on a quiet one"
+        " (python -m bench.run NAME) and regenerate the table:\n" + "\n".join(found)
+    )
+
+
+def test_a_busy_run_is_refused_or_written_marked(tmp_path, monkeypatch):
+    quiet = {"cores": 2, "load_average_1min": 0.5, "load_average_1min_after": 2.0}
+    assert busy(quiet) is None  # equal to the cores is still quiet
+    assert "after 2.01" in busy({**quiet, "load_average_1min_after": 2.01})
+    assert "before 5.36" in busy({**quiet, "load_average_1min": 5.36})
+    assert busy({"cores": 2, "load_average_1min": 0.5})  # no load after: cannot be shown quiet
+
+    for p in RESULTS.glob("*.json"):
+        shutil.copy(p, tmp_path)
+    started = {**json.loads((RESULTS / "tts_ttfa.json").read_text())["machine"], "load_average_1min": 9.5}
+    started.pop("busy", None)
+    before = (tmp_path / "tts_ttfa.json").read_text()
+    rows = [Row("TTFA via router -> cosyvoice_tts", "s", [0.1]), Row("RTF via router (wall / audio)", "x", [0.1])]
+    monkeypatch.delenv(ALLOW_BUSY_ENV, raising=False)
+    with pytest.raises(BusyMachine, match="exceeds 2 cores"):
+        write("tts_ttfa", rows, {}, started, directory=tmp_path)
+    assert (tmp_path / "tts_ttfa.json").read_text() == before  # nothing written
+
+    monkeypatch.setenv(ALLOW_BUSY_ENV, "1")
+    report = write("tts_ttfa", rows, {}, started, directory=tmp_path)
+    assert "before 9.5" in report["machine"]["busy"]
+    assert json.loads((tmp_path / "tts_ttfa.json").read_text())["machine"]["busy"] == report["machine"]["busy"]
+    lines = [line for line in readme.render(tmp_path).splitlines() if line.startswith("| tts_ttfa |")]
+    assert len(lines) == 2 and all("**BUSY" in line for line in lines)
+    assert "**BUSY**" in markdown(load_reports(tmp_path))
+    assert any(line.startswith("tts_ttfa") for line in busy_quoted(tmp_path))
