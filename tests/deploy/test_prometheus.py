@@ -1,5 +1,5 @@
-"""Observability checked with real Prometheus (Debian's `prometheus` package; .ci/run installs it):
-the SLO rules pass their promtool unit tests, and a real Prometheus scrapes the fleet and evaluates them."""
+"""Observability checked with real Prometheus (Debian's `prometheus` package; `make test` and .ci/run install it as
+root): the SLO rules pass their promtool unit tests, and a real Prometheus scrapes the fleet and evaluates them."""
 
 from __future__ import annotations
 
