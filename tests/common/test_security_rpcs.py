@@ -2,7 +2,7 @@
 
 The RPCs come from the generated voice.v1 file descriptors (gen/python) and which server serves which service from
 each server's reflection, so a new RPC or service is covered by itself. Each server starts once (the CPU fleet's
-engines, no brain: no call here reaches a model), with bearer tokens and a fleet token:
+engines; no brain: no call here asks for a reply), with bearer tokens and a fleet token:
 
 - without credentials every RPC is refused before any work: a streaming request that never sends a message is still
   refused (the check does not wait for input), an empty (invalid) request gets the refusal rather than the
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 import subprocess
 import sys
 import threading
@@ -30,13 +31,18 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 import voice.v1
+from services.common import security
+from services.common.config import Config
+from services.common.config.base import ConfigError
+from services.common.config.security import SecurityConfig
 from services.common.security import FLEET_TOKEN_HEADER
-from tests.conftest import start_fleet
+from tests.conftest import start_fleet, wait_until
 
 TOKEN = "speak-friend-and-enter"
 FLEET_TOKEN = "fleet-internal-secret"
 # Every gRPC member of the fleet (the brain and the gateway speak HTTP: the gateway's tokens are in test_gateway.py).
 MEMBERS = ("router", "cosyvoice_tts", "qwen_tts", "asr", "moss_sts", "lease_authority")
+HTTP_MEMBERS = ("brain", "gateway")
 PUBLIC = "router"  # the one port where bearer tokens open the public RPCs
 FLEET_ONLY = ("voice.v1.GpuLeases", "voice.v1.ModelControl")
 REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
@@ -120,6 +126,9 @@ def matrix(fleet) -> list[tuple[str, object]]:
 
 
 def test_every_rpc_refuses_a_call_without_credentials_and_serves_one_with_them(fleet):
+    # A new fleet member (a config section with a port) is one this test must start.
+    members = {n for n, f in Config.model_fields.items() if "port" in f.annotation.model_fields}
+    assert members - set(HTTP_MEMBERS) == set(MEMBERS)
     pairs = matrix(fleet)
     # Every voice.v1 service is served somewhere here: a new service without a server in this fleet fails.
     assert {m.containing_service.full_name for _, m in pairs} == set(voice_services())
@@ -147,11 +156,6 @@ def test_every_rpc_refuses_a_call_without_credentials_and_serves_one_with_them(f
                 problems.append(f"{where} (no message sent): {code.name} {details!r}, expected {expected.name}")
     assert not problems, "\n".join(problems)
 
-    # No refused call reached a servicer: each one the servicer sees is counted with its final code.
-    for name in MEMBERS:
-        for code in REFUSED:
-            assert fleet.metric(name, "voicefleet_requests_total", code=code.name) == 0, (name, code.name)
-
     credentials = {
         True: [(FLEET_TOKEN_HEADER, FLEET_TOKEN)],
         False: [("authorization", f"Bearer {TOKEN}")],
@@ -164,14 +168,26 @@ def test_every_rpc_refuses_a_call_without_credentials_and_serves_one_with_them(f
             answers[(name, method.full_name)] = code
             if code in REFUSED or code in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.DEADLINE_EXCEEDED):
                 problems.append(f"{name} {method.full_name} with credentials: {code.name} {details!r}")
-            # Served: the servicer ran and counted the call with the code the client got.
-            counted = fleet.metric(name, "voicefleet_requests_total", method=method.name, code=code.name)
-            if counted < 1:
+            # Served: the servicer ran and counted the call with the code the client got (an abort sends the
+            # status before the servicer's bookkeeping ends: wait for the count).
+            counted = wait_until(
+                lambda name=name, method=method, code=code: (
+                    fleet.metric(name, "voicefleet_requests_total", method=method.name, code=code.name) >= 1
+                ),
+                timeout=10,
+            )
+            if not counted:
                 problems.append(f"{name} {method.full_name}: {code.name} not counted by its servicer")
     finally:
         for channel in channels.values():
             channel.close()
     assert not problems, "\n".join(problems)
+
+    # No refused call reached a servicer (checked last, so that a late count would be seen): the servicer counts
+    # every call it sees with its final code.
+    for name in MEMBERS:
+        for code in REFUSED:
+            assert fleet.metric(name, "voicefleet_requests_total", code=code.name) == 0, (name, code.name)
     print(f"\n{len(pairs)} RPC x server pairs: " + ", ".join(f"{n} {m}={c.name}" for (n, m), c in answers.items()))
 
 
@@ -185,14 +201,18 @@ def test_health_and_reflection_stay_open(fleet):
             assert status == health_pb2.HealthCheckResponse.SERVING, name
 
 
-@pytest.mark.parametrize("field", ["tls_cert", "tls_key", "tls_ca"])
-def test_a_missing_pem_file_stops_the_service_naming_the_field(tmp_path, field):
+def test_a_missing_pem_file_stops_the_service_naming_the_field(tmp_path):
+    """A real service start for one field (exit code 2, the message naming it); the same start-up check for the other
+    two in process (one process start is what costs here)."""
     present = tmp_path / "present.pem"
-    present.write_text("-----BEGIN CERTIFICATE-----\n")  # readable; the check at start is that each file reads
-    security = {f: str(present) for f in ("tls_cert", "tls_key", "tls_ca")}
-    security[field] = str(tmp_path / "missing.pem")
+    present.write_text("-----BEGIN CERTIFICATE-----\n")  # readable: the check at start is that each file reads
+    missing = tmp_path / "missing.pem"
+
+    def settings(field: str) -> dict:
+        return {**{f: str(present) for f in ("tls_cert", "tls_key", "tls_ca")}, field: str(missing)}
+
     config = tmp_path / "voicefleet.yaml"
-    config.write_text(yaml.safe_dump({"security": security}))
+    config.write_text(yaml.safe_dump({"security": settings("tls_cert")}))
     result = subprocess.run(
         [sys.executable, "-m", "services.cosyvoice_tts", "--config", str(config)],
         capture_output=True,
@@ -200,4 +220,13 @@ def test_a_missing_pem_file_stops_the_service_naming_the_field(tmp_path, field):
         timeout=60,
     )
     assert result.returncode == 2, result.stderr
-    assert f"security.{field}: cannot read {tmp_path / 'missing.pem'}" in result.stderr, result.stderr
+    assert f"security.tls_cert: cannot read {missing}" in result.stderr, result.stderr
+
+    before = security.settings()
+    try:
+        for field in ("tls_key", "tls_ca"):
+            security.configure(SecurityConfig(**settings(field)))
+            with pytest.raises(ConfigError, match=re.escape(f"security.{field}: cannot read {missing}")):
+                security.check_files()
+    finally:
+        security.configure(before)
