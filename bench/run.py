@@ -3,7 +3,7 @@
 Usage: python -m bench.run [NAME ...]   (default: all). NAMEs are modules in bench/ with a ``run()``.
 A run of some names replaces only their JSON; results.md and the README's quoted table (``bench.readme``) are
 rebuilt from every JSON in the directory, so each section keeps the date, machine and load of its own run.
-A benchmark whose 1-minute load average (before or after) exceeds the core count is refused and writes nothing
+A benchmark whose 1-minute load average before exceeds the core count (after: twice it) is refused and writes nothing
 (bench.harness.busy); BENCH_ALLOW_BUSY=1 writes it marked busy, and the README never quotes a busy run.
 """
 
