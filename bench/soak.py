@@ -17,7 +17,7 @@ a success; per fleet process: RSS and open file descriptors after warm-up, at th
 into the run: the working set grows until every workload has run at its peak concurrency, then must stay flat; the
 2026-11-24 mixed run grew asr from 529 to ~1150 MB in its first 6 minutes and stayed there) and at the end; growth
 is counted from the baseline. A progress line every
-``progress_s``. Profiles: ``smoke`` (12 s of traffic, no warm-up workloads, in ``make test`` via
+``progress_s``. Profiles: ``smoke`` (9 s of arrivals, no warm-up workloads, in ``make test`` via
 tests/fleet/test_soak_smoke.py), ``mixed`` (30 minutes),
 ``converse`` (1,000 Converse turns). ``python -m bench.soak --profile mixed --minutes 5`` overrides the time.
 The report goes to bench/results/soak/<profile>.json and .md.
@@ -89,10 +89,11 @@ class Profile:
 
 
 PROFILES = {
-    # Every workload's first arrival is at 0 s, so 12 s still runs each at least once, two at a time for all but
-    # converse (synthesize 6, stream 3, asr 2, converse 2 sessions), all through the router at once.
+    # Every workload's first arrival is at 0 s: 9 s of arrivals run synthesize 5 times, stream 3, asr 2 and one
+    # converse session (a barged-in turn and the answer after it), all through the router at once. A second converse
+    # session (at 10 s) would add ~15 s of drain and no new kind of turn.
     "smoke": Profile(
-        seconds=12,
+        seconds=9,
         rates={"synthesize": 0.5, "stream": 0.25, "asr": 0.15, "converse": 0.1},
         turns_per_session=2,
         warmup_s=1,

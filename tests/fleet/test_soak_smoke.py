@@ -1,4 +1,4 @@
-"""A short smoke of the soak suite (`make soak` runs the long profiles): 12 s of mixed traffic through the router on
+"""A short smoke of the soak suite (`make soak` runs the long profiles): 9 s of mixed arrivals through the router on
 the whole CPU fleet; every workload is served with something in it (a call that ends OK with no audio, no final, an
 empty final or a turn with no reply audio is an error, ``EMPTY:...``), nothing fails that was not meant to, and the
 report holds what a soak reports (latency per workload, each process's RSS and open file descriptors at start and
