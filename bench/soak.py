@@ -11,11 +11,14 @@ the arrivals; a client thread pool bounds what is in flight):
   (a barge-in) — speech end -> first reply audio (the server's TurnTimings).
 
 Report per workload: requests, latency p50/p95/p99, RTF, errors by gRPC status code (barge-ins are deliberate and
-counted apart); per fleet process: RSS and open file descriptors after warm-up, at the baseline (``baseline_after_s``
+counted apart) or by ``EMPTY:<what>`` for a call that ended OK with nothing in it (a synthesis or stream with no
+audio, a recognition with no final or an empty one, a turn completed with no reply audio): empty is an error, never
+a success; per fleet process: RSS and open file descriptors after warm-up, at the baseline (``baseline_after_s``
 into the run: the working set grows until every workload has run at its peak concurrency, then must stay flat; the
 2026-11-24 mixed run grew asr from 529 to ~1150 MB in its first 6 minutes and stayed there) and at the end; growth
 is counted from the baseline. A progress line every
-``progress_s``. Profiles: ``smoke`` (~20 s, in ``make test`` via tests/fleet/test_soak_smoke.py), ``mixed`` (30 minutes),
+``progress_s``. Profiles: ``smoke`` (9 s of arrivals, no warm-up workloads, in ``make test`` via
+tests/fleet/test_soak_smoke.py), ``mixed`` (30 minutes),
 ``converse`` (1,000 Converse turns). ``python -m bench.soak --profile mixed --minutes 5`` overrides the time.
 The report goes to bench/results/soak/<profile>.json and .md.
 """
@@ -63,6 +66,7 @@ USER_LINES = ["What is two plus two?", "What color is the sky?", "How are you to
 STORY = "Please tell me a long story about a brave little dragon who wanted to fly."
 BARGE = "Stop. What is the capital of France?"
 CODE_NAMES = {c.value[0]: c.name for c in grpc.StatusCode}
+EMPTY = "EMPTY:"  # outcome codes of calls that ended OK with nothing in them: errors (see the module docstring)
 
 
 @dataclasses.dataclass
@@ -78,14 +82,23 @@ class Profile:
     # RSS and open files are compared from this far into the run: the working set grows until every workload has
     # run at its peak concurrency (decoder pools, allocator arenas), then must stay flat. 0: right after warm-up.
     baseline_after_s: float = 0.0
+    # Run every workload once before the clock starts (first decodes allocate their buffers, so the RSS baseline
+    # is not the cold one). The smoke checks no growth, so it skips them.
+    warm_workloads: bool = True
+    asr_clips: int = 4  # distinct 2-sentence clips the asr workload cycles through (2 syntheses each)
 
 
 PROFILES = {
+    # Every workload's first arrival is at 0 s: 9 s of arrivals run synthesize 5 times, stream 3, asr 2 and one
+    # converse session (a barged-in turn and the answer after it), all through the router at once. A second converse
+    # session (at 10 s) would add ~15 s of drain and no new kind of turn.
     "smoke": Profile(
-        seconds=20,
-        rates={"synthesize": 0.5, "stream": 0.2, "asr": 0.15, "converse": 0.1},
+        seconds=9,
+        rates={"synthesize": 0.5, "stream": 0.25, "asr": 0.15, "converse": 0.1},
         turns_per_session=2,
         warmup_s=1,
+        warm_workloads=False,
+        asr_clips=2,
     ),
     # Sized to about 60 % of what the CPU fleet sustains on 2 cores (a soak checks that a fleet under steady load stays
     # correct and flat; overload is tts_load's and admission's business). The 2026-11-24 run at 2 / 0.5 / 0.5 / 0.05
@@ -129,6 +142,11 @@ class Stats:
     def errors(self) -> int:
         with self.lock:
             return sum(n for c in self.codes.values() for code, n in c.items() if code != "OK")
+
+    def empty(self) -> int:
+        """Calls that ended OK with nothing in them (counted among the errors too)."""
+        with self.lock:
+            return sum(n for c in self.codes.values() for code, n in c.items() if code.startswith(EMPTY))
 
     def line(self) -> str:
         with self.lock:
@@ -179,6 +197,9 @@ def synthesize(stub, stats: Stats, i: int) -> None:
         first = first or time.perf_counter() - t0
         samples += len(reply.audio.data) // 2
         rate = reply.audio.format.sample_rate_hz
+    if not samples:
+        stats.error("synthesize", EMPTY + "no audio")
+        return
     stats.ok("synthesize", first, (time.perf_counter() - t0) / (samples / rate))
 
 
@@ -196,10 +217,15 @@ def stream(stub, stats: Stats, i: int) -> None:
                 marks["sentence_end"] = time.perf_counter()
         yield synthesizer_pb2.StreamingSynthesizeRequest(end_of_text=True)
 
-    first = None
-    for _ in stub.StreamingSynthesize(requests(), timeout=60):
-        first = first or time.perf_counter()
-    stats.ok("stream", first - marks["sentence_end"] if first and "sentence_end" in marks else None)
+    first, audio = None, 0
+    for reply in stub.StreamingSynthesize(requests(), timeout=60):
+        audio += len(reply.audio.data)
+        if audio and first is None:
+            first = time.perf_counter()
+    if not audio:
+        stats.error("stream", EMPTY + "no audio")
+        return
+    stats.ok("stream", first - marks["sentence_end"] if "sentence_end" in marks else None)
 
 
 def recognize(stub, stats: Stats, pcm: bytes, speech_end_s: float) -> None:
@@ -214,11 +240,18 @@ def recognize(stub, stats: Stats, pcm: bytes, speech_end_s: float) -> None:
             time.sleep(max(0.0, t0 + k * 0.02 - time.monotonic()))
             yield recognizer_pb2.StreamingRecognizeRequest(audio=pcm[start : start + step])
 
-    final_at = None
+    final_at, heard = None, []
     for reply in stub.StreamingRecognize(requests(), timeout=120):
-        if reply.WhichOneof("event") == "result" and reply.result.is_final and final_at is None:
+        if reply.WhichOneof("event") == "result" and reply.result.is_final:
+            # The last final: the one after speech end (the first sentence's own final can come before it).
             final_at = time.monotonic()
-    stats.ok("asr", final_at - (clock["t0"] + speech_end_s) if final_at else None)
+            heard.append(reply.result.transcript.strip())
+    if final_at is None:
+        stats.error("asr", EMPTY + "no final")
+    elif not any(heard):
+        stats.error("asr", EMPTY + "empty final")
+    else:
+        stats.ok("asr", final_at - (clock["t0"] + speech_end_s))
 
 
 def converse(channel, stats: Stats, voices: dict[str, bytes], turns: int, barge_at: int | None) -> int:
@@ -237,6 +270,9 @@ def converse(channel, stats: Stats, voices: dict[str, bytes], turns: int, barge_
         errors = events("turn_error", turn)
         if errors:
             stats.error("converse", f"turn_error:{CODE_NAMES.get(errors[0].turn_error.code, 'UNKNOWN')}")
+            return False
+        if not any(e.reply_audio.data for e in events("reply_audio", turn)):
+            stats.error("converse", EMPTY + "no reply audio")
             return False
         if events("interrupted", turn):
             stats.note("converse", "turn interrupted (deliberate)")
@@ -292,16 +328,17 @@ def run_profile(profile: Profile, fleet: LocalFleet, name: str = "custom") -> di
     voices = {text: speech(tts, text) for text in [*USER_LINES, STORY, BARGE]}
     lead = bytes(RATE // 2 * 2)
     asr_clips = []
-    for k in range(len(SENTENCES)):
+    for k in range(min(profile.asr_clips, len(SENTENCES))):
         pcm = lead + speech(tts, SENTENCES[k]) + speech(tts, SENTENCES[(k + 1) % len(SENTENCES)])
         asr_clips.append((pcm + bytes(RATE * 2), len(pcm) / 2 / RATE))
     # Warm-up: every workload once (first decodes allocate their buffers), then TTS for warmup_s; RSS and open
     # files are taken after it, so growth means growth under load.
     warm = Stats()
-    synthesize(tts, warm, 1)
-    stream(tts, warm, 0)
-    recognize(asr, warm, *asr_clips[0])
-    converse(channel, warm, voices, 2, 1)
+    if profile.warm_workloads:
+        synthesize(tts, warm, 1)
+        stream(tts, warm, 0)
+        recognize(asr, warm, *asr_clips[0])
+        converse(channel, warm, voices, 2, 1)
     warm_until = time.monotonic() + profile.warmup_s
     while time.monotonic() < warm_until:
         synthesize(tts, warm, 0)
@@ -437,6 +474,7 @@ def report(name, profile, stats, warm, before, after, seconds, turns) -> dict:
         "rates_per_s": profile.rates,
         "converse_turns": turns,
         "errors": stats.errors(),
+        "empty": stats.empty(),
         "workloads": workloads,
         "processes": processes,
     }
@@ -473,7 +511,10 @@ def markdown(rep: dict) -> str:
             f"| {p} | {s['rss_mb_warm']} MB | {s['rss_mb_start']} MB | {s['rss_mb_end']} MB | {s['rss_growth_pct']} %"
             f" | {s['fds_start']} | {s['fds_end']} |"
         )
-    lines.append(f"\nerrors (not deliberate): {rep['errors']}; converse turns: {rep['converse_turns']}")
+    lines.append(
+        f"\nerrors (not deliberate): {rep['errors']}, of which empty (ended OK with nothing in it): {rep['empty']};"
+        f" converse turns: {rep['converse_turns']}"
+    )
     return "\n".join(lines)
 
 

@@ -6,12 +6,20 @@ asserts on tuples (F631) and string literals (PLW0129); this adds what ruff does
 - an assert whose condition is built from constants only (``assert 1``, ``assert not None``, ``assert 2 > 1``);
 - an ``or`` with a constant operand that is true (``assert heard == text or True``): the assert always passes;
 - a comparison of an expression with itself (``assert x == x``, ``x <= x``);
-- ``len(...) >= 0`` and ``len(...) > -1``: a length always is.
+- ``len(...) >= 0`` and ``len(...) > -1``: a length always is;
+- a discarded ``wait_until(...)`` result (the call as a bare statement): it returns the predicate's last value, so
+  a wait that timed out passes silently; assert it (``assert wait_until(...)``) or use its value;
+- an assert that a value is one of several states: ``x in (A, B)`` / ``{A, B}`` / ``[A, B]`` where every member is
+  an enum-like constant (a name or attribute in UPPER_CASE, ``gpu_pb2.RESIDENCY_COLD``, ``grpc.StatusCode.OK``) or an
+  UPPER_CASE string (``"CANCELLED"``). Listing the outcomes usually lists every settled one, so the assert cannot
+  fail; decide which state is right and assert that. Where two outcomes really are both right (a race the test cannot
+  order, each correct), say why on the assert's line with ``# any-of: <why>`` and the lint accepts it.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -66,11 +74,60 @@ def problem(test: ast.expr) -> str | None:
     return None
 
 
+_STATE_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+ALLOW_ANY_OF = "# any-of:"
+
+
+def _state_like(node: ast.AST) -> bool:
+    """An enum-like constant: ``RESIDENT``, ``gpu_pb2.RESIDENCY_COLD``, ``grpc.StatusCode.OK``, ``"CANCELLED"``."""
+    if isinstance(node, ast.Name):
+        return bool(_STATE_NAME.match(node.id))
+    if isinstance(node, ast.Attribute):
+        return bool(_STATE_NAME.match(node.attr))
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and bool(_STATE_NAME.match(node.value))
+
+
+def any_of_states(test: ast.expr) -> bool:
+    """``x in (A, B, ...)`` over two or more enum-like constants (see the module docstring)."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Compare):
+            for op, right in zip(node.ops, node.comparators, strict=True):
+                if (
+                    isinstance(op, ast.In)
+                    and isinstance(right, (ast.Tuple, ast.Set, ast.List))
+                    and len(right.elts) >= 2
+                    and all(map(_state_like, right.elts))
+                ):
+                    return True
+    return False
+
+
+def _discarded_wait_until(node: ast.AST) -> bool:
+    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
+        return False
+    func = node.value.func
+    return (isinstance(func, ast.Name) and func.id == "wait_until") or (
+        isinstance(func, ast.Attribute) and func.attr == "wait_until"
+    )
+
+
 def check_source(source: str, filename: str = "<source>") -> list[str]:
     found = []
+    lines = source.splitlines()
     for node in ast.walk(ast.parse(source, filename)):
         if isinstance(node, ast.Assert) and (why := problem(node.test)):
             found.append(f"{filename}:{node.lineno}: assert that cannot fail: {why}")
+        elif isinstance(node, ast.Assert) and any_of_states(node.test):
+            text = "\n".join(lines[node.lineno - 1 : node.end_lineno])
+            if ALLOW_ANY_OF not in text:
+                found.append(
+                    f"{filename}:{node.lineno}: assert that may not fail: it accepts any of several states; assert"
+                    f" the right one, or say why each is right with `{ALLOW_ANY_OF} <why>` on its line"
+                )
+        elif _discarded_wait_until(node):
+            found.append(
+                f"{filename}:{node.lineno}: a discarded wait_until(...) result: a wait that timed out passes; assert it"
+            )
     return found
 
 

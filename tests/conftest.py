@@ -96,6 +96,25 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05):
         time.sleep(interval)
 
 
+def engine_steps(fleet: RunningFleet, service: str, **labels) -> float:
+    """``voicefleet_engine_steps_total`` of ``service`` (one per engine step: a sentence, a callback)."""
+    return fleet.metric(service, "voicefleet_engine_steps_total", service=service, **labels)
+
+
+def settled_steps(fleet: RunningFleet, service: str, quiet: float = 0.5, timeout: float = 15.0, **labels) -> float:
+    """``service``'s engine steps once they stop changing for ``quiet`` seconds (the step in flight may finish after
+    a cancel); fails when they never do: the engine kept working."""
+    deadline = time.monotonic() + timeout
+    last = engine_steps(fleet, service, **labels)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = engine_steps(fleet, service, **labels)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"{service}'s engine steps never settled: the engine kept working")
+
+
 def pytest_terminal_summary(terminalreporter):
     """A loud line when the real-Prometheus or real-browser tests did not run: a green run without them proves less."""
     browser = [r for r in terminalreporter.stats.get("skipped", []) if "test_gateway_browser.py" in r.nodeid]

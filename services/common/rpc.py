@@ -93,6 +93,13 @@ def wrap_servicer(service: str, implementation: object, full_name: str) -> objec
     return types.SimpleNamespace(**methods)
 
 
+def _cancelled_code(context) -> grpc.StatusCode:
+    """How a cancelled call ended: DEADLINE_EXCEEDED when its deadline has passed (grpc cancels the handler the same
+    way for both; ``time_remaining()`` is 0 once the deadline is spent), else CANCELLED (the caller went away)."""
+    remaining = context.time_remaining()
+    return grpc.StatusCode.DEADLINE_EXCEEDED if remaining is not None and remaining <= 0 else grpc.StatusCode.CANCELLED
+
+
 def rpc(service: str, method: str, handler, request_streaming: bool):
     """``handler`` (a bound servicer method: a coroutine or an async generator) with voicefleet's error and metric
     handling and its request id (``request_id()``)."""
@@ -142,7 +149,7 @@ def rpc(service: str, method: str, handler, request_streaming: bool):
                         await context.write(item)
                         _last_output = time.monotonic()
             except asyncio.CancelledError:
-                code = grpc.StatusCode.CANCELLED
+                code = _cancelled_code(context)
                 raise
             except grpc.aio.AbortError:
                 code = context.code() or grpc.StatusCode.UNKNOWN
@@ -163,7 +170,7 @@ def rpc(service: str, method: str, handler, request_streaming: bool):
         try:
             return await handler(request, context)
         except asyncio.CancelledError:
-            code = grpc.StatusCode.CANCELLED
+            code = _cancelled_code(context)
             raise
         except grpc.aio.AbortError:
             code = context.code() or grpc.StatusCode.UNKNOWN

@@ -76,8 +76,10 @@ class ModelResidency:
         acquire_timeout_s: float = 120.0,
         max_waiting_requests: int = 8,
         pinned: bool = False,
+        clock: Callable[[], float] = time.monotonic,  # times the swaps; tests pass their own
     ):
         self.service = service
+        self._clock = clock
         self.pinned = pinned
         self.hooks = hooks
         self.lease_enabled = lease_enabled
@@ -110,7 +112,7 @@ class ModelResidency:
                 progress("ready", 1.0)
                 return
             self.state = LOADING
-            t0 = time.monotonic()
+            t0 = self._clock()
             try:
                 if self.lease_enabled:
                     progress("waiting for GPU lease", 0.1)
@@ -129,7 +131,7 @@ class ModelResidency:
                 raise
             self.state = RESIDENT
             self._measure_bytes()
-            elapsed = time.monotonic() - t0
+            elapsed = self._clock() - t0
             self.swap_ins += 1
             self.measured_swap_in_ms = _moving_average(self.measured_swap_in_ms, elapsed * 1000, self.swap_ins)
             metrics.SWAP_SECONDS.labels(self.service, "in").observe(elapsed)
@@ -187,14 +189,14 @@ class ModelResidency:
             if self.state != RESIDENT:
                 return
             self.state = OFFLOADING
-            t0 = time.monotonic()
+            t0 = self._clock()
             await self._idle.wait()  # in-flight requests finish first (new ones wait for the reload)
             await self.hooks.offload()
             if self.lease is not None:
                 await self.lease.close()
                 self.lease = None
             self.state = COLD
-            elapsed = time.monotonic() - t0
+            elapsed = self._clock() - t0
             self.swap_outs += 1
             self.measured_swap_out_ms = _moving_average(self.measured_swap_out_ms, elapsed * 1000, self.swap_outs)
             metrics.SWAP_SECONDS.labels(self.service, "out").observe(elapsed)

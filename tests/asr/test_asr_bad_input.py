@@ -126,12 +126,12 @@ def idle_after(messages):
 def test_idle_stream_ends_with_deadline_exceeded(target, first):
     where, stub = target
     messages = {"nothing": [], "config": [config_msg()], "config+audio": [config_msg(), Req(audio=SILENCE_100MS)]}
-    t0 = time.monotonic()
     with pytest.raises(grpc.RpcError) as err:
         list(stub.StreamingRecognize(idle_after(messages[first]), timeout=20))
+    # The server ended the idle stream itself: its status names the idle timeout (2 s here). The caller's own
+    # deadline (20 s, after the 6 s of silence) would end it as plain "Deadline Exceeded", naming nothing.
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, err.value.details()
     assert "asr.idle_timeout_seconds" in err.value.details()
-    assert time.monotonic() - t0 < 5, "the server must end an idle stream itself (idle timeout 2 s)"
 
 
 def test_stream_over_max_audio_is_resource_exhausted(asr):

@@ -49,10 +49,13 @@ def test_env_overrides_file(tmp_path):
     assert c.cosyvoice_tts.chunking.max_chunk_ms == 100
 
 
-def test_backend_replicas_on_several_nodes_are_one_grpc_target(tmp_path):
+def test_backend_replicas_on_several_nodes_load_as_one_grpc_target_each(tmp_path):
+    # The config keeps each backend's replicas as one gRPC target string, as written (that the router balances over
+    # them is tests/fleet/test_scale_two_nodes.py's business); the malformed ones are in test_bad_values_name_the_field.
     text = "router: {backends: {asr: 'dns:///asr-headless:50054', qwen_tts: 'ipv4:10.0.0.1:50053,10.0.0.2:50053'}}"
     c = load_config(write(tmp_path, text))
     assert c.router.backends["asr"] == "dns:///asr-headless:50054"
+    assert c.router.backends["qwen_tts"] == "ipv4:10.0.0.1:50053,10.0.0.2:50053"
 
 
 def test_explicit_backends_via_env(tmp_path):

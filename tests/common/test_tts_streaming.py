@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import grpc
 import pytest
 
 from services.common.engines import BufferPolicy, TextEvent
 from services.common.text import FirstSegment, IncrementalSegmenter, speech_segments, stream_segments
-from tests.conftest import wait_until
+from tests.conftest import settled_steps, wait_until
 from tests.speech import INTELLIGIBLE, intelligible
 from voice.v1 import synthesizer_pb2 as pb
 
@@ -119,21 +118,6 @@ def test_max_wait_timer_speaks_buffered_words(stub):
     assert replies[0].text_span.end_char == len("Hello there my good friend")
 
 
-def steps(fleet):
-    return fleet.metric("cosyvoice_tts", "voicefleet_engine_steps_total", service="cosyvoice_tts")
-
-
-def settled_steps(fleet, quiet=0.5, timeout=15.0):
-    deadline, last = time.monotonic() + timeout, steps(fleet)
-    while time.monotonic() < deadline:
-        time.sleep(quiet)
-        now = steps(fleet)
-        if now == last:
-            return now
-        last = now
-    raise AssertionError("engine steps never settled: the engine kept working")
-
-
 def test_cancel_through_router_stops_the_backend_engine(cpu_fleet, router_tts):
     def backend(code):
         return cpu_fleet.metric(
@@ -144,7 +128,7 @@ def test_cancel_through_router_stops_the_backend_engine(cpu_fleet, router_tts):
             code=code,
         )
 
-    before_steps, before_cancelled = settled_steps(cpu_fleet), backend("CANCELLED")
+    before_steps, before_cancelled = settled_steps(cpu_fleet, "cosyvoice_tts"), backend("CANCELLED")
     text = " ".join(f"This is sentence number {i} of a long streamed answer." for i in range(30))
     requests = iter([config(), *[delta(w) for w in word_deltas(text)], pb.StreamingSynthesizeRequest(end_of_text=True)])
     call = router_tts.StreamingSynthesize(requests, timeout=60)
@@ -159,7 +143,7 @@ def test_cancel_through_router_stops_the_backend_engine(cpu_fleet, router_tts):
             == 0
         )
     )
-    after = settled_steps(cpu_fleet)
+    after = settled_steps(cpu_fleet, "cosyvoice_tts")
     assert after - before_steps <= 3, f"{after - before_steps} engine steps ran for a cancelled stream of 30"
 
 

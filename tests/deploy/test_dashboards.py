@@ -336,7 +336,9 @@ def run_mixed_load(fleet) -> None:
             time.sleep(15)
         finally:
             os.kill(moss.pid, signal.SIGCONT)
-        wait_until(lambda: fleet.metric("router", "voicefleet_router_backend_routable", backend="moss_sts") == 1, 60)
+        assert wait_until(
+            lambda: fleet.metric("router", "voicefleet_router_backend_routable", backend="moss_sts") == 1, 60
+        ), "moss_sts was not routable again after it woke up"
         time.sleep(10)
         stop.set()
         for t in threads:

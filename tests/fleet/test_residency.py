@@ -80,23 +80,29 @@ def test_both_models_are_served_by_taking_turns(shared_card):
 def test_swap_times_are_measured_moving_averages_and_the_lease_asks_with_them():
     import asyncio
 
-    from services.residency.model_residency import ModelResidency, ResidencyHooks
+    from services.residency.model_residency import SWAP_AVERAGE_WEIGHT, ModelResidency, ResidencyHooks
 
+    # An injected clock: each load takes the next of these seconds, each offload 20 ms, exactly.
+    now = [0.0]
     load_s = [0.05, 0.25, 0.25]
 
     async def load():
-        await asyncio.sleep(load_s.pop(0))
+        now[0] += load_s.pop(0)
 
     async def offload():
-        await asyncio.sleep(0.02)
+        now[0] += 0.02
 
     hooks = ResidencyHooks(load, load, offload, lambda: 0, "test", "test-model", lambda: "cpu")
-    residency = ModelResidency("svc", hooks, lease_enabled=False, swap_in_ms=9000, swap_out_ms=7000)
+    residency = ModelResidency(
+        "svc", hooks, lease_enabled=False, swap_in_ms=9000, swap_out_ms=7000, clock=lambda: now[0]
+    )
+    # Before any swap, a lease asks with the configured guesses.
+    assert (residency.lease_swap_in_ms(), residency.lease_swap_out_ms()) == (9000, 7000)
 
     async def cycle():
         await residency.load()
-        assert residency.lease_swap_in_ms() != 9000  # measured replaces the configured guess after one load
         first = residency.status().swap_in_ms
+        assert residency.lease_swap_in_ms() == first  # measured replaces the configured guess after one load
         await residency.offload("test")
         await residency.load()
         await residency.offload("test")
@@ -104,10 +110,14 @@ def test_swap_times_are_measured_moving_averages_and_the_lease_asks_with_them():
         return first, residency.status()
 
     first, final = asyncio.run(cycle())
-    assert 40 <= first < 200, first
-    # Two slower reloads pull the average towards 250 ms without jumping to it.
-    assert first < final.swap_in_ms < 250 and final.swap_ins == 3
-    assert 15 <= final.swap_out_ms < 200 and residency.lease_swap_out_ms() == final.swap_out_ms
+    assert first == 50
+    # Two 250 ms reloads pull the average towards 250 ms without jumping to it (the documented moving average).
+    w = SWAP_AVERAGE_WEIGHT
+    assert final.swap_in_ms == round((1 - w) * ((1 - w) * 50 + w * 250) + w * 250) and final.swap_ins == 3
+    assert 50 < final.swap_in_ms < 250
+    assert final.swap_out_ms == 20 and residency.swap_outs == 2
+    # What a lease asks with is what was measured.
+    assert (residency.lease_swap_in_ms(), residency.lease_swap_out_ms()) == (final.swap_in_ms, final.swap_out_ms)
 
 
 def test_model_control_load_streams_progress_and_offload_frees_the_card(shared_card):

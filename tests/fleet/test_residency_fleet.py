@@ -134,9 +134,17 @@ def test_asr_and_moss_sts_take_turns_under_four_callers(card):
     # They really took turns: each was loaded back at least once more during the calls.
     for name in ("asr", "moss_sts"):
         assert swaps_in(card, name) > swaps_before[name], name
-        s = model_status(card, name)
-        assert s.declared_bytes == {"asr": 6, "moss_sts": 8}[name] * GB
-        assert s.residency in (gpu_pb2.RESIDENCY_RESIDENT, gpu_pb2.RESIDENCY_COLD)
+        assert model_status(card, name).declared_bytes == {"asr": 6, "moss_sts": 8}[name] * GB
+    # Settled, the card holds exactly one of them (6 + 8 GiB do not fit in 10): the last one served stays resident
+    # (nothing revokes it), the other was revoked to make room for it and is cold; the lease table says the same.
+    states = {name: model_status(card, name).residency for name in ("asr", "moss_sts")}
+    resident = [name for name, state in states.items() if state == gpu_pb2.RESIDENCY_RESIDENT]
+    assert len(resident) == 1, states
+    (cold,) = {"asr", "moss_sts"} - set(resident)
+    assert states[cold] == gpu_pb2.RESIDENCY_COLD, states
+    with card.channel("router") as ch:
+        table = gpu_pb2_grpc.GpuLeasesStub(ch).ListLeases(gpu_pb2.ListLeasesRequest(), timeout=10)
+    assert {lease.holder for lease in table.leases} - {"cosyvoice_tts"} == set(resident), (table, states)
 
 
 def one_turn(channel, speech: bytes) -> str:

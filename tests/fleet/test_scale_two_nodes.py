@@ -182,5 +182,6 @@ def test_a_dead_node_is_dropped_by_both_routers(cluster):
         backend = next(b for b in status.backends if b.name == "cosyvoice_tts")
         assert backend.health == fleet_pb2.BACKEND_HEALTH_SERVING, backend
         log = router.fleet.members["router"].log_path
-        wait_until(lambda log=log: "does not answer" in log.read_text(), timeout=10)
+        # The router says which lease authority went silent, by its address.
+        assert wait_until(lambda log=log: "does not answer" in log.read_text(), timeout=10), log.read_text()[-2000:]
         assert dead.address("lease_authority") in log.read_text()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import threading
 
 import pytest
 
@@ -15,6 +16,7 @@ from services.common.engines import SynthesisOptions
 from services.common.errors import InvalidArgument, NotFound
 from services.common.tts_servicer import VOICE_ID_RE
 from services.engines import qwen_presets as presets
+from services.engines.espeak import Espeak
 from services.engines.espeak_engine import EspeakTtsEngine
 from tests.speech import speech_like
 
@@ -91,24 +93,47 @@ async def test_same_input_gives_identical_pcm(engine):
     assert seed_1 != seed_7 and len(seed_1) == len(seed_7), "another seed gives other noise at the same length"
 
 
+class HeldSteps:
+    """Wraps the engine's step counter (its sink calls ``inc()`` on the espeak thread, once per callback) and holds
+    the espeak thread inside callback ``hold_at`` until released: the test orders its cancel before espeak's next
+    callback, with no clock."""
+
+    def __init__(self, counter, hold_at: int):
+        self.counter, self.hold_at = counter, hold_at
+        self.calls = 0
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def inc(self, amount: float = 1) -> None:
+        self.calls += 1
+        self.counter.inc(amount)
+        if self.calls == self.hold_at:
+            self.held.set()
+            self.release.wait(30)
+
+
 async def test_cancel_stops_espeak_within_one_callback(engine):
     before = steps(engine)
     full, _ = await speak(engine, LONG_SENTENCE, voice="en-US")
     full_steps = steps(engine) - before
     assert full_steps > 5000  # about eight minutes of audio in 60 ms callbacks
 
-    before = steps(engine)
-    agen = engine.synthesize(LONG_SENTENCE, SynthesisOptions(voice="en-US"))
-    first = await agen.__anext__()
-    await agen.aclose()
-    await asyncio.sleep(0.3)
-    cancelled_steps = steps(engine) - before
-    # espeak runs ~300x real time on its own thread, so it got ahead of us by what it did while we took the first
-    # piece and closed (a few ms, more on a loaded machine); then its next callback returned 1. Far from the end:
-    assert cancelled_steps < full_steps / 4, (cancelled_steps, full_steps)
+    counter = engine._steps
+    held = engine._steps = HeldSteps(counter, hold_at=2)
+    loop = asyncio.get_running_loop()
+    try:
+        agen = engine.synthesize(LONG_SENTENCE, SynthesisOptions(voice="en-US"))
+        first = await agen.__anext__()  # callback 1's audio; espeak is held inside callback 2
+        assert await loop.run_in_executor(None, held.held.wait, 30)
+        await agen.aclose()  # sets the job's cancel flag
+        held.release.set()
+        # espeak runs its jobs one at a time on one thread: this no-op runs once the cancelled job has ended.
+        await loop.run_in_executor(Espeak.thread, lambda: None)
+    finally:
+        engine._steps = counter
+    # Callback 2 was under way when the cancel came; callback 3 saw the flag and returned 1: espeak stopped there.
+    assert held.calls == 2, (held.calls, full_steps)
     assert len(first.pcm) > 0
-    await asyncio.sleep(0.3)
-    assert steps(engine) - before == cancelled_steps, "espeak kept working after the cancel"
 
 
 async def test_task_cancel_while_waiting_also_stops(engine):

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from services.common import audio
-from tests.conftest import start_fleet, wait_until
+from tests.conftest import engine_steps, start_fleet, wait_until
+from tests.conftest import settled_steps as settled
 from tests.speech import INTELLIGIBLE, intelligible, speech_like
 from voice.v1 import audio_pb2, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
@@ -201,19 +202,11 @@ def test_register_voice_is_refused_honestly(router, direct, target):
 
 
 def steps(fleet) -> float:
-    return fleet.metric("qwen_tts", "voicefleet_engine_steps_total", service="qwen_tts", engine="espeak")
+    return engine_steps(fleet, "qwen_tts", engine="espeak")
 
 
-def settled_steps(fleet, quiet: float = 0.4, timeout: float = 10.0) -> float:
-    deadline = time.monotonic() + timeout
-    last = steps(fleet)
-    while time.monotonic() < deadline:
-        time.sleep(quiet)
-        now = steps(fleet)
-        if now == last:
-            return now
-        last = now
-    raise AssertionError("espeak steps never settled: the engine kept working")
+def settled_steps(fleet) -> float:
+    return settled(fleet, "qwen_tts", quiet=0.4, timeout=10.0, engine="espeak")
 
 
 def qwen_codes(fleet) -> dict[str, float]:

@@ -49,8 +49,13 @@ class VllmOmniDouble:
 
     def __init__(self, chunk_delay: float = 0.0):
         self.chunk_delay = chunk_delay
+        # Lockstep: with hold_after set, the double sends that many chunks of a stream, then waits for `release`
+        # before the rest (a test orders its cancel before the sidecar's next write, no clock involved).
+        self.hold_after: int | None = None
+        self.release = threading.Event()
         self.requests: list[dict] = []
         self.chunks_sent = 0
+        self.chunks_total = 0  # chunks each stream would have had, summed
         self.disconnects = 0
         self.fail_with: str | None = None  # "http500" | "midstream" | "no_done"
         self.odd_split = False
@@ -118,8 +123,11 @@ class VllmOmniDouble:
                     end = min(len(pcm), pos + size) + (1 if double.odd_split and pos + size < len(pcm) else 0)
                     bounds.append((pos, end))
                     pos, size = end, STEADY_FRAMES * FRAME * 2
+                double.chunks_total += len(bounds)
                 try:
                     for i, (a, b) in enumerate(bounds):
+                        if double.hold_after is not None and i == double.hold_after:
+                            double.release.wait(30)
                         if double.fail_with == "midstream" and i == 1:
                             self._event(
                                 "speech.audio.error", {"type": "speech.audio.error", "error": {"message": "boom"}}
@@ -270,17 +278,22 @@ async def test_long_text_is_streamed_in_order(double):
 
 async def test_cancel_closes_the_http_stream_and_the_sidecar_stops_sending(double):
     engine = await started(double.url)
-    double.chunk_delay = 0.05
     try:
         text = "word " * 400  # 1000 frames: 41 chunks
-        sent_before = double.chunks_sent
+        sent_before, total_before = double.chunks_sent, double.chunks_total
+        double.hold_after = 1  # the sidecar sends the first chunk, then waits until the client has gone
         agen = engine.synthesize(text, SynthesisOptions(voice="Ryan"))
         await agen.__anext__()
         await agen.aclose()
-        await asyncio.sleep(0.6)
+        double.release.set()  # the sidecar goes on writing: to a closed connection
+        for _ in range(100):  # its next writes fail: it counts the disconnect and stops
+            if double.disconnects:
+                break
+            await asyncio.sleep(0.05)
         assert double.disconnects == 1, "the sidecar saw the client go away"
-        sent = double.chunks_sent - sent_before
-        assert sent < 10, f"the sidecar kept streaming {sent} chunks"
+        sent, total = double.chunks_sent - sent_before, double.chunks_total - total_before
+        # The held first chunk, and at most the one write the kernel took before the peer's reset: not the 41.
+        assert total == 41 and sent <= 2, f"the sidecar streamed {sent} of {total} chunks for a cancelled call"
     finally:
         await engine.close()
 
