@@ -487,24 +487,29 @@ def step_tiny_cosyvoice3() -> dict:
     return {"torch": torch.__version__, **_verdict(probe.tiny_cosyvoice3_offload("cuda", stream=True))}
 
 
-# What the vLLM-Omni sidecar would need to start with dummy weights (not verified on a card: see docs/gpu-smoke.md).
+# What the vLLM-Omni sidecar needs to start without the hub, read from vllm-omni 0.30.0's Qwen3-TTS code (not run).
+# load_format dummy is supported for Qwen3-TTS (its talker builds the speaker encoder eagerly for that), but before
+# any weight its stages read files of a checkpoint directory.
 VLLM_OMNI_NEEDS = (
-    "the qwen_tts_vllm_omni stack venv (vllm 0.30.0 + vllm-omni 0.30.0, torch 2.13: CUDA 13, driver >= 580) and"
-    " a Qwen3-TTS-12Hz CustomVoice checkpoint directory's non-weight files (config.json with talker_config and"
-    " the speech tokenizer's config, tokenizer files of its Qwen2 tokenizer, preprocessor/generation config):"
-    " vllm-omni's stages read them before any weight, so --load-format dummy cannot stand in for them, and they"
-    " come only from the hub"
+    "the qwen_tts_vllm_omni venv (vllm 0.30.0 + vllm-omni 0.30.0 on torch 2.13: CUDA 13, driver >= 580) and, with"
+    " --load-format dummy, these non-weight files of a Qwen3-TTS-12Hz CustomVoice checkpoint directory:"
+    " config.json (Qwen3TTSConfig: talker_config, speaker_encoder_config), speech_tokenizer/config.json"
+    " (Qwen3TTSTokenizerV2Config, read by the talker's encoder and by Code2Wav's decoder),"
+    " speech_tokenizer/preprocessor_config.json (AutoFeatureExtractor), and the Qwen2 text tokenizer"
+    " (AutoTokenizer: tokenizer_config.json, vocab.json, merges.txt); tiny versions written from qwen-tts's"
+    " config classes are not written yet"
 )
 
 
 def step_vllm_omni() -> dict:
+    """Not written: the sidecar with dummy weights still needs a checkpoint's config and tokenizer files."""
     try:
         import vllm_omni  # noqa: F401
     except ImportError:
         raise Skip("no stack: vllm-omni is not in this Python; needs " + VLLM_OMNI_NEEDS) from None
     if card() is None:
         raise Skip("no card: NVML finds none; needs " + VLLM_OMNI_NEEDS)
-    raise Skip("not run: needs " + VLLM_OMNI_NEEDS)
+    raise Skip("not written: needs " + VLLM_OMNI_NEEDS)
 
 
 # name -> (function, the Python it runs in: "fleet" (this venv), "torch" (any with torch), or a GPU stack's venv)
@@ -570,7 +575,8 @@ def run_step(name: str, timeout_s: float, scratch: Path) -> dict:
             return {
                 "status": "skipped",
                 "why": f"no stack: no {stack} venv at {where.relative_to(ROOT)} nor GPU_SMOKE_{stack.upper()}_PYTHON"
-                f" (make check-gpu-stacks STACKS={stack})",
+                f" (make check-gpu-stacks STACKS={stack})"
+                + ("; it needs " + VLLM_OMNI_NEEDS if name == "vllm_omni" else ""),
             }
         paths.append(str(plugin_dist_info(scratch / "plugin")))  # vLLM finds the plugin in its every process
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
