@@ -102,7 +102,7 @@ def step_asr() -> dict:
         preload_cuda_libraries()
         import ctranslate2
     except ImportError as e:
-        raise Skip(f"faster-whisper/ctranslate2 not importable ({e}): make install") from None
+        raise Skip(f"no stack: faster-whisper/ctranslate2 not importable ({e}): make install") from None
     if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
         raise Skip(
             "no card: CTranslate2 sees no CUDA device (driver, or cuBLAS/cuDNN from services/asr/requirements-gpu.txt)"
@@ -344,6 +344,31 @@ def engine_core_children() -> list[int]:
     return out
 
 
+def stream_tokens(engine, lm, torch, hidden: int, inference_wrapper) -> list[dict]:
+    """Two requests (32 and 64 tokens) through CosyVoice's token loop; random prompt embeddings stand in for the
+    text and prompt speech (dummy weights: the tokens are noise, their count and timing are the point)."""
+    import uuid
+
+    runs = []
+    for max_len in (32, 64):
+        lm_input = torch.randn(1, 24, hidden, device="cuda")
+        t1 = time.monotonic()
+        times, tokens = [], []
+        # min_len = max_len: the stop tokens are masked until then, so each request streams exactly max_len
+        for token in inference_wrapper(lm, lm_input, 25, max_len, max_len, uuid.uuid4().hex):
+            times.append(time.monotonic() - t1)
+            tokens.append(int(token))
+        runs.append(
+            {
+                "tokens": len(tokens),
+                "first_token_s": round(times[0], 4) if times else None,
+                "tokens_per_s": round(len(tokens) / times[-1], 1) if times else None,
+                "below_stop_tokens": all(0 <= t < SPEECH_TOKENS for t in tokens),
+            }
+        )
+    return runs
+
+
 def step_vllm_cosyvoice() -> dict:
     """vLLM 0.11 with load_format="dummy" on a tiny CosyVoice2ForCausalLM, through what the engine uses: the
     voicefleet_cosyvoice3 plugin (loaded by vLLM in its engine core process), CosyVoice2Model.load_vllm's engine
@@ -362,8 +387,8 @@ def step_vllm_cosyvoice() -> dict:
             f"no stack: no CosyVoice checkout (GPU_STACK_REPO={repo}): make check-gpu-stacks STACKS=cosyvoice_tts"
         )
     import tempfile
+    import threading
     import types
-    import uuid
 
     from services.cosyvoice_tts import vllm_plugin
 
@@ -380,7 +405,7 @@ def step_vllm_cosyvoice() -> dict:
 
     load_general_plugins()  # as the engine's _import_library does; vLLM does it again in each process it starts
     if vllm_plugin.ARCH not in ModelRegistry.get_supported_archs():
-        raise Skip("the voicefleet_cosyvoice3 entry point is not installed in this venv (pip install --no-deps -e .)")
+        raise Skip("no stack: vLLM did not load the voicefleet_cosyvoice3 entry point (pip install --no-deps -e .)")
     total = torch.cuda.get_device_properties(0).total_memory
     fraction = vllm_memory_fraction(total)
     model_dir = write_vllm_model_dir(Path(tempfile.mkdtemp()) / "vllm")
@@ -397,40 +422,32 @@ def step_vllm_cosyvoice() -> dict:
         )
     )
     start_s = time.monotonic() - t0
+    # SyncMPClient: the engine core (and the model, built from the registered class) lives in another process
+    client = type(engine.engine_core).__name__
     children = engine_core_children()
     config = cosyvoice_lm_config()
     lm = types.SimpleNamespace(  # what inference_wrapper reads of a Qwen2LM once load_vllm ran
         vllm=engine,
-        lock=__import__("threading").Lock(),
+        lock=threading.Lock(),
         vllm_output_queue={},
         stop_token_ids=[SPEECH_TOKENS + i for i in range(200)],
     )
-    runs = []
-    for max_len in (32, 64):
-        lm_input = torch.randn(1, 24, config["hidden_size"], device="cuda")
-        t1 = time.monotonic()
-        times, tokens = [], []
-        for token in Qwen2LM.inference_wrapper(lm, lm_input, 25, max_len, max_len, uuid.uuid4().hex):
-            times.append(time.monotonic() - t1)
-            tokens.append(int(token))
-        runs.append(
-            {
-                "tokens": len(tokens),
-                "first_token_s": round(times[0], 4) if times else None,
-                "tokens_per_s": round(len(tokens) / times[-1], 1) if times else None,
-                "in_range": all(0 <= t < SPEECH_TOKENS for t in tokens),
-            }
-        )
+    try:
+        runs = stream_tokens(engine, lm, torch, config["hidden_size"], Qwen2LM.inference_wrapper)
+        used = used_bytes()  # the card with the engine up (its share, CUDA graphs, both processes' contexts)
+    finally:
+        engine.engine_core.shutdown()
     return {
         "vllm": vllm.__version__,
         "torch": torch.__version__,
         "architecture": vllm_plugin.ARCH,
         "gpu_memory_utilization": fraction,
         "engine_start_s": round(start_s, 1),
-        "engine_core_processes": children,
-        "class_resolved_in_engine_core": bool(children) and all(r["tokens"] for r in runs),
+        "engine_core_client": client,
+        "child_processes": children,
+        "class_resolved_in_engine_core": client == "SyncMPClient" and all(r["tokens"] for r in runs),
         "runs": runs,
-        "nvml_used_bytes": used_bytes(),
+        "nvml_used_bytes_engine_up": used,
     }
 
 
@@ -472,8 +489,11 @@ def step_tiny_qwen_tts() -> dict:
 
 
 def step_tiny_cosyvoice3() -> dict:
-    """CosyVoice's CosyVoice3Model of tiny random modules on CUDA through CosyVoice3Engine: streamed (the
-    library's chunked token2wav), offload, reload, the same utterance with the same seed: the same samples."""
+    """CosyVoice's CosyVoice3Model of tiny random modules on CUDA through CosyVoice3Engine: offload, reload, the same
+    utterance with the same seed gives the same samples; once whole (``tts(stream=False)``: the LM thread ends
+    before the flow and HiFT run) and once streamed (``stream=True``, as the engine runs it: chunked token2wav while
+    the LM thread still samples). On CUDA both draw from one generator, in an order that depends on timing when
+    streamed: a mismatch there alone is that, not the offload."""
     torch = _torch_on_card("cosyvoice_tts")
     repo = cosyvoice_repo()
     if repo is None or not (repo / "cosyvoice").is_dir():
@@ -484,7 +504,9 @@ def step_tiny_cosyvoice3() -> dict:
 
     sys.path[:0] = vllm_plugin.repo_paths(str(repo))
     probe = probe_module()
-    return {"torch": torch.__version__, **_verdict(probe.tiny_cosyvoice3_offload("cuda", stream=True))}
+    whole = _verdict(probe.tiny_cosyvoice3_offload("cuda", stream=False))
+    streamed = _verdict(probe.tiny_cosyvoice3_offload("cuda", stream=True))
+    return {"torch": torch.__version__, "ok": whole["ok"], "whole": whole, "streamed": streamed}
 
 
 # What the vLLM-Omni sidecar needs to start without the hub, read from vllm-omni 0.30.0's Qwen3-TTS code (not run).
