@@ -203,6 +203,11 @@ def tiny_cosyvoice3_offload(device: str = "cpu", stream: bool = False) -> str:
 
     def speak() -> np.ndarray:
         set_all_random_seed(5)  # what the engine does before each segment
+        # streamed: the random LM stops after ~20 tokens, under the library's first hop (25 + 3 lookahead); a hop
+        # of 5 (growing to 10) makes its chunked token2wav yield several pieces. Reset each time: the library grows
+        # the hop per chunk and never resets it (the engine resets it per segment).
+        if stream:
+            model.token_hop_len, model.token_max_hop_len = 5, 10
         voice = engine._model.frontend.spk2info["v"]
         pieces = [o["tts_speech"].cpu() for o in model.tts(text=text, stream=stream, **voice)]
         chunks.append(len(pieces))
