@@ -219,9 +219,9 @@ def step_torch_offload() -> dict:
     try:
         import torch
     except ImportError:
-        raise Skip("torch is not in this Python (the runner gives this step a GPU stack's venv)") from None
+        raise Skip("no stack: torch is not in this Python (the runner gives this step a GPU stack's venv)") from None
     if not torch.cuda.is_available():
-        raise Skip(f"torch {torch.__version__} sees no CUDA device")
+        raise Skip(f"no card: torch {torch.__version__} sees no CUDA device")
     from services.residency.torch_offload import HostOffload, host_to_device_bytes_per_s
 
     out = {"torch": torch.__version__, "h2d_bytes_per_s": host_to_device_bytes_per_s("cuda:0"), "sizes": {}}
