@@ -65,7 +65,7 @@ check-gpu-stacks:  ## install each GPU stack into build/gpu-stacks/venvs (CPU is
 test-gpu: check-gpu-stacks  ## GPU smoke: each stack's GPU tests in its own venv; every skip says why
 	$(PYTHON) scripts/gpu_stacks.py test $(STACKS)
 
-gpu-smoke: install  ## first contact with a CUDA card, no weights, no hub: asr on CUDA, torch_offload 1/4/8 GiB -> bench/results/gpu/<card>/ (every step skips saying why without a card)
+gpu-smoke: install  ## first contact with a CUDA card, no weights, no hub: asr over gRPC on CUDA, torch_offload 1/4/8 GiB, vLLM dummy CosyVoice LM, tiny TTS models -> bench/results/gpu/<card>/ (every step skips saying why without a card or stack)
 	$(BIN)/python -m bench.gpu_smoke
 
 compose-test: install  ## build every CPU image, run deploy/compose.yaml in Docker: speak, transcribe, converse, crash+failover

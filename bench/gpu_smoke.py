@@ -6,13 +6,20 @@ that has its libraries: the fleet's venv for CTranslate2, a GPU stack's venv (bu
 the report says why. The report: bench/results/gpu/<card>/smoke.json and smoke.md.
 
 Steps (issue 25):
-  asr          the asr GPU engine (faster-whisper / CTranslate2) on CUDA with the weights the wheels ship
-               (whisper tiny.en and base), in process: WER on the evaluation sentences (piper joe), RTF, SPEECH_END
-               -> final, offload -> reload with the card's used memory (NVML) before, between and after.
+  asr          the asr service with its GPU engine (faster-whisper / CTranslate2) on CUDA and the weights the wheels
+               ship (whisper tiny.en and base), started with a router (its lease authority) as `voicefleet up` does;
+               the evaluation sentences (piper joe) streamed over gRPC: WER, RTF, SPEECH_END -> final; then
+               ModelControl Offload and Load with the card's used memory (NVML) before, loaded, offloaded, reloaded.
   torch_offload  services/residency/torch_offload.py with 1, 4 and 8 GiB of real tensors: offload and reload
                seconds against bytes / measured pinned H2D bandwidth (goal <= 1.5x), page-locked host bytes,
                memory_reserved after offload.
-  vllm_cosyvoice, tiny_tts, vllm_omni: not written yet; each says what it needs.
+  vllm_cosyvoice  (cosyvoice_tts venv) vLLM 0.11 with load_format="dummy" on a tiny CosyVoice2ForCausalLM config
+               written here, the class registered by the voicefleet_cosyvoice3 plugin in vLLM's engine core process,
+               tokens streamed by CosyVoice's own Qwen2LM.inference_wrapper: time to first token, tokens/s.
+  tiny_qwen_tts, tiny_cosyvoice3  (qwen_tts / cosyvoice_tts venvs) tiny random models of each library's own classes
+               (scripts/gpu_stack_probe.py builds them) on CUDA through the engines' offload/reload: generate (CosyVoice
+               streamed), offload, reload, the same seed gives the same samples.
+  vllm_omni    not run: what the sidecar needs without the hub is written in the skip (VLLM_OMNI_NEEDS).
 
 `python -m bench.gpu_smoke` runs all; `python -m bench.gpu_smoke --step NAME` runs one step here and prints its JSON.
 GPU_SMOKE_ASR_DEVICE=cpu runs the asr step's code on CPU (a check of the code itself, not a GPU result: the report
@@ -86,7 +93,8 @@ class Skip(Exception):
 
 
 def step_asr() -> dict:
-    """The asr GPU engine with the wheels' whisper models, in process (not yet through the gRPC service)."""
+    """The asr service (GPU engine) over gRPC on loopback, with the wheels' whisper models, behind a router that
+    grants its lease."""
     device = os.environ.get("GPU_SMOKE_ASR_DEVICE", "cuda")
     try:
         from services.engines.asr.gpu_engine import preload_cuda_libraries
@@ -94,86 +102,116 @@ def step_asr() -> dict:
         preload_cuda_libraries()
         import ctranslate2
     except ImportError as e:
-        raise Skip(f"faster-whisper/ctranslate2 not importable ({e}): make install") from None
+        raise Skip(f"no stack: faster-whisper/ctranslate2 not importable ({e}): make install") from None
     if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
-        raise Skip("CTranslate2 sees no CUDA device (driver, or cuBLAS/cuDNN from services/asr/requirements-gpu.txt)")
-    return asyncio.run(_asr(device))
-
-
-async def _asr(device: str) -> dict:
+        raise Skip(
+            "no card: CTranslate2 sees no CUDA device (driver, or cuBLAS/cuDNN from services/asr/requirements-gpu.txt)"
+        )
     from bench import evaluation as ev
-    from services.common.config.asr import AsrGpuConfig, AsrServiceConfig
-    from services.common.engines import RESULT, SPEECH_END, RecognitionOptions
-    from services.engines.asr.gpu_engine import GpuAsrEngine
     from services.engines.asr.models import base_model_dir, tiny_en_dir
 
     speakers = ev.Speakers()
-    await speakers.start()
     texts = list(ev.SENTENCES[:6])
-    speech = [(t, *(await speakers.say("joe", t))) for t in texts]
-    stream = ev.padded_stream(speech, 16000)
-    await speakers.close()
+
+    async def say():
+        await speakers.start()
+        try:
+            return [(t, *(await speakers.say("joe", t))) for t in texts]
+        finally:
+            await speakers.close()
+
+    stream = ev.padded_stream(asyncio.run(say()), 16000)
     out = {"device": device, "audio_s": round(stream.seconds, 2), "sentences": len(texts), "models": {}}
     for name, model_dir in (("tiny.en", tiny_en_dir()), ("base", base_model_dir())):
-        gpu = AsrGpuConfig(
-            model_dir=str(model_dir),
-            device=device,
-            compute_type="float16" if device == "cuda" else "int8",
-            num_workers=1,
-        )
-        engine = GpuAsrEngine("gpu_smoke", AsrServiceConfig(port=1, engine="gpu", gpu=gpu))
-        before_load = used_bytes()
-        await engine.start()
-        try:
-            t0 = time.monotonic()
-            events, times = [], []
-            s = await engine.open_stream(RecognitionOptions(language="en", interim_results=True))
-
-            async def consume(s=s, events=events, times=times):
-                async for event in s.events():
-                    events.append(event)
-                    times.append(time.monotonic())
-
-            task = asyncio.create_task(consume())
-            for i in range(0, len(stream.pcm), 3200):  # as fast as it takes them: RTF is compute, not real time
-                await s.feed(stream.pcm[i : i + 3200])
-            await s.finish()
-            await task
-            await s.close()
-            wall = time.monotonic() - t0
-            finals = [
-                (e.result.transcript, t)
-                for e, t in zip(events, times, strict=True)
-                if e.kind == RESULT and e.result.is_final
-            ]
-            ends = [t for e, t in zip(events, times, strict=True) if e.kind == SPEECH_END]
-            end_to_final = [round(f - e, 3) for e, (_, f) in zip(ends, finals, strict=False)]
-            loaded = used_bytes()
-            t1 = time.monotonic()
-            await engine.offload()
-            offload_s = time.monotonic() - t1
-            between = used_bytes()
-            t1 = time.monotonic()
-            await engine.reload()
-            reload_s = time.monotonic() - t1
-            after = used_bytes()
-            out["models"][name] = {
-                "wer": round(ev.wer(texts, [f for f, _ in finals]), 3),
-                "finals": [f for f, _ in finals],
-                "rtf": round(wall / stream.seconds, 3),
-                "speech_end_to_final_s": end_to_final,
-                "offload_s": round(offload_s, 3),
-                "reload_s": round(reload_s, 3),
-                "nvml_used_bytes": {
-                    "before_load": before_load,
-                    "loaded": loaded,
-                    "offloaded": between,
-                    "reloaded": after,
-                },
-            }
-        finally:
-            await engine.close()
+        out["models"][name] = asr_over_grpc(device, str(model_dir), texts, stream)
     return out
+
+
+def asr_config(device: str, model_dir: str) -> dict:
+    """The asr section of the smoke's fleet config: the GPU engine on ``device`` with ``model_dir``."""
+    compute = "float16" if device.startswith("cuda") else "int8"
+    return {
+        "engine": "gpu",
+        "gpu": {"model_dir": model_dir, "device": device, "compute_type": compute, "num_workers": 1},
+    }
+
+
+def asr_over_grpc(device: str, model_dir: str, texts: list[str], stream) -> dict:
+    """asr + router (the lease authority of one card) as `voicefleet up` starts them; the fixtures streamed over
+    gRPC as fast as the service takes them (RTF is compute, not real time); then ModelControl Offload and Load,
+    with NVML's used memory read before the fleet starts, loaded, offloaded and reloaded."""
+    import tempfile
+
+    import grpc
+
+    from bench import evaluation as ev
+    from services.cli.fleet import LocalFleet
+    from voice.v1 import gpu_pb2, gpu_pb2_grpc, recognizer_pb2, recognizer_pb2_grpc
+
+    before_start = used_bytes()
+    with tempfile.TemporaryDirectory() as tmp:
+        fleet = LocalFleet.on_free_ports(Path(tmp), services=("asr", "router"), asr=asr_config(device, model_dir))
+        try:
+            with grpc.insecure_channel(fleet.config.asr.address) as channel:
+                control = gpu_pb2_grpc.ModelControlStub(channel)
+                started = control.GetModelStatus(gpu_pb2.GetModelStatusRequest(), timeout=30).status
+                started_used = used_bytes()
+                finals, end_to_final, vad_ends = [], [], []
+                ended_at = None
+                t0 = time.monotonic()
+                requests = ev.requests(stream.pcm, stream.rate, ev.config(stream.rate, interim=True))
+                recognizer = recognizer_pb2_grpc.RecognizerStub(channel)
+                for reply in recognizer.StreamingRecognize(requests, timeout=600):
+                    now = time.monotonic()
+                    if reply.WhichOneof("event") == "vad":
+                        if reply.vad.kind == recognizer_pb2.VadEvent.KIND_SPEECH_END:
+                            ended_at = now
+                            vad_ends.append(now)
+                        continue
+                    if reply.result.is_final:
+                        finals.append(reply.result.transcript)
+                        if ended_at is not None:
+                            end_to_final.append(round(now - ended_at, 3))
+                            ended_at = None
+                wall = time.monotonic() - t0
+                status = control.GetModelStatus(gpu_pb2.GetModelStatusRequest(), timeout=30).status
+                loaded = used_bytes()
+                t1 = time.monotonic()
+                offloaded = control.Offload(gpu_pb2.OffloadRequest(reason="gpu smoke"), timeout=120).status
+                offload_s = time.monotonic() - t1
+                between = used_bytes()
+                t1 = time.monotonic()
+                reloaded = None
+                for progress in control.Load(gpu_pb2.LoadRequest(), timeout=300):
+                    reloaded = progress.status
+                reload_s = time.monotonic() - t1
+                after = used_bytes()
+        finally:
+            fleet.stop()
+    residency = gpu_pb2.Residency.Name
+    return {
+        "wer": round(ev.wer(texts, finals), 3) if finals else None,
+        "finals": finals,
+        "speech_ends": len(vad_ends),
+        "rtf": round(wall / stream.seconds, 3),
+        "speech_end_to_final_s": end_to_final,
+        "offload_s": round(offload_s, 3),
+        "reload_s": round(reload_s, 3),
+        "model_status": {
+            "device": status.device,
+            "started": [residency(started.residency), started.resident_bytes],
+            "loaded": [residency(status.residency), status.resident_bytes],
+            "offloaded": [residency(offloaded.residency), offloaded.resident_bytes],
+            "reloaded": [residency(reloaded.residency), reloaded.resident_bytes] if reloaded else None,
+        },
+        "nvml_used_bytes": {
+            "before_start": before_start,
+            "started": started_used,
+            "loaded": loaded,
+            "offloaded": between,
+            "reloaded": after,
+        },
+    }
 
 
 def step_torch_offload() -> dict:
@@ -181,9 +219,9 @@ def step_torch_offload() -> dict:
     try:
         import torch
     except ImportError:
-        raise Skip("torch is not in this Python (the runner gives this step a GPU stack's venv)") from None
+        raise Skip("no stack: torch is not in this Python (the runner gives this step a GPU stack's venv)") from None
     if not torch.cuda.is_available():
-        raise Skip(f"torch {torch.__version__} sees no CUDA device")
+        raise Skip(f"no card: torch {torch.__version__} sees no CUDA device")
     from services.residency.torch_offload import HostOffload, host_to_device_bytes_per_s
 
     out = {"torch": torch.__version__, "h2d_bytes_per_s": host_to_device_bytes_per_s("cuda:0"), "sizes": {}}
@@ -223,35 +261,287 @@ def step_torch_offload() -> dict:
     return out
 
 
+# --- vLLM with dummy weights: CosyVoice3's LM class through the engine's plugin --------------------------------
+# A Qwen2 decoder small enough to start in seconds, shaped as CosyVoice's export writes it (export_cosyvoice2_vllm:
+# the speech embedding as input embeddings, the LM decoder with its bias as lm_head, tie_word_embeddings false).
+# head_dim 64: a size every vLLM attention backend takes.
+TINY_LM = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 2,
+           "num_key_value_heads": 1}  # fmt: skip
+SPEECH_TOKENS = 6561  # CosyVoice3's speech_token_size; its LM's vocabulary is that + 200 (stop tokens among them)
+
+
+def cosyvoice_lm_config(speech_tokens: int = SPEECH_TOKENS, **sizes) -> dict:
+    """config.json of a tiny CosyVoice2ForCausalLM (a Qwen2 config whose architecture is the plugin's class)."""
+    from services.cosyvoice_tts.vllm_plugin import ARCH
+
+    return {
+        "architectures": [ARCH],
+        "model_type": "qwen2",
+        **TINY_LM,
+        **sizes,
+        "vocab_size": speech_tokens + 200,
+        "max_position_embeddings": 4096,
+        "max_window_layers": TINY_LM["num_hidden_layers"],
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "use_sliding_window": False,
+        "torch_dtype": "bfloat16",
+        "use_bias": True,
+    }
+
+
+def write_vllm_model_dir(directory: Path, **sizes) -> Path:
+    """A model directory vLLM starts from with ``load_format="dummy"``: config.json only. No tokenizer: CosyVoice
+    builds its engine with ``skip_tokenizer_init=True`` and prompts with embeddings, so vLLM reads none."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(cosyvoice_lm_config(**sizes), indent=1))
+    return directory
+
+
+def vllm_memory_fraction(total_bytes: int, want_bytes: int = 4 * GIB, cap: float = 0.2) -> float:
+    """gpu_memory_utilization for the smoke's engine: ``want_bytes`` of the card (room for a tiny model, CUDA
+    graphs and a KV cache), never above CosyVoice's own 0.2 (CosyVoice2Model.load_vllm)."""
+    return round(min(cap, want_bytes / total_bytes), 3)
+
+
+def plugin_dist_info(directory: Path) -> Path:
+    """A dist-info with pyproject.toml's ``vllm.general_plugins`` entry points, for a stack venv that has not
+    installed this project (`pip install --no-deps -e .` writes the same file). On PYTHONPATH, importlib.metadata
+    finds it in every process, vLLM's spawned engine core included."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    plugins = project["entry-points"]["vllm.general_plugins"]
+    info = directory / "voicefleet_gpu_smoke-0.0.0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: voicefleet-gpu-smoke\nVersion: 0.0.0\n")
+    lines = ["[vllm.general_plugins]"] + [f"{name} = {target}" for name, target in plugins.items()]
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+def cosyvoice_repo() -> Path | None:
+    """The CosyVoice checkout (GPU_STACK_REPO, else the one `make check-gpu-stacks` cloned)."""
+    named = os.environ.get("GPU_STACK_REPO")
+    if named:
+        return Path(named)
+    found = sorted((ROOT / "build" / "gpu-stacks" / "src").glob("CosyVoice-*"))
+    return found[0] if found else None
+
+
+def engine_core_children() -> list[int]:
+    """Pids of this process's children (vLLM V1's engine core runs in one)."""
+    me, out = os.getpid(), []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:
+            out.append(int(stat.split("/")[2]))
+    return out
+
+
+def stream_tokens(engine, lm, torch, hidden: int, inference_wrapper) -> list[dict]:
+    """Two requests (32 and 64 tokens) through CosyVoice's token loop; random prompt embeddings stand in for the
+    text and prompt speech (dummy weights: the tokens are noise, their count and timing are the point)."""
+    import uuid
+
+    runs = []
+    for max_len in (32, 64):
+        lm_input = torch.randn(1, 24, hidden, device="cuda")
+        t1 = time.monotonic()
+        times, tokens = [], []
+        # min_len = max_len: the stop tokens are masked until then, so each request streams exactly max_len
+        for token in inference_wrapper(lm, lm_input, 25, max_len, max_len, uuid.uuid4().hex):
+            times.append(time.monotonic() - t1)
+            tokens.append(int(token))
+        runs.append(
+            {
+                "tokens": len(tokens),
+                "first_token_s": round(times[0], 4) if times else None,
+                "tokens_per_s": round(len(tokens) / times[-1], 1) if times else None,
+                "below_stop_tokens": all(0 <= t < SPEECH_TOKENS for t in tokens),
+            }
+        )
+    return runs
+
+
 def step_vllm_cosyvoice() -> dict:
-    raise Skip(
-        "not written yet: needs the cosyvoice_tts stack (vllm 0.11.0) and a CosyVoice checkout for"
-        " cosyvoice.vllm.cosyvoice2; would run vLLM with load_format='dummy' on a Qwen2 config we write, through the"
-        " voicefleet_cosyvoice3 plugin (class in vLLM's worker, tokens streamed, time to first token)"
+    """vLLM 0.11 with load_format="dummy" on a tiny CosyVoice2ForCausalLM, through what the engine uses: the
+    voicefleet_cosyvoice3 plugin (loaded by vLLM in its engine core process), CosyVoice2Model.load_vllm's engine
+    arguments, and CosyVoice's own token loop (Qwen2LM.inference_wrapper) streaming the tokens."""
+    try:
+        import torch
+    except ImportError:
+        raise Skip(
+            "no stack: torch is not in this Python (the runner gives this step the cosyvoice_tts venv)"
+        ) from None
+    if not torch.cuda.is_available():
+        raise Skip(f"no card: torch {torch.__version__} sees no CUDA device (vLLM needs one)")
+    repo = cosyvoice_repo()
+    if repo is None or not (repo / "cosyvoice" / "vllm" / "cosyvoice2.py").is_file():
+        raise Skip(
+            f"no stack: no CosyVoice checkout (GPU_STACK_REPO={repo}): make check-gpu-stacks STACKS=cosyvoice_tts"
+        )
+    import tempfile
+    import threading
+    import types
+
+    from services.cosyvoice_tts import vllm_plugin
+
+    os.environ[vllm_plugin.REPO_ENV] = str(repo)  # what the engine sets; vLLM's children inherit it
+    for path in vllm_plugin.repo_paths(str(repo)):
+        sys.path.insert(0, path)
+    try:
+        import vllm
+        from vllm import EngineArgs, LLMEngine, ModelRegistry
+        from vllm.plugins import load_general_plugins
+    except ImportError as e:
+        raise Skip(f"no stack: vLLM does not import ({e})") from None
+    from cosyvoice.llm.llm import Qwen2LM
+
+    load_general_plugins()  # as the engine's _import_library does; vLLM does it again in each process it starts
+    if vllm_plugin.ARCH not in ModelRegistry.get_supported_archs():
+        raise Skip("no stack: vLLM did not load the voicefleet_cosyvoice3 entry point (pip install --no-deps -e .)")
+    total = torch.cuda.get_device_properties(0).total_memory
+    fraction = vllm_memory_fraction(total)
+    model_dir = write_vllm_model_dir(Path(tempfile.mkdtemp()) / "vllm")
+    t0 = time.monotonic()
+    # CosyVoice2Model.load_vllm's arguments, plus dummy weights and the bounded share
+    engine = LLMEngine.from_engine_args(
+        EngineArgs(
+            model=str(model_dir),
+            skip_tokenizer_init=True,
+            enable_prompt_embeds=True,
+            gpu_memory_utilization=fraction,
+            load_format="dummy",
+            max_model_len=2048,
+        )
     )
+    start_s = time.monotonic() - t0
+    # SyncMPClient: the engine core (and the model, built from the registered class) lives in another process
+    client = type(engine.engine_core).__name__
+    children = engine_core_children()
+    config = cosyvoice_lm_config()
+    lm = types.SimpleNamespace(  # what inference_wrapper reads of a Qwen2LM once load_vllm ran
+        vllm=engine,
+        lock=threading.Lock(),
+        vllm_output_queue={},
+        stop_token_ids=[SPEECH_TOKENS + i for i in range(200)],
+    )
+    try:
+        runs = stream_tokens(engine, lm, torch, config["hidden_size"], Qwen2LM.inference_wrapper)
+        used = used_bytes()  # the card with the engine up (its share, CUDA graphs, both processes' contexts)
+    finally:
+        engine.engine_core.shutdown()
+    return {
+        "vllm": vllm.__version__,
+        "torch": torch.__version__,
+        "architecture": vllm_plugin.ARCH,
+        "gpu_memory_utilization": fraction,
+        "engine_start_s": round(start_s, 1),
+        "engine_core_client": client,
+        "child_processes": children,
+        "class_resolved_in_engine_core": client == "SyncMPClient" and all(r["tokens"] for r in runs),
+        "runs": runs,
+        "nvml_used_bytes_engine_up": used,
+    }
 
 
-def step_tiny_tts() -> dict:
-    raise Skip(
-        "not written yet: qwen-tts and CosyVoice3 tiny random models through their engines on CUDA"
-        " (stream, offload, reload, same output) need each library's config classes to build a random model from"
-    )
+# --- tiny random TTS models through their engines (scripts/gpu_stack_probe.py builds them) ---------------------------
+def probe_module():
+    """scripts/gpu_stack_probe.py (not a package): its tiny-model builders and offload checks."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_stack_probe", ROOT / "scripts" / "gpu_stack_probe.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _torch_on_card(stack: str):
+    try:
+        import torch
+    except ImportError:
+        raise Skip(f"no stack: torch is not in this Python (the runner gives this step the {stack} venv)") from None
+    if not torch.cuda.is_available():
+        raise Skip(f"no card: torch {torch.__version__} sees no CUDA device")
+    return torch
+
+
+def _verdict(text: str) -> dict:
+    return {"ok": text.startswith("ok"), "result": text}
+
+
+def step_tiny_qwen_tts() -> dict:
+    """qwen-tts's Qwen3TTSModel of tiny random modules on CUDA through QwenTtsEngine: generate, offload (the
+    engine's hook), reload, generate again with the same seed: the same samples."""
+    torch = _torch_on_card("qwen_tts")
+    try:
+        import qwen_tts  # noqa: F401
+    except ImportError as e:
+        raise Skip(f"no stack: qwen-tts does not import ({e})") from None
+    probe = probe_module()
+    return {"torch": torch.__version__, **_verdict(probe.tiny_qwen_offload("cuda"))}
+
+
+def step_tiny_cosyvoice3() -> dict:
+    """CosyVoice's CosyVoice3Model of tiny random modules on CUDA through CosyVoice3Engine: offload, reload, the same
+    utterance with the same seed gives the same samples; once whole (``tts(stream=False)``: the LM thread ends
+    before the flow and HiFT run) and once streamed (``stream=True``, as the engine runs it: chunked token2wav while
+    the LM thread still samples). On CUDA both draw from one generator, in an order that depends on timing when
+    streamed: a mismatch there alone is that, not the offload."""
+    torch = _torch_on_card("cosyvoice_tts")
+    repo = cosyvoice_repo()
+    if repo is None or not (repo / "cosyvoice").is_dir():
+        raise Skip(
+            f"no stack: no CosyVoice checkout (GPU_STACK_REPO={repo}): make check-gpu-stacks STACKS=cosyvoice_tts"
+        )
+    from services.cosyvoice_tts import vllm_plugin
+
+    sys.path[:0] = vllm_plugin.repo_paths(str(repo))
+    probe = probe_module()
+    whole = _verdict(probe.tiny_cosyvoice3_offload("cuda", stream=False))
+    streamed = _verdict(probe.tiny_cosyvoice3_offload("cuda", stream=True))
+    return {"torch": torch.__version__, "ok": whole["ok"], "whole": whole, "streamed": streamed}
+
+
+# What the vLLM-Omni sidecar needs to start without the hub, read from vllm-omni 0.30.0's Qwen3-TTS code (not run).
+# load_format dummy is supported for Qwen3-TTS (its talker builds the speaker encoder eagerly for that), but before
+# any weight its stages read files of a checkpoint directory.
+VLLM_OMNI_NEEDS = (
+    "the qwen_tts_vllm_omni venv (vllm 0.30.0 + vllm-omni 0.30.0 on torch 2.13: CUDA 13, driver >= 580) and, with"
+    " --load-format dummy, these non-weight files of a Qwen3-TTS-12Hz CustomVoice checkpoint directory:"
+    " config.json (Qwen3TTSConfig: talker_config, speaker_encoder_config), speech_tokenizer/config.json"
+    " (Qwen3TTSTokenizerV2Config, read by the talker's encoder and by Code2Wav's decoder),"
+    " speech_tokenizer/preprocessor_config.json (AutoFeatureExtractor), and the Qwen2 text tokenizer"
+    " (AutoTokenizer: tokenizer_config.json, vocab.json, merges.txt); tiny versions written from qwen-tts's"
+    " config classes are not written yet"
+)
 
 
 def step_vllm_omni() -> dict:
-    raise Skip(
-        "not written yet: the vLLM-Omni sidecar with dummy weights needs at least a Qwen3-TTS checkpoint"
-        " directory's config.json and tokenizer files (which files vllm-omni 0.30 reads with load_format=dummy is"
-        " not verified), and the qwen_tts vllm-omni venv (torch 2.13: CUDA 13, driver >= 580)"
-    )
+    """Not written: the sidecar with dummy weights still needs a checkpoint's config and tokenizer files."""
+    try:
+        import vllm_omni  # noqa: F401
+    except ImportError:
+        raise Skip("no stack: vllm-omni is not in this Python; needs " + VLLM_OMNI_NEEDS) from None
+    if card() is None:
+        raise Skip("no card: NVML finds none; needs " + VLLM_OMNI_NEEDS)
+    raise Skip("not written: needs " + VLLM_OMNI_NEEDS)
 
 
+# name -> (function, the Python it runs in: "fleet" (this venv), "torch" (any with torch), or a GPU stack's venv)
 STEPS = {
     "asr": (step_asr, "fleet"),
     "torch_offload": (step_torch_offload, "torch"),
-    "vllm_cosyvoice": (step_vllm_cosyvoice, "fleet"),
-    "tiny_tts": (step_tiny_tts, "fleet"),
-    "vllm_omni": (step_vllm_omni, "fleet"),
+    "vllm_cosyvoice": (step_vllm_cosyvoice, "stack:cosyvoice_tts"),
+    "tiny_qwen_tts": (step_tiny_qwen_tts, "stack:qwen_tts"),
+    "tiny_cosyvoice3": (step_tiny_cosyvoice3, "stack:cosyvoice_tts"),
+    "vllm_omni": (step_vllm_omni, "stack:qwen_tts_vllm_omni"),
 }
 
 
@@ -266,6 +556,14 @@ def run_step_here(name: str) -> dict:
     return result
 
 
+def stack_python(stack: str) -> str | None:
+    """A GPU stack's venv Python: GPU_SMOKE_<STACK>_PYTHON, else build/gpu-stacks/venvs/<stack> (make
+    check-gpu-stacks); None when neither exists."""
+    named = os.environ.get(f"GPU_SMOKE_{stack.upper()}_PYTHON")
+    python = Path(named) if named else ROOT / "build" / "gpu-stacks" / "venvs" / stack / "bin" / "python"
+    return str(python) if python.exists() else None
+
+
 def torch_python() -> str | None:
     """A Python with torch: GPU_SMOKE_TORCH_PYTHON, else the first GPU stack venv that imports it."""
     wanted = os.environ.get("GPU_SMOKE_TORCH_PYTHON")
@@ -274,19 +572,36 @@ def torch_python() -> str | None:
     )
     candidates.append(sys.executable)
     for python in candidates:
-        if python and subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0:
+        if (
+            python
+            and Path(python).exists()
+            and subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0
+        ):
             return python
     return None
 
 
-def run_step(name: str, timeout_s: float) -> dict:
+def run_step(name: str, timeout_s: float, scratch: Path) -> dict:
     _, needs = STEPS[name]
     python = sys.executable
+    paths = [str(ROOT), str(ROOT / "gen" / "python")]
     if needs == "torch":
         python = torch_python()
         if python is None:
-            return {"status": "skipped", "why": "no Python with torch: make check-gpu-stacks (build/gpu-stacks/venvs)"}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "gen" / "python")]))
+            return {"status": "skipped", "why": "no stack: no Python with torch (make check-gpu-stacks)"}
+    elif needs.startswith("stack:"):
+        stack = needs.split(":", 1)[1]
+        python = stack_python(stack)
+        if python is None:
+            where = ROOT / "build" / "gpu-stacks" / "venvs" / stack
+            return {
+                "status": "skipped",
+                "why": f"no stack: no {stack} venv at {where.relative_to(ROOT)} nor GPU_SMOKE_{stack.upper()}_PYTHON"
+                f" (make check-gpu-stacks STACKS={stack})"
+                + ("; it needs " + VLLM_OMNI_NEEDS if name == "vllm_omni" else ""),
+            }
+        paths.append(str(plugin_dist_info(scratch / "plugin")))  # vLLM finds the plugin in its every process
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     try:
         done = subprocess.run(
             [python, "-m", "bench.gpu_smoke", "--step", name],
@@ -323,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--step", choices=sorted(STEPS))
     parser.add_argument("--timeout", type=float, default=1200.0)
+    parser.add_argument("--out", type=Path, help="report directory (default: bench/results/gpu/<card>)")
     args = parser.parse_args(argv)
     if args.step:
         print(json.dumps(run_step_here(args.step)))
@@ -331,21 +647,24 @@ def main(argv: list[str] | None = None) -> int:
     cpu_check = os.environ.get("GPU_SMOKE_ASR_DEVICE") == "cpu"
     if found is None:
         print("no CUDA card: NVML (libnvidia-ml.so.1) finds no driver or card; each step says why it skips", flush=True)
+    import tempfile
+
     steps = {}
-    for name in STEPS:
-        steps[name] = run_step(name, args.timeout)  # each step checks for its card and libraries itself
-        print(f"{name}: {steps[name]['status']} {steps[name].get('why', '')}", flush=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in STEPS:
+            steps[name] = run_step(name, args.timeout, Path(scratch))  # each step checks its card and libraries
+            print(f"{name}: {steps[name]['status']} {steps[name].get('why', '')}", flush=True)
     report = {
         "card": found,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "host": os.uname().nodename,
         "steps": steps,
     }
-    directory = RESULTS / (slug(found["name"]) if found else ("cpu-check" if cpu_check else "no-card"))
+    directory = args.out or RESULTS / (slug(found["name"]) if found else ("cpu-check" if cpu_check else "no-card"))
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "smoke.json").write_text(json.dumps(report, indent=1) + "\n")
     (directory / "smoke.md").write_text(markdown(report))
-    print(f"report: {directory.relative_to(ROOT)}/smoke.json, smoke.md")
+    print(f"report: {directory}/smoke.json, smoke.md")
     return 1 if any(s["status"] == "failed" for s in steps.values()) else 0
 
 

@@ -164,14 +164,18 @@ def tiny_cosyvoice3(qwen_dir: str):
         conv_pre_look_right=4,
         f0_predictor=CausalConvRNNF0Predictor(num_class=1, in_channels=80, cond_channels=16),
     )
-    return CosyVoice3Model(llm.eval(), flow.eval(), hift.eval(), fp16=False)
+    model = CosyVoice3Model(llm.eval(), flow.eval(), hift.eval(), fp16=False)
+    for module in (model.llm, model.flow, model.hift):  # what CosyVoice2Model.load() does after reading weights
+        module.to(model.device)
+    return model
 
 
-def tiny_cosyvoice3_offload() -> str:
+def tiny_cosyvoice3_offload(device: str = "cpu", stream: bool = False) -> str:
     """CosyVoice3Engine.offload()/reload() (the engine's own async hooks, under its library lock) around the tiny
     real CosyVoice3Model: a whole utterance through the library's ``tts()`` (LM thread, flow, HiFT) from a speaker's
     features, offload, every pre-offload storage released (modules and the speaker's tensors) and resident_bytes 0,
-    reload, the same utterance again with the same seed: the same samples."""
+    reload, the same utterance again with the same seed: the same samples. ``device``/``stream``: bench/gpu_smoke.py
+    runs it on CUDA with the library's streaming (chunked token2wav)."""
     import types
 
     import numpy as np
@@ -189,16 +193,24 @@ def tiny_cosyvoice3_offload() -> str:
         "flow_prompt_speech_token": torch.randint(0, 6561, (1, 10), dtype=torch.int32),
         "prompt_speech_feat": torch.randn(1, 20, 80) * 0.1,
     }
-    cfg = config(cosyvoice_tts={"gpu.device": "cpu", "gpu.state_dir": tempfile.mkdtemp()})
+    cfg = config(cosyvoice_tts={"gpu.device": device, "gpu.state_dir": tempfile.mkdtemp()})
     engine = CosyVoice3Engine("cosyvoice_tts", cfg.cosyvoice_tts.gpu, cfg.cosyvoice_tts.chunking)
     engine._model = types.SimpleNamespace(model=model, frontend=types.SimpleNamespace(spk2info={"v": speaker}))
     engine._track_weights()
     text = torch.tensor([[151646, 1000, 2000, 3000]], dtype=torch.int32)
 
+    chunks = []
+
     def speak() -> np.ndarray:
         set_all_random_seed(5)  # what the engine does before each segment
+        # streamed: the random LM stops after ~20 tokens, under the library's first hop (25 + 3 lookahead); a hop
+        # of 5 (growing to 10) makes its chunked token2wav yield several pieces. Reset each time: the library grows
+        # the hop per chunk and never resets it (the engine resets it per segment).
+        if stream:
+            model.token_hop_len, model.token_max_hop_len = 5, 10
         voice = engine._model.frontend.spk2info["v"]
-        pieces = [o["tts_speech"] for o in model.tts(text=text, stream=False, **voice)]
+        pieces = [o["tts_speech"].cpu() for o in model.tts(text=text, stream=stream, **voice)]
+        chunks.append(len(pieces))
         return torch.cat(pieces, dim=1).numpy()
 
     before = speak()
@@ -214,7 +226,8 @@ def tiny_cosyvoice3_offload() -> str:
     if offloaded != 0:
         verdict = "MISMATCH resident_bytes not 0 while offloaded; " + verdict
     return (
-        f"{verdict}; {before.shape[1]} samples; resident_bytes {resident} -> {offloaded} while offloaded ->"
+        f"{verdict}; {before.shape[1]} samples in {chunks[0]} piece(s) (stream={stream}, {device});"
+        f" resident_bytes {resident} -> {offloaded} while offloaded ->"
         f" {engine.resident_bytes()}; not covered: load_vllm (CosyVoice's own vLLM engine, kept resident) and"
         " load_trt (TensorRT estimator) need a GPU"
     )
@@ -493,7 +506,7 @@ def probe_qwen() -> dict:
     return {"imported": imported, "load": until_weights(engine._load), "tiny": guarded(tiny_qwen_offload)}
 
 
-def tiny_qwen_tts():
+def tiny_qwen_tts(device: str = "cpu"):
     """qwen-tts's real Qwen3TTSModel around TINY random modules of its own classes and configs: a CustomVoice
     Qwen3TTSForConditionalGeneration (1-layer talker and code predictor, 16 code groups, one speaker) whose speech
     tokenizer is a Qwen3TTSTokenizer over a 1-layer Qwen3TTSTokenizerV2Model (12 Hz, 16 quantizers). Codec special
@@ -535,7 +548,7 @@ def tiny_qwen_tts():
         tts_model_size="0b6",
         tokenizer_type="qwen3_tts_tokenizer_12hz",
     )
-    model = Qwen3TTSForConditionalGeneration(config).eval()
+    model = Qwen3TTSForConditionalGeneration(config).to(device).eval()
     codec_config = Qwen3TTSTokenizerV2Config(
         encoder_config=dict(
             small,
@@ -558,8 +571,8 @@ def tiny_qwen_tts():
         ),
     )
     speech_tokenizer = Qwen3TTSTokenizer()
-    speech_tokenizer.model = Qwen3TTSTokenizerV2Model(codec_config).eval()
-    speech_tokenizer.config, speech_tokenizer.device = codec_config, torch.device("cpu")
+    speech_tokenizer.model = Qwen3TTSTokenizerV2Model(codec_config).to(device).eval()
+    speech_tokenizer.config, speech_tokenizer.device = codec_config, torch.device(device)
     model.load_speech_tokenizer(speech_tokenizer)
 
     class ChatIds:  # stand-in for the Qwen2 tokenizer: <|im_start|>assistant\n Hi. <|im_end|>\n<|im_start|>assistant\n
@@ -569,7 +582,7 @@ def tiny_qwen_tts():
     return Qwen3TTSModel(model, ChatIds(), {"max_new_tokens": 12})
 
 
-def tiny_qwen_offload() -> str:
+def tiny_qwen_offload(device: str = "cpu") -> str:
     """QwenTtsEngine.offload()/reload() (the engine's own hooks, on its model thread) around the tiny real
     Qwen3TTSModel: the engine's ``_generate`` (generate_custom_voice: talker, code predictor, codec decode), offload,
     every pre-offload storage released and resident_bytes 0, reload, the same request again: the same samples."""
@@ -579,9 +592,9 @@ def tiny_qwen_offload() -> str:
     from services.qwen_tts.qwen_engine import QwenTtsEngine
     from services.residency.torch_offload import HostOffload
 
-    cfg = config(qwen_tts={"gpu.backend": "qwen_tts", "gpu.device": "cpu"})
+    cfg = config(qwen_tts={"gpu.backend": "qwen_tts", "gpu.device": device})
     engine = QwenTtsEngine("qwen_tts", cfg.qwen_tts.chunking, cfg.qwen_tts.gpu)
-    engine._model = tiny_qwen_tts()
+    engine._model = tiny_qwen_tts(device)
     engine._offload = HostOffload(engine.model_modules(engine._model))  # as start() does after loading
 
     def speak() -> np.ndarray:
@@ -601,7 +614,7 @@ def tiny_qwen_offload() -> str:
     if offloaded != 0:
         verdict = "MISMATCH resident_bytes not 0 while offloaded; " + verdict
     return (
-        f"{verdict}; {len(before)} samples; resident_bytes {resident} -> {offloaded} while offloaded ->"
+        f"{verdict}; {len(before)} samples ({device}); resident_bytes {resident} -> {offloaded} while offloaded ->"
         f" {engine.resident_bytes()}; not covered: text tokenization (a fixed-ids stand-in)"
     )
 
