@@ -4,7 +4,7 @@
   resolve  pip's resolver on every GPU requirements file (``pip install --dry-run --report``) in a throwaway venv
            with a pinned pip, all stacks in parallel; exit 1 on any resolution error. In `make test`
            (tests/project/test_gpu_stacks.py). Nothing is installed.
-  test     `make test-gpu`: each stack's GPU tests (pytest -m gpu) in its own venv from `check`, with the weights
+  test     `make test-gpu`: each stack's GPU tests (pytest -m "gpu or stack") in its own venv from `check`, with the weights
            from mounted directories; prints per stack what passed and, for each skip, why.
   check    install each stack into its own venv under build/gpu-stacks/, import every module the engine's load
            path imports, run the engine's load code up to the point that needs weights or a device, and run
@@ -92,7 +92,7 @@ STACKS = (
         ("services/moss_sts/requirements-gpu.txt",),
         ("services/moss_sts/requirements-cpu-nodeps.txt",),
         checkout=MOSS_SPEECH,
-        gpu_tests=("tests/moss_sts/test_conversation_gpu.py",),
+        gpu_tests=("tests/moss_sts/test_conversation_gpu.py", "tests/moss_sts/test_conversation_moss_stream.py"),
     ),
     # qwen_tts's tests drive both backends: qwen-tts in this venv, the vLLM-Omni sidecar in the next one's.
     Stack("qwen_tts", ("services/qwen_tts/requirements-gpu.txt",), gpu_tests=("tests/qwen_tts/test_qwen_tts_gpu.py",)),
@@ -321,13 +321,25 @@ def cmd_test(names: list[str]) -> int:
             key = {"cosyvoice_tts": "COSYVOICE_TTS", "moss_sts": "MOSS_STS"}[stack.name]
             env[f"VOICEFLEET_{key}__GPU__REPO_DIR"] = env["GPU_STACK_REPO"]
         env.setdefault("VOICEFLEET_QWEN_TTS_SIDECAR_PYTHON", str(sidecar))
-        cmd = [str(python), "-m", "pytest", "-m", "gpu", "-o", "addopts=", "-rA", "-q", "-p", "no:cacheprovider"]
+        cmd = [
+            str(python),
+            "-m",
+            "pytest",
+            "-m",
+            "gpu or stack",
+            "-o",
+            "addopts=",
+            "-rA",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ]
         proc = subprocess.run(cmd + list(stack.gpu_tests), capture_output=True, text=True, env=env, cwd=ROOT)
         outcomes = [ln for ln in proc.stdout.splitlines() if ln.startswith(("PASSED", "FAILED", "SKIPPED", "ERROR"))]
         summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
         rows.append((stack.name, summary + "".join(f"\n{'':22s}{o}" for o in outcomes)))
         failed |= proc.returncode not in (0, 5)  # 5: no test collected
-    print("stack                 GPU smoke (pytest -m gpu in the stack's venv)")
+    print("stack                 GPU smoke (pytest -m 'gpu or stack' in the stack's venv)")
     for name, text in rows:
         print(f"{name:22s}{text}")
     return 1 if failed else 0
