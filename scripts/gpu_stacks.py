@@ -85,7 +85,8 @@ STACKS = (
         "cosyvoice_tts",
         ("services/cosyvoice_tts/requirements-gpu.txt",),
         checkout=COSYVOICE,
-        gpu_tests=("tests/cosyvoice_tts/test_tts_cosyvoice.py",),
+        # test_speech_oracle: the clone test's speaker embedding against torchaudio's fbank and on the mounted CAM++
+        gpu_tests=("tests/cosyvoice_tts/test_tts_cosyvoice.py", "tests/project/test_speech_oracle.py"),
     ),
     Stack(
         "moss_sts",

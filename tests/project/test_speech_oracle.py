@@ -87,9 +87,10 @@ def test_fbank_frames_and_bins_are_kaldis():
     assert fbank(np.zeros(399), rate).shape == (0, 80)
 
 
+@pytest.mark.stack
 def test_fbank_matches_torchaudio_kaldi_fbank_where_torchaudio_is_installed():
     """CosyVoice's frontend calls torchaudio.compliance.kaldi.fbank(num_mel_bins=80, dither=0); the numpy copy gives
-    the same features (runs in the GPU stacks' venvs; skips here without torchaudio)."""
+    the same features (`make test-gpu` runs it in the cosyvoice_tts stack's venv; skips without torchaudio)."""
     import numpy as np
 
     kaldi = pytest.importorskip("torchaudio.compliance.kaldi", reason="torchaudio is not installed (GPU stacks only)")
@@ -112,6 +113,7 @@ CAMPPLUS = os.environ.get(
 HAVE_CAMPPLUS = os.path.isfile(CAMPPLUS)
 
 
+@pytest.mark.stack
 @pytest.mark.skipif(
     not HAVE_CAMPPLUS, reason=f"no campplus.onnx at {CAMPPLUS} (a CosyVoice model dir; or set VOICEFLEET_CAMPPLUS_ONNX)"
 )
