@@ -325,6 +325,17 @@ def _cuda_reason() -> str | None:
     return None
 
 
+def gpu_config(tmp_path) -> CosyVoiceGpuConfig:
+    """The GPU section with the checkout where the config puts it (VOICEFLEET_COSYVOICE_TTS__GPU__REPO_DIR: `make
+    test-gpu` points it at the stack's checkout; the image's is /opt/CosyVoice)."""
+    from services.common.config import load_config
+
+    repo_dir = load_config().cosyvoice_tts.gpu.repo_dir
+    return CosyVoiceGpuConfig(
+        model_dir=MODEL_DIR, state_dir=str(tmp_path / "state"), text_normalizer_dir="", repo_dir=repo_dir
+    )
+
+
 def _weights_reason() -> str | None:
     if os.path.exists(os.path.join(MODEL_DIR, "cosyvoice3.yaml")):
         return None
@@ -368,7 +379,7 @@ async def test_gpu_cosyvoice3_clones_the_prompt_speaker_and_speaks_intelligibly(
 
     campplus = Path(MODEL_DIR) / "campplus.onnx"
     assert campplus.is_file(), f"the CosyVoice model directory ships campplus.onnx; not at {campplus}"
-    gpu = CosyVoiceGpuConfig(model_dir=MODEL_DIR, state_dir=str(tmp_path / "state"), text_normalizer_dir="")
+    gpu = gpu_config(tmp_path)
     other_wav = Path(gpu.repo_dir) / gpu.preset_prompt_wav
     assert other_wav.exists(), f"the preset voice's prompt (gpu.repo_dir/preset_prompt_wav) is missing: {other_wav}"
     piper = PiperTtsEngine("test", Chunking())
@@ -419,7 +430,7 @@ async def test_gpu_cosyvoice3_streamed_audio_matches_the_whole_utterance(tmp_pat
     reason = _cuda_reason() or _weights_reason()
     if reason:
         pytest.skip(reason)
-    config = CosyVoiceGpuConfig(model_dir=MODEL_DIR, state_dir=str(tmp_path / "state"), text_normalizer_dir="")
+    config = gpu_config(tmp_path)
     engine = CosyVoice3Engine("cosyvoice_tts", config, ChunkingConfig(first_segment_max_chars=400))
     await engine.start()
     voice = config.preset_voice_id
@@ -457,7 +468,7 @@ async def test_gpu_cosyvoice3_offload_frees_the_card_and_reload_speaks_again(tmp
 
     from tests.speech import INTELLIGIBLE, intelligible
 
-    config = CosyVoiceGpuConfig(model_dir=MODEL_DIR, state_dir=str(tmp_path / "state"), text_normalizer_dir="")
+    config = gpu_config(tmp_path)
     engine = CosyVoice3Engine("cosyvoice_tts", config, ChunkingConfig(), memory_budget_bytes=8 << 30)
     await engine.start()
     voice = config.preset_voice_id
