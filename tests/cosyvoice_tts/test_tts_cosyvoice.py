@@ -404,6 +404,12 @@ async def test_gpu_cosyvoice3_clones_the_prompt_speaker_and_speaks_intelligibly(
     # No wetext FSTs needed for this English sentence without digits.
     engine = CosyVoice3Engine("cosyvoice_tts", gpu, ChunkingConfig())
     await engine.start()
+    # The instrument is CosyVoice's own: its frontend's CAM++ embedding of the same prompt (a WAV path at the pinned
+    # commit; torchaudio resampling and fbank) points the same way as tests/speech.py's.
+    joe_wav = tmp_path / "joe.wav"
+    audio.write_wav(joe_wav, prompt, 22050)
+    library = engine._model.frontend._extract_spk_embedding(str(joe_wav)).float().cpu().numpy().reshape(-1)
+    assert cosine(library, joe_1) >= 0.98, cosine(library, joe_1)
     await engine.register_voice("joe_clone", prompt, 22050, said, "en-US")
     text = "hello world this is a test"
     out = await collect(engine, text, voice="joe_clone", sample_rate_hz=16000)
