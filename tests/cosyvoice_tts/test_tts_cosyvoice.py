@@ -325,6 +325,17 @@ def _cuda_reason() -> str | None:
     return None
 
 
+def gpu_config(tmp_path) -> CosyVoiceGpuConfig:
+    """The GPU section with the checkout where the config puts it (VOICEFLEET_COSYVOICE_TTS__GPU__REPO_DIR: `make
+    test-gpu` points it at the stack's checkout; the image's is /opt/CosyVoice)."""
+    from services.common.config import load_config
+
+    repo_dir = load_config().cosyvoice_tts.gpu.repo_dir
+    return CosyVoiceGpuConfig(
+        model_dir=MODEL_DIR, state_dir=str(tmp_path / "state"), text_normalizer_dir="", repo_dir=repo_dir
+    )
+
+
 def _weights_reason() -> str | None:
     if os.path.exists(os.path.join(MODEL_DIR, "cosyvoice3.yaml")):
         return None
@@ -352,42 +363,80 @@ def test_gpu_stream_resampler_equals_whole_signal_resampling():
 
 
 @pytest.mark.gpu
-async def test_gpu_cosyvoice3_clones_and_speaks_intelligibly(tmp_path):
+async def test_gpu_cosyvoice3_clones_the_prompt_speaker_and_speaks_intelligibly(tmp_path):
+    """A zero-shot clone says its text (the strict listener) in its prompt's voice: by CAM++ speaker embeddings
+    (campplus.onnx from the model directory, tests/speech.py), the clone of piper's joe is closer to joe's prompt than
+    to another speaker (the preset prompt, a Chinese woman), and the preset voice saying the same text is closer to
+    its own prompt than to joe's. Before that, the instrument is checked on this run: two sentences of joe are closer
+    to each other than joe is to the preset speaker. Wrong output this fails: a clone that ignores the prompt (the
+    preset's or a default voice), a clone that mixes up registered voices, speech that is not the text."""
     reason = _cuda_reason() or _weights_reason()
     if reason:
         pytest.skip(reason)
     from services.common.config.base import ChunkingConfig as Chunking
     from services.engines.piper_engine import PiperTtsEngine
-    from tests.speech import INTELLIGIBLE, intelligible
+    from tests.speech import INTELLIGIBLE, cosine, intelligible, speaker_embedding
 
+    campplus = Path(MODEL_DIR) / "campplus.onnx"
+    assert campplus.is_file(), f"the CosyVoice model directory ships campplus.onnx; not at {campplus}"
+    gpu = gpu_config(tmp_path)
+    other_wav = Path(gpu.repo_dir) / gpu.preset_prompt_wav
+    assert other_wav.exists(), f"the preset voice's prompt (gpu.repo_dir/preset_prompt_wav) is missing: {other_wav}"
     piper = PiperTtsEngine("test", Chunking())
     await piper.start()
+
+    async def joe(text):
+        return b"".join([p.pcm async for p in piper.synthesize(text, SynthesisOptions(voice="joe"))])
+
     said = "the quick brown fox jumps over the lazy dog near the river bank today"
-    pcm = b"".join([p.pcm async for p in piper.synthesize(said, SynthesisOptions(voice="joe"))])
-    config = CosyVoice3Engine(
-        "cosyvoice_tts",
-        # No wetext FSTs needed for this English sentence without digits.
-        CosyVoiceGpuConfig(model_dir=MODEL_DIR, state_dir=str(tmp_path / "state"), text_normalizer_dir=""),
-        ChunkingConfig(),
-    )
-    await config.start()
-    await config.register_voice("joe_clone", pcm, 22050, said, "en-US")
+    prompt = await joe(said)
+    joe_again = await joe("she sells sea shells by the sea shore every summer morning")
+    other, other_rate = audio.read_wav(str(other_wav))
+
+    def who(pcm, rate):
+        return speaker_embedding(pcm, rate, str(campplus))
+
+    joe_1, joe_2, preset = who(prompt, 22050), who(joe_again, 22050), who(other, other_rate)
+    same, different = cosine(joe_1, joe_2), cosine(joe_1, preset)
+    print(f"CAM++ joe/joe {same:.3f}, joe/preset {different:.3f}")
+    assert same > different, "the speaker embedding does not tell joe from the preset speaker: no instrument"
+
+    # No wetext FSTs needed for this English sentence without digits.
+    engine = CosyVoice3Engine("cosyvoice_tts", gpu, ChunkingConfig())
+    await engine.start()
+    # The instrument is CosyVoice's own: its frontend's CAM++ embedding of the same prompt (a WAV path at the pinned
+    # commit; torchaudio resampling and fbank) points the same way as tests/speech.py's.
+    joe_wav = tmp_path / "joe.wav"
+    audio.write_wav(joe_wav, prompt, 22050)
+    library = engine._model.frontend._extract_spk_embedding(str(joe_wav)).float().cpu().numpy().reshape(-1)
+    assert cosine(library, joe_1) >= 0.98, cosine(library, joe_1)
+    await engine.register_voice("joe_clone", prompt, 22050, said, "en-US")
     text = "hello world this is a test"
-    out = await collect(config, text, voice="joe_clone", sample_rate_hz=16000)
+    out = await collect(engine, text, voice="joe_clone", sample_rate_hz=16000)
     assert {p.sample_rate_hz for p in out} == {16000}
-    error, heard = intelligible(text, b"".join(p.pcm for p in out), 16000)
+    clone = b"".join(p.pcm for p in out)
+    error, heard = intelligible(text, clone, 16000)
     assert error <= INTELLIGIBLE, heard
+    preset_says = b"".join(p.pcm for p in await collect(engine, text, voice=gpu.preset_voice_id, sample_rate_hz=16000))
+    clone_e, preset_e = who(clone, 16000), who(preset_says, 16000)
+    print(
+        f"CAM++ joe clone: joe {cosine(clone_e, joe_1):.3f}, preset {cosine(clone_e, preset):.3f};"
+        f" preset voice: preset {cosine(preset_e, preset):.3f}, joe {cosine(preset_e, joe_1):.3f}"
+    )
+    assert cosine(clone_e, joe_1) > cosine(clone_e, preset), "the clone of joe does not sound like joe"
+    assert cosine(preset_e, preset) > cosine(preset_e, joe_1), "the preset voice sounds like joe: voices mixed up"
+    assert cosine(clone_e, joe_1) > cosine(preset_e, joe_1), "joe's clone is no closer to joe than the preset voice"
 
 
 @pytest.mark.gpu
 async def test_gpu_cosyvoice3_streamed_audio_matches_the_whole_utterance(tmp_path):
     """issue 17 item 3: one segment streamed by the engine vs the library's non-streaming decode of the same text,
     seed and voice: same length (±1 speech token), same loudness contour, no chunk border steeper than the
-    signal's own 99th-percentile sample step (a click)."""
+    signal's own 99th-percentile sample step (a click); and the strict listener hears the text in the streamed audio."""
     reason = _cuda_reason() or _weights_reason()
     if reason:
         pytest.skip(reason)
-    config = CosyVoiceGpuConfig(model_dir=MODEL_DIR, state_dir=str(tmp_path / "state"), text_normalizer_dir="")
+    config = gpu_config(tmp_path)
     engine = CosyVoice3Engine("cosyvoice_tts", config, ChunkingConfig(first_segment_max_chars=400))
     await engine.start()
     voice = config.preset_voice_id
@@ -406,18 +455,26 @@ async def test_gpu_cosyvoice3_streamed_audio_matches_the_whole_utterance(tmp_pat
     borders = np.cumsum([len(p.pcm) // 2 for p in pieces])[:-1]
     steps = np.abs(np.diff(streamed))
     assert steps[borders - 1].max() <= np.percentile(steps, 99), "a click at a chunk border"
+    # Both could match and still be wrong the same way: the streamed audio says the text.
+    from tests.speech import INTELLIGIBLE, intelligible
+
+    error, heard = intelligible(text, b"".join(p.pcm for p in pieces), pieces[0].sample_rate_hz)
+    assert error <= INTELLIGIBLE, heard
 
 
 @pytest.mark.gpu
 async def test_gpu_cosyvoice3_offload_frees_the_card_and_reload_speaks_again(tmp_path):
     """issue 16: offload moves llm, flow, hift and the speakers' features to host memory and gives the allocator's
-    blocks back (what stays: the speech tokenizer's onnxruntime session, outside torch); reload, and it speaks."""
+    blocks back (what stays: the speech tokenizer's onnxruntime session, outside torch); reload, and it speaks the
+    text (the strict listener) the way it did before (same seed: same length and loudness contour)."""
     reason = _cuda_reason() or _weights_reason()
     if reason:
         pytest.skip(reason)
     import torch
 
-    config = CosyVoiceGpuConfig(model_dir=MODEL_DIR, state_dir=str(tmp_path / "state"), text_normalizer_dir="")
+    from tests.speech import INTELLIGIBLE, intelligible
+
+    config = gpu_config(tmp_path)
     engine = CosyVoice3Engine("cosyvoice_tts", config, ChunkingConfig(), memory_budget_bytes=8 << 30)
     await engine.start()
     voice = config.preset_voice_id
@@ -431,7 +488,17 @@ async def test_gpu_cosyvoice3_offload_frees_the_card_and_reload_speaks_again(tmp
     assert torch.cuda.memory_reserved() < 0.05 * reserved
     await engine.reload()
     again = await collect(engine, text, voice=voice, seed=11)
-    assert abs(sum(len(p.pcm) for p in again) - sum(len(p.pcm) for p in first)) <= 960 * 2
+    first_pcm, again_pcm = b"".join(p.pcm for p in first), b"".join(p.pcm for p in again)
+    # It speaks the text, before and after (a reload that brings back wrong or partial weights speaks garbage) ...
+    for pcm in (first_pcm, again_pcm):
+        error, heard = intelligible(text, pcm, first[0].sample_rate_hz)
+        assert error <= INTELLIGIBLE, heard
+    # ... and, seeded alike, says the same thing the same way: same length (one speech token) and loudness contour.
+    assert abs(len(again_pcm) - len(first_pcm)) <= 960 * 2
+    a, b = (np.frombuffer(p, dtype=np.int16).astype(np.float32) for p in (first_pcm, again_pcm))
+    n = min(len(a), len(b)) // 960 * 960
+    env_a, env_b = (np.sqrt(np.mean(x[:n].reshape(-1, 960) ** 2, axis=1)) for x in (a, b))
+    assert np.corrcoef(env_a, env_b)[0, 1] >= 0.9, "the reloaded model says it differently with the same seed"
 
 
 def test_load_vllm_cannot_take_turns_on_the_card_unless_pinned(tmp_path):

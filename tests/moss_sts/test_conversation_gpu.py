@@ -1,11 +1,15 @@
 """MOSS-Speech GPU engine on real weights (`make test-gpu`). Skips with its reason when there is no CUDA GPU or the
 weights are not mounted (moss_sts.gpu.model_dir / codec_dir / repo_dir; see docs/conversation.md#gpu-engine).
-A tiny checkpoint is not possible: the model and codec code is remote code that ships with the weights."""
+A tiny checkpoint is not possible: the model and codec code is remote code that ships with the weights.
+
+What is checked is what a listener checks: the strict listener (tests/speech.py) on the reply audio -- a sentence MOSS
+is asked to read (under moss_sts.gpu.tts_system_prompt, as the Synthesizer does) must be heard, perhaps framed by other
+words (MOSS is a dialogue model, not a verbatim reader: ``wer_within``); a spoken question with one answer must be
+answered. Loudness or length alone would pass noise, a wrong voice conditioning or the wrong words."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +17,7 @@ import pytest
 
 from services.common.config import load_config
 from services.common.engines import Sampling
+from tests.speech import INTELLIGIBLE, listen, wer_within, words
 
 pytestmark = pytest.mark.gpu
 
@@ -52,13 +57,27 @@ async def collect(moss, conversation, max_tokens=200):
     return pieces
 
 
+SENTENCE = "the weather is nice and sunny today"
+
+
+def read_aloud(moss, text: str) -> list[dict]:
+    """The Synthesizer's conversation (services/moss_sts/moss_engine.py MossTtsEngine): read ``text`` as written."""
+    return [{"role": "system", "content": moss.config.tts_system_prompt}, {"role": "user", "content": text}]
+
+
+def assert_says(pieces, text: str) -> None:
+    """The strict listener hears ``text`` in the 24 kHz reply (perhaps between other words)."""
+    heard = listen(b"".join(p.pcm for p in pieces), 24000)
+    print(f"heard: {heard!r}")
+    assert wer_within(text, heard) <= INTELLIGIBLE, f"{text!r} not heard in {heard!r}"
+
+
 async def test_text_to_speech_streams_in_chunks(moss):
-    pieces = await collect(moss, [{"role": "user", "content": "Say hello in one short sentence."}])
+    pieces = await collect(moss, read_aloud(moss, SENTENCE))
     assert len(pieces) >= 2, "streamed in chunks, not at the end"
     first_frames = len(pieces[0].pcm) / 2 / 24000 * 12.5
     assert first_frames <= moss.plan.first_frames + 0.5, "the first chunk is small (early first audio)"
-    pcm = np.frombuffer(b"".join(p.pcm for p in pieces), dtype=np.int16).astype(np.float32) / 32768
-    assert len(pcm) > 24000 * 0.5 and np.sqrt(np.mean(pcm**2)) > 0.01
+    assert_says(pieces, SENTENCE)
 
 
 def frames_of(calls, plan) -> list[int]:
@@ -73,7 +92,8 @@ def frames_of(calls, plan) -> list[int]:
 
 async def test_streamed_decode_matches_the_whole_utterance_decode_without_clicks(moss):
     """issue 17 item 3: the same frames decoded in chunks and at once give the same length and loudness contour,
-    and no chunk border has a bigger sample step than the signal's own 99th percentile (a click)."""
+    and no chunk border has a bigger sample step than the signal's own 99th percentile (a click); the listener hears
+    the count."""
     calls = []
     original = moss.token2wav
 
@@ -98,14 +118,34 @@ async def test_streamed_decode_matches_the_whole_utterance_decode_without_clicks
     borders = np.cumsum([len(p.pcm) // 2 for p in pieces])[:-1]
     steps = np.abs(np.diff(streamed))
     assert steps[borders - 1].max() <= np.percentile(steps, 99), "a click at a chunk border"
+    # Matching the whole decode is not enough (both could be wrong alike): the count is heard.
+    assert_says(pieces, "one two three four five six seven eight nine")  # "10" is spelled "one zero"
 
 
 async def test_speech_to_speech_and_interrupt(moss, tmp_path):
+    """A spoken question with one answer (piper's joe asks it, as a user would) is answered: the listener hears
+    "Paris" in the spoken reply. Then an interrupt stops the generation."""
     from services.common import audio
+    from services.common.config.base import ChunkingConfig
+    from services.common.engines import SynthesisOptions
+    from services.engines.piper_engine import PiperTtsEngine
+    from services.moss_sts.moss_engine import SPEECH_SYSTEM_PROMPT
 
-    prompt = os.path.join(moss.config.repo_dir, moss.config.prompt_wav)
-    pieces = await collect(moss, [{"role": "user", "content": {"path": prompt, "type": "audio/wav"}}], 120)
-    assert pieces
+    piper = PiperTtsEngine("moss_gpu_test", ChunkingConfig())
+    await piper.start()
+    try:
+        question = "what is the capital city of france"
+        asked = b"".join([p.pcm async for p in piper.synthesize(question + "?", SynthesisOptions(voice="joe"))])
+    finally:
+        await piper.close()
+    path = tmp_path / "question.wav"
+    audio.write_wav(path, audio.resample(asked, 22050, 16000), 16000)
+    user = {"role": "user", "content": {"path": str(path), "type": "audio/wav"}}
+    system = {"role": "system", "content": SPEECH_SYSTEM_PROMPT}  # what a conversation's turn gets
+    pieces = await collect(moss, [system, user], 160)
+    heard = listen(b"".join(p.pcm for p in pieces), 24000)
+    print(f"asked {question!r}, heard {heard!r}")
+    assert "paris" in words(heard), f"the spoken answer to {question!r} was heard as {heard!r}"
     # Interrupt: closing the stream stops generation at its next step (aclose waits for the generation thread).
     taps = []
     real_generate = moss.generate
@@ -144,6 +184,4 @@ async def test_offload_frees_the_card_and_reload_speaks_again(moss):
     assert torch.cuda.memory_reserved() < 0.05 * reserved
     back = await loop.run_in_executor(moss.generate_pool, moss.reload)
     print(f"reload: {back.line()}")
-    pieces = await collect(moss, [{"role": "user", "content": "Say hello in one short sentence."}])
-    pcm = np.frombuffer(b"".join(p.pcm for p in pieces), dtype=np.int16).astype(np.float32) / 32768
-    assert len(pcm) > 24000 * 0.5 and np.sqrt(np.mean(pcm**2)) > 0.01
+    assert_says(await collect(moss, read_aloud(moss, SENTENCE)), SENTENCE)

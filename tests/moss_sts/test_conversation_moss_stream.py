@@ -1,7 +1,14 @@
 """CPU tests of the MOSS-Speech streaming logic (services/moss_sts/moss_stream.py) and of the dialogue's pure parts.
 
-The codec decoder is replaced by ``CodecDecoderTestDouble`` -- a test double at the library boundary (the GPU
-codec's ``token2wav`` with a per-stream cache key), written to the two contracts of the decoder classes in
+The real decoder first, where its stack is installed: MOSS-Speech's own ``CosyVoice2Model`` (cosyvoice/cli/model.py of
+the checkout at moss_sts.gpu.repo_dir) around a tiny random flow + HiFT (scripts/gpu_stack_probe.py
+``tiny_moss_decoder``), on CPU, driven by the engine's own ``MossSpeech.token2wav`` (tests marked ``stack``: they skip,
+saying why, without torch or the checkout; `make test-gpu` runs them in the moss_sts stack's venv). With random weights
+its audio is noise, so they check what does not depend on the weights: lengths, chunk sizes, windows, state.
+
+Where the stack is not installed (as on CI), and for what random weights cannot show, the codec decoder is replaced
+by ``CodecDecoderTestDouble`` -- a test double at the library boundary (the GPU codec's ``token2wav`` with a per-stream
+cache key), written to the two contracts of the decoder classes in
 OpenMOSS/MOSS-Speech's cosyvoice/cli/model.py that the module documents: ``CosyVoiceModel`` (a non-final call holds
 back the audio of its last ``token_overlap_len`` frames and cross-fades it into the head of the next call) and
 ``CosyVoice2Model`` (each call decodes frames from 0 with a ``token_offset`` and returns the audio from the offset
@@ -12,6 +19,11 @@ missing or repeated audio.
 """
 
 from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,6 +70,116 @@ class CodecDecoderTestDouble:
         hold = self.plan.overlap_frames * SAMPLES_PER_FRAME
         self.held = wav[len(wav) - hold :].copy() if hold else None
         return wav[: len(wav) - hold]
+
+
+# --- the real decoder (the moss_sts stack: torch + the MOSS-Speech checkout), tiny and random, on CPU -------------
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _stack_reason() -> str | None:
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed: the moss_sts GPU stack (`make check-gpu-stacks`; `make test-gpu` runs this)"
+    from services.common.config import load_config
+
+    repo = Path(os.environ.get("GPU_STACK_REPO") or load_config().moss_sts.gpu.repo_dir)
+    if not (repo / "cosyvoice" / "cli" / "model.py").is_file():
+        return f"no MOSS-Speech checkout at {repo} (moss_sts.gpu.repo_dir)"
+    for path in (str(repo), str(repo / "Matcha-TTS")):  # as the engine's load puts them on sys.path
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    return None
+
+
+@pytest.fixture(scope="module")
+def real_moss():
+    """MossSpeech (the engine's decode path) around the real CosyVoice2Model with a tiny random flow + HiFT."""
+    reason = _stack_reason()
+    if reason:
+        pytest.skip(reason)
+    import torch
+
+    from services.common.config.moss_sts import MossGpuConfig
+    from services.moss_sts.moss_engine import MossSpeech, decoder_plan
+
+    spec = importlib.util.spec_from_file_location("gpu_stack_probe", ROOT / "scripts" / "gpu_stack_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    decoder = probe.tiny_moss_decoder()
+    moss = MossSpeech(MossGpuConfig(device="cpu"))
+    moss.torch = torch
+    moss.codec = type("Codec", (), {"audio_decoder": decoder})()
+    moss.plan, moss.offset_protocol = decoder_plan(decoder, moss.plan)
+    torch.manual_seed(1)
+    moss.conditioning = {
+        "prompt_token": torch.randint(0, 16384, (1, 6), dtype=torch.int32),
+        "prompt_feat": torch.randn(1, 4 * 6, 80) * 0.1,
+        "embedding": torch.randn(1, 192),
+    }
+    return moss
+
+
+def real_stream(moss, frames: list[int], step: int, key: str):
+    """Frames handed on ``step`` at a time (as generation steps would) through the engine's streaming decode."""
+    calls = []
+
+    def token2wav(window, offset, final):
+        calls.append((list(window), offset, final))
+        return moss.token2wav(key, window, offset, final)
+
+    decoder = StreamingCodecDecoder(token2wav, moss.plan)
+    chunks = []
+    for start in range(0, len(frames), step):
+        chunks += decoder.push(frames[start : start + step])
+    tail = decoder.finish()
+    chunks += [tail] if tail is not None else []
+    moss.release(key)
+    return chunks, calls
+
+
+@pytest.mark.stack
+def test_the_real_decoders_contract_is_read_from_it(real_moss):
+    """CosyVoice2Model: causal flow, decoded from frame 0 with a token offset, 3 frames of pre-lookahead."""
+    assert real_moss.offset_protocol
+    assert real_moss.plan.from_start and real_moss.plan.lookahead_frames == 3 and real_moss.plan.overlap_frames == 0
+
+
+@pytest.mark.stack
+@pytest.mark.parametrize("step", [1, 7])  # frames one at a time, and in bursts bigger than a chunk
+def test_the_real_decoder_streams_every_frame_once_in_planned_chunks(real_moss, step):
+    """Streamed: exactly 1920 samples a frame in all (none missing, none repeated), the small first chunk, then
+    chunk_frames each, every window from frame 0 (the causal flow's contract), and the reply's state released.
+    The vocoder holds back the last ``mel_cache_len`` mel frames of every non-final call (2 codec frames here) and
+    cross-fades them into the next: the first chunk's audio is its frames less those (found by this test: 3 frames
+    planned, 80 ms of audio out), later chunks come out whole."""
+    import torch
+
+    plan, decoder = real_moss.plan, real_moss.codec.audio_decoder
+    held = decoder.mel_cache_len // decoder.flow.token_mel_ratio
+    frames = torch.randint(0, 16384, (21,), generator=torch.Generator().manual_seed(step)).tolist()
+    chunks, calls = real_stream(real_moss, frames, step, f"stream-{step}")
+    sizes = [len(c) for c in chunks]
+    assert sum(sizes) == len(frames) * SAMPLES_PER_FRAME, sizes
+    assert sizes[0] == (plan.first_frames - held) * SAMPLES_PER_FRAME, sizes
+    assert all(s == plan.chunk_frames * SAMPLES_PER_FRAME for s in sizes[1:-1]), sizes
+    assert all(window == frames[: len(window)] for window, _, _ in calls), "a window not decoded from frame 0"
+    assert [offset for _, offset, _ in calls] == [0] + [
+        plan.first_frames + plan.chunk_frames * i for i in range(len(calls) - 1)
+    ]
+    assert calls[-1][2] and not any(final for *_, final in calls[:-1])
+    assert all(np.isfinite(c).all() and np.abs(c).max() > 0 for c in chunks), "a chunk with no audio"
+    assert not real_moss.codec.audio_decoder.hift_cache_dict, "the reply's decoder state was not released"
+    whole = real_moss.token2wav("whole", frames, 0, True)
+    real_moss.release("whole")
+    assert len(whole) == len(frames) * SAMPLES_PER_FRAME
+
+
+@pytest.mark.stack
+def test_the_real_decoder_decodes_a_short_answer_whole_at_the_end(real_moss):
+    plan = real_moss.plan
+    frames = list(range(100, 100 + plan.first_frames + plan.lookahead_frames - 1))  # one frame short of a chunk
+    chunks, calls = real_stream(real_moss, frames, len(frames), "short")
+    assert [len(c) for c in chunks] == [len(frames) * SAMPLES_PER_FRAME]
+    assert calls == [(frames, 0, True)]
 
 
 def stream(plan: ChunkPlan, total: int, step: int) -> tuple[np.ndarray, list[int], CodecDecoderTestDouble]:

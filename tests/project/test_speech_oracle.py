@@ -3,6 +3,8 @@ synthesized by the CPU voices, are not heard as the sentence they imitate; the s
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from bench import evaluation as ev
@@ -51,3 +53,82 @@ def test_normalisation_ignores_case_punctuation_and_digit_spelling():
     assert wer("my order number is four five six seven", "My order number is 4567.") == 0
     assert wer("the doctor will see you in ten minutes", "The doctor will see you in 10 minutes!") == 0
     assert wer("hello world this is a test", "Hello, world -- this is a tent.") == pytest.approx(1 / 6)
+
+
+def test_wer_within_finds_the_sentence_between_other_words_and_fails_a_changed_word():
+    from tests.speech import wer_within
+
+    sentence = "the weather is nice and sunny today"
+    assert wer_within(sentence, "Sure! The weather is nice and sunny today. Anything else?") == 0
+    assert wer_within(sentence, "Sure! The weather is nice and rainy today.") > INTELLIGIBLE
+    assert wer_within(sentence, "I can't help with that.") > 0.5
+    assert wer_within(sentence, "") == 1.0
+
+
+# --- who is speaking (tests/speech.py speaker_embedding): the instrument of the voice-cloning GPU test -----------
+def test_fbank_frames_and_bins_are_kaldis():
+    """Frame count as Kaldi's snip_edges (25 ms every 10 ms) and a 1 kHz tone's energy in the mel bin that holds
+    1 kHz (Kaldi's mel scale, 20 Hz..8 kHz in 80 bins), not in a neighbour's."""
+    import numpy as np
+
+    from tests.speech import fbank
+
+    rate = 16000
+    t = np.arange(rate) / rate
+    feat = fbank(0.5 * np.sin(2 * np.pi * 1000 * t), rate)
+    assert feat.shape == (1 + (rate - 400) // 160, 80)
+
+    def mel(f):
+        return 1127 * np.log(1 + f / 700)
+
+    delta = (mel(8000) - mel(20)) / 81
+    centres = mel(20) + delta * np.arange(1, 81)
+    assert int(np.argmax(feat.mean(axis=0))) == int(np.argmin(np.abs(centres - mel(1000))))
+    assert fbank(np.zeros(399), rate).shape == (0, 80)
+
+
+@pytest.mark.stack
+def test_fbank_matches_torchaudio_kaldi_fbank_where_torchaudio_is_installed():
+    """CosyVoice's frontend calls torchaudio.compliance.kaldi.fbank(num_mel_bins=80, dither=0); the numpy copy gives
+    the same features (`make test-gpu` runs it in the cosyvoice_tts stack's venv; skips without torchaudio)."""
+    import numpy as np
+
+    kaldi = pytest.importorskip("torchaudio.compliance.kaldi", reason="torchaudio is not installed (GPU stacks only)")
+    import torch
+
+    from tests.speech import fbank
+
+    x = np.random.default_rng(3).standard_normal(16000 * 2).astype(np.float32) * 0.1
+    x[8000:12000] += 0.3 * np.sin(2 * np.pi * 440 * np.arange(4000) / 16000).astype(np.float32)
+    theirs = kaldi.fbank(torch.from_numpy(x)[None], num_mel_bins=80, dither=0, sample_frequency=16000).numpy()
+    ours = fbank(x)
+    assert ours.shape == theirs.shape
+    assert np.max(np.abs(ours - theirs)) < 1e-3
+
+
+CAMPPLUS = os.environ.get(
+    "VOICEFLEET_CAMPPLUS_ONNX",
+    os.path.join(os.environ.get("VOICEFLEET_COSYVOICE_MODEL_DIR", "/models/Fun-CosyVoice3-0.5B"), "campplus.onnx"),
+)
+HAVE_CAMPPLUS = os.path.isfile(CAMPPLUS)
+
+
+@pytest.mark.stack
+@pytest.mark.skipif(
+    not HAVE_CAMPPLUS, reason=f"no campplus.onnx at {CAMPPLUS} (a CosyVoice model dir; or set VOICEFLEET_CAMPPLUS_ONNX)"
+)
+@pytest.mark.asyncio(loop_scope="session")
+async def test_speaker_embedding_tells_two_voices_apart(speakers):
+    """Two sentences of piper's joe are closer to each other than joe is to espeak-ng's en-US voice, both ways round
+    (CAM++ from a CosyVoice model directory; skips, saying where it looked, without one)."""
+    from tests.speech import cosine, speaker_embedding
+
+    def who(said):
+        return speaker_embedding(*said, CAMPPLUS)
+
+    joe_1 = who(await speakers.say("joe", "the quick brown fox jumps over the lazy dog"))
+    joe_2 = who(await speakers.say("joe", "please call me back when you get home"))
+    espeak_1 = who(await speakers.say("espeak", "the children are playing in the garden"))
+    espeak_2 = who(await speakers.say("espeak", "the weather is nice and sunny today"))
+    assert cosine(joe_1, joe_2) > max(cosine(joe_1, espeak_1), cosine(joe_2, espeak_2))
+    assert cosine(espeak_1, espeak_2) > max(cosine(espeak_1, joe_1), cosine(espeak_2, joe_2))
