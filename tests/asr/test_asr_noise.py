@@ -12,16 +12,20 @@ import pytest
 from bench import evaluation as ev
 
 SENTENCES = list(ev.SENTENCES[0::3])
-# Corpus WER bounds per (voice, condition). Measured on these 8 sentences (2026-11-23): joe 0 / 1.6 / 11.5 %,
-# espeak 3.3 / 52.5 / 13.1 % (espeak's formant speech drowns in white noise: its fricatives are noise-like); on all
-# 24 (make bench): joe 2.1 / 5.9 / 13.9 %, espeak 8.0 / 31.0 / 18.2 %.
+# Corpus WER bounds per (voice, condition): what these 8 sentences (61 words) measured on 2026-11-25 (2 cores AMD
+# EPYC; the noise is seeded and both voices are deterministic, so a rerun hears the same), plus a margin of about
+# five words (8 points), for another machine's arithmetic; joe clean and in white noise keep their older, tighter
+# bounds. Measured: joe 0 / 1.6 / 11.5 %, espeak 3.3 / 37.7 / 8.2 % (clean / white 10 dB / babble 10 dB; espeak's
+# formant speech drowns in white noise: its fricatives are noise-like). The same sentences against the wrong
+# references (each transcript scored against the next sentence) score over 100 %: every bound fails that, and the
+# test checks it on each run. On all 24 (make bench, 2026-11-23): joe 2.1 / 5.9 / 13.9 %, espeak 8.0 / 31.0 / 18.2 %.
 WER_BOUND = {
     ("joe", "clean"): 0.05,
     ("joe", "white 10 dB"): 0.10,
-    ("joe", "babble 10 dB"): 0.25,
-    ("espeak", "clean"): 0.15,
-    ("espeak", "white 10 dB"): 0.70,
-    ("espeak", "babble 10 dB"): 0.30,
+    ("joe", "babble 10 dB"): 0.20,
+    ("espeak", "clean"): 0.12,
+    ("espeak", "white 10 dB"): 0.46,
+    ("espeak", "babble 10 dB"): 0.17,
 }
 
 
@@ -37,8 +41,11 @@ async def engine():
 async def test_wer_in_noise_stays_within_its_bound(asr_speakers, engine, voice, condition):
     heard = [await ev.recognize(engine, *asr_speakers.degraded(voice, text, condition)) for text in SENTENCES]
     error = ev.wer(SENTENCES, heard)
+    print(f"\nWER {voice} {condition}: {error:.3f}")
     misheard = [(t, h) for t, h in zip(SENTENCES, heard, strict=True) if ev.wer([t], [h])]
     assert error <= WER_BOUND[voice, condition], (error, misheard)
+    # The bound fails garbage: the same transcripts scored against the wrong sentences do not pass it.
+    assert ev.wer(SENTENCES[1:] + SENTENCES[:1], heard) > WER_BOUND[voice, condition]
 
 
 def test_noise_is_mixed_at_the_asked_snr(asr_speakers):

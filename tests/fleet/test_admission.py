@@ -15,11 +15,13 @@ import grpc
 import pytest
 
 from tests.conftest import start_fleet
-from tests.speech import INTELLIGIBLE, listen, wer
+from tests.speech import INTELLIGIBLE, intelligible
 from voice.v1 import synthesizer_pb2 as pb
 from voice.v1 import synthesizer_pb2_grpc
 
-FIRST = "The meeting moved to nine."
+# Words both CPU voices say clearly, so one bound (the strict listener's) holds for every backend: espeak-ng's "The
+# meeting moved to nine." was heard as "... moved to the island" (WER 0.20 on the whole text, 2026-11-25).
+FIRST = "The children are playing in the garden."
 REST = " Please bring the green folder."
 
 
@@ -120,10 +122,8 @@ def test_past_capacity_new_streams_are_refused_at_once_and_admitted_ones_complet
         # The admitted streams were not hurt: each completes with the whole text spoken, without gaps.
         for stream in [*held, spill]:
             pcm, rate, served_by = stream.finish()
-            heard = listen(pcm, rate)
-            # espeak-ng (qwen_tts's CPU voice) is a formant synthesizer: even the strict listener mishears some words.
-            limit = INTELLIGIBLE if served_by.startswith("cosyvoice_tts/") else 0.6
-            assert wer(FIRST + REST, heard) <= limit, (served_by, heard)
+            error, heard = intelligible(FIRST + REST, pcm, rate)
+            assert error <= INTELLIGIBLE, (served_by, heard)
 
         # Capacity is back: the next request is served.
         replies = list(router.Synthesize(pb.SynthesizeRequest(text="Hello there."), timeout=60))

@@ -21,7 +21,8 @@ import pytest
 
 from bench import evaluation as ev
 from tests.conftest import start_fleet, wait_until
-from tests.fleet.test_conversation_fleet import Talk, close
+from tests.fleet.test_conversation_fleet import Talk, assert_reply_heard, close
+from tests.speech import INTELLIGIBLE, intelligible
 from voice.v1 import (
     audio_pb2,
     gpu_pb2,
@@ -38,6 +39,7 @@ pytestmark = pytest.mark.timeout(600)
 GB = 1 << 30
 RATE = 16_000
 SENTENCE = "please call me back when you get home"
+THANKS = "Thanks for waiting."
 CALLERS, ROUNDS = 4, 4
 
 
@@ -100,7 +102,7 @@ def swaps_in(fleet, name: str) -> float:
 
 
 def test_asr_and_moss_sts_take_turns_under_four_callers(card):
-    tables, errors, heard = [], [], []
+    tables, errors, heard, spoken = [], [], [], []
     with card.channel("router") as channel:
         speech = bytes(RATE) + speak(channel, SENTENCE + ".") + bytes(2 * RATE)  # 0.5 s before, 1 s after
         swaps_before = {name: swaps_in(card, name) for name in ("asr", "moss_sts")}
@@ -109,7 +111,7 @@ def test_asr_and_moss_sts_take_turns_under_four_callers(card):
             for k in range(ROUNDS):
                 try:
                     if (i + k) % 2:
-                        assert len(speak(channel, "Thanks for waiting.")) > RATE  # over half a second of audio
+                        spoken.append(speak(channel, THANKS))
                     else:
                         heard.append(recognize(channel, speech))
                     with card.channel("router") as ch:
@@ -127,6 +129,13 @@ def test_asr_and_moss_sts_take_turns_under_four_callers(card):
     assert not errors, errors
     assert len(heard) == CALLERS * ROUNDS // 2
     assert all(ev.wer([SENTENCE], [h]) <= 0.2 for h in heard), heard
+    # Every spoken reply says its sentence (the strict listener, once per distinct audio: moss_sts's piper voice is
+    # deterministic, so the 8 replies are usually one).
+    assert len(spoken) == CALLERS * ROUNDS // 2
+    print(f"\n{len(set(spoken))} distinct spoken replies of {len(spoken)}")
+    for pcm in set(spoken):
+        error, said = intelligible(THANKS, pcm, RATE)
+        assert error <= INTELLIGIBLE, said
     # The card was never over-granted, and both services held it at some point.
     assert all(t.granted_bytes <= t.capacity_bytes == 10 * GB for t in tables)
     holders = {lease.holder for t in tables for lease in t.leases}
@@ -157,7 +166,7 @@ def one_turn(channel, speech: bytes) -> str:
         ]
         done = talk.complete(0)
         assert done is not None, talk.of("turn_error", 0)
-        assert done.reply_text.strip() and len(talk.reply_audio(0)) > RATE // 2, "a spoken reply"
+        assert_reply_heard(talk, 0)
         return done.served_by
     finally:
         close(talk)
