@@ -191,14 +191,16 @@ def test_voices_lists_zh_baker_with_its_terms_and_espeak_cmn_stays(fleet):
 
 
 @needs_venv
-def test_english_text_for_zh_baker_is_refused_naming_the_field_and_the_voice(direct):
+@pytest.mark.parametrize("target", ["direct", "router"])
+def test_english_text_for_zh_baker_is_refused_naming_the_field_and_the_voice(direct, router, target):
+    stub = direct if target == "direct" else router
     with pytest.raises(grpc.RpcError) as refused:
-        synthesize(direct, "Hello, how are you today?", voice="zh-baker")
+        synthesize(stub, "Hello, how are you today?", voice="zh-baker")
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     details = refused.value.details()
     assert details.startswith("config.language:") and "zh-baker" in details and "en-US" in details
     with pytest.raises(grpc.RpcError) as refused:  # a language the voice does not speak: the voices that do
-        synthesize(direct, "Hello.", voice="zh-baker", language="en-US")
+        synthesize(stub, "Hello.", voice="zh-baker", language="en-US")
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "config.language" in refused.value.details() and "en-US (qwen_tts/espeak)" in refused.value.details()
 
