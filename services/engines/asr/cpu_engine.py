@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import logging
 import math
 import threading
@@ -57,6 +59,29 @@ def hint_prompt(hints: tuple[str, ...], language_prompt: str = "") -> str | None
     if hints:
         parts.append(f"Vocabulary: {', '.join(hints)}.")
     return " ".join(parts) or None
+
+
+OPENCC = {"simplified": "t2s", "traditional": "s2t"}  # asr.chinese_script -> OpenCC's conversion
+
+
+@functools.cache
+def _opencc(conversion: str):
+    from opencc import OpenCC  # opencc-python-reimplemented: OpenCC's tables in pure Python (Apache-2.0)
+
+    return OpenCC(conversion)
+
+
+def in_script(text: str, language: str | None, script: str) -> str:
+    """A Chinese transcript in ``asr.chinese_script``: whisper's Simplified prompt steers the script but does not fix
+    it (short sentences came back in Traditional one time in three, docs/asr.md#mandarin). Other languages as is."""
+    if language != "zh" or not text or script not in OPENCC:
+        return text
+    return _opencc(OPENCC[script]).convert(text)
+
+
+def final_in_script(final: FinalText, script: str) -> FinalText:
+    words = tuple(dataclasses.replace(w, word=in_script(w.word, final.language, script)) for w in final.words)
+    return dataclasses.replace(final, text=in_script(final.text, final.language, script), words=words)
 
 
 # Pass 1 only shows interims (whisper gives the final), so its search is narrowed for speed: no second (flat-lexicon)
@@ -184,15 +209,22 @@ class WhisperFinals:
         return hint_prompt(hints, self.config.language_prompts.get(language or "", ""))
 
     def recognize(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText:
-        """Language known: one decode with the fitted window. Not known: the language detected on the fitted
-        window (base's encoder on a window of ~2x the utterance, not 30 s), then the same decode in it, by base.
-        Either falls back to the full 30 s window when the fitted decode looks degenerate."""
+        """Language known: one decode with the fitted window. Not known: base's encoder runs once on the fitted
+        window (~2x the utterance, not 30 s); its language-detection head reads that encoding (one decoder step) and
+        the decode in the detected language, with that language's prompt, reuses it. Either falls back to the full
+        30 s window when the fitted decode looks degenerate or the utterance is too long for a fitted window."""
+        return final_in_script(self._recognize(audio, language, hints), self.config.chinese_script)
+
+    def _recognize(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText:
         detected = False
+        encoded = None
         if not language:
-            language = self.detect(audio)
-            detected = language is not None
+            encoded = self._encode(self.base, audio)
+            if encoded is not None:
+                language = self.detect(encoded[0])
+                detected = True
         if language:
-            fitted = self._fitted_window(audio, language, hints, detected)
+            fitted = self._fitted_window(audio, language, hints, detected, encoded)
             if fitted is not None:
                 return fitted
         return self._full_window(audio, language, hints, detected)
@@ -210,44 +242,49 @@ class WhisperFinals:
         window[:, :frames] = features
         return window, seconds
 
-    def detect(self, audio: np.ndarray) -> str | None:
-        """The utterance's language by base's language-detection head on the fitted window; None when the
-        utterance needs the full window (then faster-whisper detects on its 30 s window)."""
+    def _encode(self, model, audio: np.ndarray):
+        """(the encoder's output on the fitted window, its seconds), or None when the utterance needs the full
+        window. ctranslate2's detect_language and generate take an encoding as well as features."""
         import ctranslate2
 
-        window, _ = self._window(self.base, audio)
+        window, seconds = self._window(model, audio)
         if window is None:
             return None
-        scores = self.base.model.detect_language(ctranslate2.StorageView.from_array(window[None]))[0]
-        token, probability = scores[0]
+        return model.model.encode(ctranslate2.StorageView.from_array(window[None]), to_cpu=False), seconds
+
+    def detect(self, encoded) -> str:
+        """The utterance's language by base's language-detection head on an encoding of the fitted window."""
+        token, probability = self.base.model.detect_language(encoded)[0][0]
         language = token.strip("<|>")
         log.debug("detected %s (p=%.2f) on the fitted window", language, probability)
         return language
 
     def _fitted_window(
-        self, audio: np.ndarray, language: str, hints: tuple[str, ...], detected: bool = False
+        self, audio: np.ndarray, language: str, hints: tuple[str, ...], detected: bool = False, encoded=None
     ) -> FinalText | None:
         """One decode with the encoder window fitted to the utterance (ctranslate2's Whisper.generate accepts any
-        window up to 30 s; faster-whisper's transcribe always pads to 30 s). None when the utterance needs the full
-        window, or when the decode looks degenerate the way faster-whisper's own fallbacks judge it (compression
-        ratio above 2.4 or a run of words said twice in a row: repeating itself; mean log-probability below -1).
-        With the shorter window whisper sometimes says a short utterance twice ("Hello. My name is Alice. Hello. My
-        name is Alice."), which the compression ratio of so short a text does not catch."""
-        import ctranslate2
+        window up to 30 s; faster-whisper's transcribe always pads to 30 s); ``encoded``: base's encoding of that
+        window, when detection made it. None when the utterance needs the full window, or when the decode looks
+        degenerate the way faster-whisper's own fallbacks judge it (compression ratio above 2.4 or a run of words
+        said twice in a row: repeating itself; mean log-probability below -1). With the shorter window whisper
+        sometimes says a short utterance twice ("Hello. My name is Alice. Hello. My name is Alice."), which the
+        compression ratio of so short a text does not catch."""
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_compression_ratio
 
         model, _ = self.model_for(language, detected)
         extractor = model.feature_extractor
-        window, seconds = self._window(model, audio)
-        if window is None:
+        if encoded is None or model is not self.base:
+            encoded = self._encode(model, audio)
+        if encoded is None:
             return None
+        window, seconds = encoded
         tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language)
         prompt_text = self.prompt(language, hints)
         previous = tokenizer.encode(" " + prompt_text.strip()) if prompt_text else []
         prompt = model.get_prompt(tokenizer, previous, without_timestamps=True)
         result = model.model.generate(
-            ctranslate2.StorageView.from_array(window[None]),
+            window,
             [prompt],
             beam_size=self.config.beam_size,
             return_scores=True,
@@ -268,6 +305,10 @@ class WhisperFinals:
         self, audio: np.ndarray, language: str | None, hints: tuple[str, ...], detected: bool = False
     ) -> FinalText:
         model, _ = self.model_for(language, detected)
+        if not language:
+            # Detected first (on whisper's first 30 s window) so that the language's prompt applies here too.
+            language, probability, _ = model.detect_language(audio)
+            log.debug("detected %s (p=%.2f) on the full window", language, probability)
         segments, info = model.transcribe(
             audio,
             language=language,

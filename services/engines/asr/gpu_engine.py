@@ -33,7 +33,7 @@ import numpy as np
 from services.common.config.asr import AsrServiceConfig
 from services.common.engines import AsrEngine, AsrStream, Offloadable, RecognitionOptions, WordTiming
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.engines.asr.cpu_engine import hint_prompt, whisper_language
+from services.engines.asr.cpu_engine import final_in_script, hint_prompt, in_script, whisper_language
 from services.engines.asr.pipeline import FinalText, TwoPassStream
 from services.engines.asr.turn_model import TurnSupport
 from services.engines.asr.vad import RATE, SileroVad
@@ -110,6 +110,7 @@ class WhisperGpu:
     """Both passes on one CTranslate2 Whisper model."""
 
     def __init__(self, config: AsrServiceConfig):
+        self.config = config
         self.gpu = config.gpu
         self.model = None
         self.multilingual = True
@@ -150,9 +151,18 @@ class WhisperGpu:
 
     def recognize(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText:
         with self.gate.use():
-            return self._recognize(audio, language, hints)
+            return final_in_script(self._recognize(audio, language, hints), self.config.chinese_script)
+
+    def prompt(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> tuple[str | None, str | None]:
+        """(language, initial prompt): asr.language_prompts applies to a detected language too, so a language not
+        given is detected first (faster-whisper's detect_language on the first 30 s window: tens of ms on a GPU)."""
+        if not language and self.multilingual:
+            language, probability, _ = self.model.detect_language(audio)
+            log.debug("detected %s (p=%.2f)", language, probability)
+        return language, hint_prompt(hints, self.config.language_prompts.get(language or "", ""))
 
     def _recognize(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText:
+        language, prompt = self.prompt(audio, language, hints)
         segments, info = self.model.transcribe(
             audio,
             language=language,
@@ -160,7 +170,7 @@ class WhisperGpu:
             vad_filter=False,
             condition_on_previous_text=False,
             word_timestamps=True,
-            initial_prompt=hint_prompt(hints),
+            initial_prompt=prompt,
         )
         segments = list(segments)
         words = tuple(
@@ -175,7 +185,9 @@ class WhisperGpu:
     def quick(self, audio: np.ndarray, language: str | None) -> str:
         """Pass 1: greedy, no timestamps, the utterance so far."""
         with self.gate.use():
-            segments, _ = self.model.transcribe(
+            # No detection pass for interims (it would double their cost): the prompt only when the language is given.
+            prompt = hint_prompt((), self.config.language_prompts.get(language or "", ""))
+            segments, info = self.model.transcribe(
                 audio,
                 language=language,
                 beam_size=1,
@@ -183,8 +195,10 @@ class WhisperGpu:
                 condition_on_previous_text=False,
                 without_timestamps=True,
                 temperature=0.0,
+                initial_prompt=prompt,
             )
-            return " ".join(s.text.strip() for s in segments).strip()
+            text = " ".join(s.text.strip() for s in segments).strip()
+            return in_script(text, info.language, self.config.chinese_script)
 
 
 class WhisperPartial:

