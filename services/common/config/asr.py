@@ -59,8 +59,8 @@ class AsrServiceConfig(ServerConfig):
     # Simplified characters and punctuation more often (without it, it often writes Traditional). Applies whether the
     # language was given or detected; a language not listed gets no prompt.
     language_prompts: dict[str, str] = Field(default_factory=lambda: {"zh": "以下是普通话的句子。"})
-    # The script of Chinese finals (language zh, given or detected): whisper base still wrote Traditional for short
-    # sentences one time in three with the Simplified prompt (docs/asr.md#mandarin), so finals are converted with
+    # The script of Chinese finals (language zh, given or detected): whisper base still wrote some short sentences in
+    # Traditional with the Simplified prompt (docs/asr.md#mandarin), so finals are converted with
     # OpenCC's tables: "simplified" (t2s), "traditional" (s2t), or "as_decoded" (whatever whisper wrote).
     chinese_script: Literal["simplified", "traditional", "as_decoded"] = "simplified"
     # Utterances (across all streams) that run pass 1 (pocketsphinx interims, ~0.09 of a core each while speech

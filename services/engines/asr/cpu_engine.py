@@ -73,7 +73,7 @@ def _opencc(conversion: str):
 
 def in_script(text: str, language: str | None, script: str) -> str:
     """A Chinese transcript in ``asr.chinese_script``: whisper's Simplified prompt steers the script but does not fix
-    it (short sentences came back in Traditional one time in three, docs/asr.md#mandarin). Other languages as is."""
+    it (some short sentences came back in Traditional, docs/asr.md#mandarin). Other languages as is."""
     if language != "zh" or not text or script not in OPENCC:
         return text
     return _opencc(OPENCC[script]).convert(text)
