@@ -278,13 +278,13 @@ class WhisperFinals:
             encoded = self._encode(model, audio)
         if encoded is None:
             return None
-        window, seconds = encoded
+        encoding, seconds = encoded
         tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language)
         prompt_text = self.prompt(language, hints)
         previous = tokenizer.encode(" " + prompt_text.strip()) if prompt_text else []
         prompt = model.get_prompt(tokenizer, previous, without_timestamps=True)
         result = model.model.generate(
-            window,
+            encoding,
             [prompt],
             beam_size=self.config.beam_size,
             return_scores=True,
