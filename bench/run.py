@@ -22,6 +22,7 @@ BENCHMARKS = [
     "tts_load",
     "asr",
     "asr_noise",
+    "asr_mandarin",
     "leases",
     "swap",
     "conversation",
