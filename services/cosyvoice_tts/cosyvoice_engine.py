@@ -54,7 +54,6 @@ runs while the weights move. What stays on the card, honestly:
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import math
@@ -71,7 +70,7 @@ import numpy as np
 from services.common import audio, metrics
 from services.common.config.base import ChunkingConfig, SchedulingConfig
 from services.common.config.cosyvoice_tts import CosyVoiceGpuConfig
-from services.common.engines import AudioPiece, Offloadable, SynthesisOptions, TtsEngine, VoiceInfo
+from services.common.engines import AudioPiece, Offloadable, ScheduledTtsEngine, SynthesisOptions, VoiceInfo
 from services.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
@@ -149,7 +148,7 @@ def _default_auto_model() -> Callable:
 DEFAULT_IN_FLIGHT = 1  # see __init__: the library allows one segment at a time
 
 
-class CosyVoice3Engine(TtsEngine, Offloadable):
+class CosyVoice3Engine(ScheduledTtsEngine, Offloadable):
     name = "cosyvoice3"
     clones_voices = True
 
@@ -496,13 +495,6 @@ class CosyVoice3Engine(TtsEngine, Offloadable):
         return self._info(voice_id, self._voices[voice_id])
 
     # --- synthesis ------------------------------------------------------------------------------------------------
-    def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
-        return self._speak(text, options, self.scheduler.playback(), self.first_segment)
-
-    def _text_stream_speaker(self):
-        # Streaming text: the segmenter already cut the first segment early (self.first_segment); the segments it
-        # hands over are spoken as whole sentences.
-        return functools.partial(self._speak, playback=self.scheduler.playback(), first_segment=None)
 
     async def _speak(
         self, text: str, options: SynthesisOptions, playback: Playback, first_segment: FirstSegment | None

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import re
 import time
@@ -36,7 +35,7 @@ from dataclasses import dataclass
 
 from services.common import languages, metrics
 from services.common.config.base import ChunkingConfig, EspeakConfig
-from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
+from services.common.engines import AudioPiece, ScheduledTtsEngine, SynthesisOptions, VoiceInfo
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
@@ -68,7 +67,7 @@ class _Route:
         )
 
 
-class EspeakTtsEngine(TtsEngine):
+class EspeakTtsEngine(ScheduledTtsEngine):
     name = "espeak"
 
     def __init__(
@@ -187,14 +186,6 @@ class EspeakTtsEngine(TtsEngine):
         if route is None:
             raise NotFound(f"config.voice: {voice!r} is not a voice of {self.service}/{self.name}")
         return route
-
-    def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
-        return self._speak(text, options, self.scheduler.playback(), self.first_segment)
-
-    def _text_stream_speaker(self):
-        # Streaming text: the segmenter already cut the first segment early (self.first_segment); the segments it
-        # hands over are spoken as whole sentences.
-        return functools.partial(self._speak, playback=self.scheduler.playback(), first_segment=None)
 
     async def _speak(
         self, text: str, options: SynthesisOptions, playback: Playback, first_segment: FirstSegment | None

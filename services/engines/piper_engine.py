@@ -31,7 +31,7 @@ import onnxruntime
 
 from services.common import metrics
 from services.common.config.base import ChunkingConfig, SchedulingConfig
-from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
+from services.common.engines import AudioPiece, ScheduledTtsEngine, SynthesisOptions, VoiceInfo
 from services.common.errors import FailedPrecondition, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler, split_cores
 from services.common.text import FirstSegment, speech_segments
@@ -39,7 +39,7 @@ from services.common.text import FirstSegment, speech_segments
 log = logging.getLogger("voicefleet.piper")
 
 
-class PiperTtsEngine(TtsEngine):
+class PiperTtsEngine(ScheduledTtsEngine):
     name = "piper"
 
     def __init__(self, service: str, chunking: ChunkingConfig, scheduling: SchedulingConfig | None = None):
@@ -141,14 +141,6 @@ class PiperTtsEngine(TtsEngine):
             future.exception()  # an aborted run raises; retrieved here so it is not logged as lost
         self._steps.inc()
         self._cancel_to_stop.observe(time.monotonic() - cancelled_at)
-
-    def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:
-        return self._speak(text, options, self.scheduler.playback(), self.first_segment)
-
-    def _text_stream_speaker(self):
-        # Streaming text: the segmenter already cut the first segment early (self.first_segment); the segments it
-        # hands over are spoken as whole sentences.
-        return functools.partial(self._speak, playback=self.scheduler.playback(), first_segment=None)
 
     async def _speak(
         self, text: str, options: SynthesisOptions, playback: Playback, first_segment: FirstSegment | None

