@@ -230,8 +230,9 @@ def step_torch_offload() -> dict:
         if free < (gib + 1) * GIB:
             out["sizes"][f"{gib}GiB"] = {"skipped": f"{free / GIB:.1f} GiB free on the card"}
             continue
-        # 256 MiB linear layers, as a model's: many tensors, so per-tensor pinning would have shown
-        layers = [torch.nn.Linear(8192, 8192, bias=True, dtype=torch.float16, device="cuda") for _ in range(gib * 4)]
+        # 128 MiB fp16 linear layers (8192 x 8192 x 2 bytes), as a model's: many tensors, so per-tensor pinning
+        # would have shown
+        layers = [torch.nn.Linear(8192, 8192, bias=True, dtype=torch.float16, device="cuda") for _ in range(gib * 8)]
         model = torch.nn.Sequential(*layers)
         probe = torch.randn(2, 8192, dtype=torch.float16, device="cuda")
         with torch.no_grad():
@@ -245,7 +246,12 @@ def step_torch_offload() -> dict:
         out["sizes"][f"{gib}GiB"] = {
             "bytes": moved_out.bytes,
             "offload_s": round(moved_out.seconds, 3),
+            "offload_phases_s": moved_out.phases,
             "reload_s": round(moved_in.seconds, 3),
+            "reload_phases_s": moved_in.phases,
+            "reload_copy_over_bound": round(moved_in.phases["copy"] / moved_in.copy_bound_s, 2)
+            if moved_in.copy_bound_s and "copy" in moved_in.phases
+            else None,
             "copy_bound_s": round(moved_in.copy_bound_s or 0, 3),
             "reload_over_bound": round(moved_in.seconds / moved_in.copy_bound_s, 2) if moved_in.copy_bound_s else None,
             "offload_over_bound": round(moved_out.seconds / moved_in.copy_bound_s, 2)
@@ -601,6 +607,8 @@ def run_step(name: str, timeout_s: float, scratch: Path) -> dict:
                 + ("; it needs " + VLLM_OMNI_NEEDS if name == "vllm_omni" else ""),
             }
         paths.append(str(plugin_dist_info(scratch / "plugin")))  # vLLM finds the plugin in its every process
+    # the caller's own PYTHONPATH last (packages installed with --target, as on a card with no registry)
+    paths += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     try:
         done = subprocess.run(
