@@ -123,9 +123,13 @@ def main(argv: list[str] | None = None) -> None:
         )
         raise SystemExit(2)
     # llama.cpp's CPU backend runs on OpenMP, whose threads spin while they wait. On cores shared with the rest of
-    # the fleet that spinning starved the decode: SmolLM2's 14-token answer took 37.6 s instead of 0.93 s (container
-    # with 2 CPUs on a 2-core host at load 17, 2026-11-23). Waiting threads sleep instead; the caller may override.
+    # the fleet unbounded spinning starved the decode: SmolLM2's 14-token answer took 37.6 s instead of 0.93 s
+    # (container with 2 CPUs on a 2-core host at load 17, 2026-11-23), hence PASSIVE. But a thread that sleeps at
+    # once pays a futex wake at each of the hundreds of barriers per token: 36 ms a token instead of 12.5 on a quiet
+    # 2-core host (2026-11-26; with 4 or 16 busy loops beside it: 36-119 vs 12-13 ms). A bounded spin (libgomp's
+    # GOMP_SPINCOUNT, which overrides the policy's count) keeps both: spin ~10k times, then sleep.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
     print(f"brain: exec {' '.join(command)}", file=sys.stderr, flush=True)
     os.execv(command[0], command)
 
