@@ -65,6 +65,11 @@ def server_command(config) -> list[str]:
         # or cut after a word, with no error. Requests take turns instead.
         "--interrupt_requests",
         "False",
+        # The server's default (True) computes and copies the vocabulary's logits for every prompt token (for
+        # logprobs, which no caller asks for): SmolLM2's output layer is ~20 % of its weights, 196 KB a row. Off,
+        # a turn's new prompt tokens are evaluated ~30 % faster (2026-11-26: first token 58-67 ms vs 84-104 ms).
+        "--logits_all",
+        "False",
         *prompt_cache_args(b.prompt_cache_mb),
     ]
 

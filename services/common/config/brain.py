@@ -33,7 +33,8 @@ class BrainConfig(Section):
     # is kept, and the next request resumes from the longest cached prefix of its prompt, so a turn evaluates only
     # its new tokens even when sessions alternate on the one model (without it, only the previous request's prefix
     # is reused). The library counts only llama.cpp's state (~23 KB per token of context with SmolLM2) against this
-    # bound, not the logits row it also keeps per token (~196 KB): the process can hold ~10x this in RAM. 64 MiB kept
+    # bound, not a logits row per token (~196 KB) it kept while the server computed every token's logits (before
+    # --logits_all False, 2026-11-26): the process could hold ~10x this in RAM then. 64 MiB kept
     # 4 alternating 8-turn sessions whole (peak RSS 1.2 GB); docs/conversation.md#the-brain.
     prompt_cache_mb: int = bounded(64, ge=0, le=65_536, says="must be 0 (off) or 1..65536 MiB")
     # Where clients reach the brain (OpenAI base URL, ending in /v1); "" = http://host:port/v1 (the local server).
