@@ -427,15 +427,24 @@ class TwoPassStream(AsrStream):
     def _maybe_speculate(self) -> None:
         """Start pass 2 once the silence after speech has lasted ``speculative_final_ms``, before the hangover ends:
         if the utterance does end there, its final is (nearly) ready; if speech resumes, the decode is dropped.
-        Semantic mode starts it at the pause's first judgement instead (``_judge``): a pause mid-sentence is common
-        there, and only a judgement can end the utterance before max_silence."""
-        silence = self._ep.silence_start
+        Semantic mode counts the silence by level alone (``Endpointer.quiet_since``): Silero's probability falls
+        100-200 ms after the last word, about when the turn model first judges, and the decode then sat on the
+        critical path (speech end -> final ~300 ms); from the level it is (nearly) done by the judgement. Its key is
+        where the quiet began: sound again drops it, and so does a pause the VAD places elsewhere."""
+        silence = self._pause_key()
         if self._spec is not None and self._spec[0] != silence:
             self._spec[1].cancel()  # speech came back: a decode still waiting in line never runs
             self._spec = None
-        if self._semantic or silence is None or self._spec is not None or self._pos - silence < self._speculate:
+        if silence is None or self._spec is not None or self._pos - silence < self._speculate:
             return
         self._start_speculation(silence)
+
+    def _pause_key(self) -> int | None:
+        """Where the pause a speculative final belongs to began: by level in semantic mode (the VAD's silence when the
+        level never went quiet, as over steady noise), by the VAD otherwise."""
+        if self._semantic and self._ep.quiet_since is not None:
+            return self._ep.quiet_since
+        return self._ep.silence_start
 
     def _start_speculation(self, silence: int) -> None:
         audio_start = max(self._buf_start, self._utt_start - PAD_BEFORE)
@@ -444,8 +453,9 @@ class TwoPassStream(AsrStream):
 
     def _judge(self, heard_end: int, speech_end: int) -> float:
         """Thread (the stream's step, inside push): the turn model on the turn's last 8 s up to ``heard_end``.
-        The pause's first judgement also starts the speculative final, so it decodes while the model runs."""
-        silence = self._ep.silence_start
+        A pause with no speculative final yet (quiet by the VAD before the level said so) starts one here, so it
+        decodes while the model runs."""
+        silence = self._pause_key()
         if self._spec is not None and self._spec[0] != silence:
             self._spec[1].cancel()  # a decode of an earlier pause (speech came back since)
             self._spec = None
@@ -471,7 +481,8 @@ class TwoPassStream(AsrStream):
     def _make_job(self, end: int, reason: str) -> _FinalJob:
         spec, self._spec = self._spec, None
         pause_ended = reason in ("endpoint", "turn_complete", "max_silence")
-        if spec is not None and not (pause_ended and spec[0] == self._ep.silence_start):
+        pause = self._pause_key()
+        if spec is not None and not (pause_ended and spec[0] == pause):
             spec[1].cancel()
             spec = None
         if reason in TURN_ENDING_REASONS:

@@ -167,6 +167,9 @@ class Endpointer:
         self._levels: list[tuple[int, float]] = []  # (start, level) of the utterance's windows
         self._floor = UNKNOWN_FLOOR_DB  # level of the quiet before the utterance
         self._peak = UNKNOWN_FLOOR_DB  # loudest window of the utterance
+        # Where the run of quiet windows (by level alone, no VAD) the utterance is in now began; None while sounding.
+        # The level falls with the last word; Silero's probability follows 100-200 ms later.
+        self.quiet_since: int | None = None
 
     @property
     def in_utterance(self) -> bool:
@@ -182,6 +185,7 @@ class Endpointer:
                 self._floor = min((lv for _, lv in self._before), default=UNKNOWN_FLOOR_DB)
                 self._peak = level
                 self.state, self.start, self.last_speech_end, self.silence_start = CANDIDATE, start, end, None
+                self.quiet_since = None
                 self._judged = None
                 self._levels = [(w, lv) for w, lv in self._before if w >= start] + [(window_start, level)]
                 out.append(Transition("candidate", start))
@@ -194,6 +198,10 @@ class Endpointer:
         self._levels.append((window_start, level))
         self._peak = max(self._peak, level)
         quiet = level < max(self._floor + HOLD_ABOVE_FLOOR_DB, self._peak - HOLD_BELOW_PEAK_DB)
+        if not quiet:
+            self.quiet_since = None
+        elif self.quiet_since is None:
+            self.quiet_since = window_start
 
         if p >= self.threshold:
             self.last_speech_end, self.silence_start = end, None
