@@ -21,7 +21,8 @@ The list is closed-class words, chosen by what they are, not by any test set's p
   shall, should, may, might, must), and contracted pronoun + auxiliary (i'm, it's, they'll, we'd ...), which can
   never stand before an ellipsis ("yes it is", never "yes it's"). An uncontracted auxiliary right after a subject
   pronoun is an ellipsis that ends sentences ("yes I can", "here it is", "that's what it was"): no veto there.
-  "have", "do", "be" and their forms are main verbs too ("that's all we have"): not listed.
+  "have", "do", "be" and their forms are main verbs too ("that's all we have"): not listed. A listed word written
+  capitalized inside a sentence is a name ("in May", "Will"), not the modal.
 
 Known cost, the safe direction: a finished sentence that does end on such a word waits for ``max_silence_ms`` (1.5 s):
 a stranded preposition ("where are you from?", "what is it for?"), an elliptical "to" ("I'd love to"), an auxiliary
@@ -111,7 +112,14 @@ SUBJECT_PRONOUNS = frozenset(("i", "you", "he", "she", "it", "we", "they", "ther
 # What a word in the list may be: lower-case letters with inner apostrophes (the config's and the request's check).
 WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")
 MAX_WORDS = 500
-_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)*")
+_CASED_TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)*")
+
+
+def _is_name(token: str, before: str) -> bool:
+    """A capitalized word inside a sentence (not after . ? !, not "I" or "I'm"): a name."""
+    if not token[0].isupper() or token == "I" or token.lower().startswith("i'"):
+        return False
+    return not before.rstrip().endswith((".", "?", "!"))
 
 
 def bad_word(words) -> str:
@@ -135,10 +143,14 @@ class TextCheck:
         self.words = frozenset(words)
 
     def veto(self, text: str) -> str:
-        tokens = _TOKEN.findall(text.lower().replace("\u2019", "'"))
+        text = text.replace("\u2019", "'")
+        found = list(_CASED_TOKEN.finditer(text))
+        tokens = [m.group().lower() for m in found]
         if not tokens or tokens[-1] not in self.words:
             return ""
         last = tokens[-1]
+        if len(found) > 1 and _is_name(found[-1].group(), text[: found[-1].start()]):
+            return ""  # "in May", "of his own free Will": capitalized inside a sentence, a name, not the modal
         if last in AUXILIARIES and len(tokens) > 1 and tokens[-2] in SUBJECT_PRONOUNS:
             return ""  # "yes I can", "here it is": an ellipsis, the sentence may end
         return last

@@ -263,6 +263,8 @@ def test_the_text_check_keeps_a_turn_open_after_closed_class_words_only():
         ("We are trying to decide whether", "whether"),
         ("Well, I\u2019m", "i'm"),  # a curly apostrophe, as whisper may write it
         ("My neighbour and", "and"),
+        ("I think the price may", "may"),
+        ("We could meet at. The", "the"),  # capitalized after a full stop: still the article
     ]:
         assert check.veto(text) == word, text
     for text in [
@@ -272,6 +274,7 @@ def test_the_text_check_keeps_a_turn_open_after_closed_class_words_only():
         "Yes, I can.",  # an ellipsis after a pronoun ends sentences
         "I know where it is",
         "Set it for 4",
+        "My birthday is in May.",  # capitalized inside a sentence: the month
         "",
     ]:
         assert check.veto(text) == "", text
