@@ -337,6 +337,12 @@ def build(seed: int = 23, counts: Counts | None = None, cache: Path | None = Non
     return turn_set
 
 
+def paused_line(marked: str, pause_ms: int, seed: int = 23, voice: Voice | None = None) -> Line:
+    """One sentence said with a pause of ``pause_ms`` at its ``|`` mark, made as the set makes its paused lines (the
+    same seed and text give the same PCM as the set's line); not cached. For tests that need one such line."""
+    return _paused(voice or Voice(), seed, "paused", marked, "", pause_ms, {})
+
+
 def _plain(marked: str) -> str:
     return " ".join(marked.replace("|", " ").split())
 

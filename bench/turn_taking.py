@@ -299,6 +299,7 @@ def _end_of_turn_events(caller: Caller, first_turn: int, since: float) -> list[d
             "probability": round(e.end_of_turn.probability, 3),
             "complete": e.end_of_turn.complete,
             "silence_ms": e.end_of_turn.silence_ms,
+            "vetoed_by_word": e.end_of_turn.vetoed_by_word,
         }
         for _, e in caller.of("end_of_turn", first_turn, since)
     ]
@@ -544,6 +545,11 @@ def report(passes: dict[str, list[dict]], trials: list[dict], trials_mode: str):
         column["EndOfTurn events received (complete / incomplete)"] = (
             f"{len(eot)} ({sum(e['complete'] for e in eot)} / {sum(not e['complete'] for e in eot)})"
         )
+        vetoed = [e["vetoed_by_word"] for e in eot if e.get("vetoed_by_word")]
+        if vetoed:  # the text check (docs/asr.md#the-text-check): counted above as incomplete
+            column["EndOfTurn complete by the model, kept open by the text (words)"] = (
+                f"{len(vetoed)} ({', '.join(sorted(set(vetoed)))})"
+            )
         errors = [r["session_error"] for r in records if "session_error" in r]
         if errors:
             column["session error"] = "; ".join(errors)

@@ -15,8 +15,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from services.common import audio
-from services.common.convert.asr import MODES, event_fields
+from services.common.convert.asr import MODES, TEXT_CHECKS, event_fields
 from services.common.engines import (
+    TEXT_CHECK_OFF,
+    TEXT_CHECK_ON,
     AsrEngine,
     Endpointing,
     RecognitionOptions,
@@ -24,6 +26,7 @@ from services.common.engines import (
 from services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
 from services.common.rpc import request_id
 from services.common.scheduler import Admission, cpu_cores
+from services.common.turn_text import bad_word
 from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
 
 MAX_HINTS = 100
@@ -46,7 +49,8 @@ class AsrLimits:
         capacity = section.max_concurrent_streams or (MAX_STREAMS if in_front else streams_per_core(section.engine))
         defaults = endpointing_defaults(section.endpointing)
         if in_front:
-            defaults = dataclasses.replace(defaults, mode="")  # unspecified stays so: the backend resolves it
+            # Unspecified stays so: the backend resolves it.
+            defaults = dataclasses.replace(defaults, mode="", text_check="", non_final_words=())
         return cls(
             idle_timeout_s=section.idle_timeout_seconds,
             max_stream_s=section.max_stream_seconds,
@@ -80,6 +84,8 @@ def endpointing_defaults(section) -> Endpointing:
         turn_threshold=section.turn_threshold,
         min_silence_ms=section.min_silence_ms,
         max_silence_ms=section.max_silence_ms,
+        text_check=TEXT_CHECK_ON if section.text_check else TEXT_CHECK_OFF,
+        non_final_words=tuple(section.non_final_words),
     )
 
 
@@ -247,6 +253,15 @@ def endpointing_from_config(e, d: Endpointing) -> Endpointing:
             "config.endpointing.min_silence_ms",
             f"{min_silence} must be {WINDOW_MS}..max_silence_ms ({max_silence}); 0 means {d.min_silence_ms}",
         )
+    text_check = TEXT_CHECKS.get(e.text_check)
+    if text_check is None:
+        raise InvalidArgument(
+            "config.endpointing.text_check", f"{e.text_check} is not a known setting (0 unspecified, 1 on, 2 off)"
+        )
+    words = tuple(w.strip().lower() for w in e.non_final_words)
+    problem = bad_word(words)
+    if problem:
+        raise InvalidArgument("config.endpointing.non_final_words", problem)
     return Endpointing(
         threshold,
         min_speech,
@@ -256,6 +271,8 @@ def endpointing_from_config(e, d: Endpointing) -> Endpointing:
         turn_threshold=turn_threshold,
         min_silence_ms=min_silence,
         max_silence_ms=max_silence,
+        text_check=text_check or d.text_check,
+        non_final_words=words or d.non_final_words,
     )
 
 

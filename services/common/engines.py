@@ -161,6 +161,8 @@ class TtsEngine(abc.ABC):
 
 # Endpointing modes: how an utterance ends. "" = the service's default (resolved by whoever owns the config).
 SILENCE_MODE, SEMANTIC_MODE = "silence", "semantic"
+# Semantic endpointing's text check (Endpointing.text_check): on, off; "" = the service's default.
+TEXT_CHECK_ON, TEXT_CHECK_OFF = "on", "off"
 
 
 class ScheduledTtsEngine(TtsEngine):
@@ -189,7 +191,9 @@ class Endpointing:
     ``mode`` SILENCE_MODE: an utterance ends after ``hangover_ms`` of silence. SEMANTIC_MODE: after
     ``min_silence_ms`` of silence a turn model judges whether the speaker has finished (a TURN_ESTIMATE event);
     complete (probability >= ``turn_threshold``) ends the utterance there, incomplete keeps it open (judged again
-    while the silence lasts) up to ``max_silence_ms``."""
+    while the silence lasts) up to ``max_silence_ms``. ``text_check`` (TEXT_CHECK_ON / TEXT_CHECK_OFF, "" = the
+    service's default): a "complete" after a word of ``non_final_words`` (() = the service's list) in the English
+    text so far keeps the turn open (services/engines/asr/turn_text.py)."""
 
     threshold: float = 0.5
     min_speech_ms: int = 250
@@ -199,6 +203,8 @@ class Endpointing:
     turn_threshold: float = 0.5
     min_silence_ms: int = 160
     max_silence_ms: int = 1500
+    text_check: str = ""
+    non_final_words: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -248,6 +254,8 @@ class TurnEstimate:
     silence_ms: int  # silence after the last speech when it judged
     offset_ms: int  # where it judged
     utterance_index: int
+    # The model said complete, but the text so far ends with this word (not a sentence's end): complete is False.
+    vetoed_by_word: str = ""
 
 
 SPEECH_START = "speech_start"

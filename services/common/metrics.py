@@ -146,7 +146,8 @@ ASR_TURN_MODEL = Histogram(
 )
 ASR_TURN_JUDGEMENTS = Counter(
     "voicefleet_asr_turn_judgements_total",
-    "Turn model judgements at pauses (semantic endpointing), by outcome: complete or incomplete.",
+    "Turn model judgements at pauses (semantic endpointing), by outcome: complete, incomplete, or vetoed (the model"
+    " said complete, the text so far ends with a word that does not end a sentence: the turn stays open).",
     ["service", "engine", "outcome"],
 )
 
@@ -175,7 +176,8 @@ STS_INTERRUPTIONS = Counter(
 )
 STS_END_OF_TURN = Counter(
     "voicefleet_sts_end_of_turn_decisions_total",
-    "The turn model's judgements of a pause in the user's speech (semantic endpointing): complete or incomplete.",
+    "The turn model's judgements of a pause in the user's speech (semantic endpointing): complete, incomplete, or"
+    " vetoed (the model said complete, the words before the pause do not end a sentence).",
     ["service", "engine", "decision"],
 )
 STS_PREEMPTIVE_REPLIES = Counter(

@@ -85,7 +85,7 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
         for histogram in (metrics.STS_FIRST_AUDIO, metrics.STS_BARGE_IN_TO_SILENCE):
             histogram.labels(*self.labels)
         for counter, values in (
-            (metrics.STS_END_OF_TURN, ("complete", "incomplete")),
+            (metrics.STS_END_OF_TURN, ("complete", "incomplete", "vetoed")),
             (metrics.STS_PREEMPTIVE_REPLIES, ("used", "discarded")),
             (metrics.STS_BARGE_IN_DECISIONS, ("stop_word", "words", "long_speech", "stop_word_final")),
             (metrics.STS_BARGE_IN_REFUSED, ("backchannel", "short_speech", "own_words")),
@@ -275,7 +275,9 @@ class _Relay:
             if r.timings.speech_end_to_first_audio is not None:
                 metrics.STS_FIRST_AUDIO.labels(*self.labels).observe(r.timings.speech_end_to_first_audio)
         elif kind == END_OF_TURN_JUDGED and event.turn is not None:
-            metrics.STS_END_OF_TURN.labels(*self.labels, "complete" if event.turn.complete else "incomplete").inc()
+            t = event.turn
+            decision = "vetoed" if t.vetoed_by_word else "complete" if t.complete else "incomplete"
+            metrics.STS_END_OF_TURN.labels(*self.labels, decision).inc()
         elif kind == TURN_ERROR:
             self.resampler = None
             metrics.STS_TURNS.labels(*self.labels, "error").inc()

@@ -234,6 +234,7 @@ def event(response: conversation_pb2.ConverseResponse) -> dict | bytes | None:
             "probability": round(e.probability, 4),
             "complete": e.complete,
             "silence_ms": e.silence_ms,
+            "vetoed_by_word": e.vetoed_by_word,
         }
     if kind == "interrupted":
         i = response.interrupted

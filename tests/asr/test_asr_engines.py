@@ -57,6 +57,31 @@ def test_endpointer_max_utterance_cuts_and_goes_on():
     assert all(b - a <= 1000 + 32 for a, b in zip(starts, [e[1] for e in ends], strict=True))
 
 
+def test_endpointer_text_veto_keeps_a_complete_judgement_open():
+    """Semantic mode with a turn model that always says complete: the veto (the text check) turns each complete
+    judgement into an open one naming the word, until max_silence; no veto, the first judgement ends the utterance."""
+    probs = [0.0] * 5 + [0.9] * 20 + [0.0] * 60  # 640 ms of speech, then 1.9 s of silence
+    semantic = Endpointing(mode="semantic", max_silence_ms=1000)
+
+    def run(veto):
+        ep = Endpointer(semantic, lambda heard_end, speech_end: 0.9, 200, 200, veto)
+        out = []
+        for i, p in enumerate(probs):
+            out += ep.push(p, i * WINDOW, -20.0 if p >= 0.5 else -90.0)
+        return out
+
+    asked = []
+    held = run(lambda: asked.append(1) or "the")
+    turns = [t for t in held if t.kind == "turn"]
+    assert [(t.complete, t.vetoed_by_word) for t in turns] == [(False, "the"), (False, "the")]  # at 160 and 360 ms
+    assert [t.reason for t in held if t.kind == "end"] == ["max_silence"] and len(asked) == 2
+    ended = run(lambda: "")
+    assert [(t.kind, t.complete, t.vetoed_by_word, t.reason) for t in ended if t.kind in ("turn", "end")] == [
+        ("turn", True, "", ""),
+        ("end", False, "", "turn_complete"),
+    ]
+
+
 def test_silero_is_found_without_importing_its_package():
     vad = SileroVad("test")
     assert vad.path.name == "silero_vad.onnx" and "silero_vad" in str(vad.path)

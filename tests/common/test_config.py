@@ -26,6 +26,19 @@ def test_defaults_are_the_local_cpu_fleet():
     assert c.gateway.address == "127.0.0.1:8080" and c.gateway.router == ""  # "" = this config's router
 
 
+def test_the_text_check_is_on_by_default_and_its_words_can_be_replaced(tmp_path):
+    from services.common.turn_text import NON_FINAL_WORDS
+
+    c = load_config(env={})
+    assert c.asr.endpointing.text_check and c.moss_sts.endpointing.text_check
+    assert c.asr.endpointing.non_final_words == list(NON_FINAL_WORDS) == c.moss_sts.endpointing.non_final_words
+    c = load_config(
+        write(tmp_path, "moss_sts: {endpointing: {text_check: false}}"),
+        env={"VOICEFLEET_ASR__ENDPOINTING__NON_FINAL_WORDS": "The, to"},
+    )
+    assert c.asr.endpointing.non_final_words == ["the", "to"] and not c.moss_sts.endpointing.text_check
+
+
 @pytest.mark.parametrize(
     ("override", "field"),
     [
@@ -97,6 +110,17 @@ def test_explicit_backends_via_env(tmp_path):
             "router.leases.renew_deadline_seconds: must be > 0 and < ttl_seconds",
         ),
         ("router: {port: 1", {}, "is not valid YAML"),
+        (
+            "asr: {endpointing: {non_final_words: [to, of the]}}",
+            {},
+            "asr.endpointing.non_final_words: 'of the' is not one word",
+        ),
+        (
+            "moss_sts: {endpointing: {non_final_words: []}}",
+            {},
+            "moss_sts.endpointing.non_final_words: must list at least one word",
+        ),
+        ("asr: {endpointing: {text_check: maybe}}", {}, "asr.endpointing.text_check:"),
     ],
 )
 def test_bad_values_name_the_field(tmp_path, text, env, message):

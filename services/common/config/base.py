@@ -5,7 +5,8 @@ fields, and the sections that more than one service's section is made of.
 
 Each section has its module in this package (``services/common/config/<section>.py``, built from these);
 ``services/common/config/__init__.py`` composes all sections and loads the file. This module imports nothing of the
-project but services.common.text (which imports nothing of it), so any section module can import it.
+project but services.common.text and services.common.turn_text (which import nothing of it), so any section module
+can import it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from pydantic.fields import FieldInfo
 
 from services.common.text import FirstSegment
+from services.common.turn_text import NON_FINAL_WORDS, bad_word
 
 MODEL_SERVICES = ("cosyvoice_tts", "qwen_tts", "asr", "moss_sts")
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -69,6 +71,18 @@ def comma_list(value: Any) -> Any:
 
 # A list of strings that may also be written "a,b,c".
 Names = Annotated[list[str], BeforeValidator(comma_list)]
+
+
+def _lower_words(value: Any) -> Any:
+    # Like Names, written in any case: ["The", "To"] is ["the", "to"].
+    value = comma_list(value)
+    if isinstance(value, list):
+        return [v.strip().lower() if isinstance(v, str) else v for v in value]
+    return value
+
+
+# Words of a word list (the text check's), lower-cased; a list or "a,b,c".
+Words = Annotated[list[str], BeforeValidator(_lower_words)]
 
 
 def _upper(value: Any) -> Any:
@@ -305,8 +319,23 @@ class AsrEndpointingConfig(Section):
     # Semantic mode: silence before the first judgement, and the most silence an utterance judged incomplete gets.
     min_silence_ms: int = bounded(160, ge=32, le=10_000)
     max_silence_ms: int = bounded(1500, ge=32, le=10_000)
+    # Semantic mode, English text: a "complete" from the turn model at a pause right after one of non_final_words
+    # (in the speculative final's text of the utterance so far) keeps the turn open; false = the model alone decides
+    # (docs/asr.md#the-text-check).
+    text_check: bool = True
+    # The words that do not end a turn: by default closed-class words that (almost) never end an English sentence
+    # (articles, possessive determiners, conjunctions, most prepositions, auxiliaries; services/common/turn_text.py).
+    # Single words, any case; a list or "a,b,c".
+    non_final_words: Words = Field(default_factory=lambda: list(NON_FINAL_WORDS))
 
     @model_validator(mode="after")
     def _silences(self):
         check("min_silence_ms", self.min_silence_ms <= self.max_silence_ms, "must be <= max_silence_ms")
+        check(
+            "non_final_words",
+            bool(self.non_final_words),
+            "must list at least one word (text_check: false turns it off)",
+        )
+        problem = bad_word(self.non_final_words)
+        check("non_final_words", not problem, problem)
         return self

@@ -10,6 +10,8 @@ from services.common.engines import (
     SILENCE_MODE,
     SPEECH_END,
     SPEECH_START,
+    TEXT_CHECK_OFF,
+    TEXT_CHECK_ON,
     TURN_ESTIMATE,
     AsrEvent,
     Endpointing,
@@ -28,6 +30,13 @@ MODES = {
 }
 # Endpointing.mode -> EndpointingConfig.Mode ("" stays unspecified: the backend's default).
 PROTO_MODES = {mode: proto for proto, mode in MODES.items()}
+# EndpointingConfig.TextCheck -> Endpointing.text_check ("" = unspecified: the defaults' setting), and back.
+TEXT_CHECKS = {
+    recognizer_pb2.EndpointingConfig.TEXT_CHECK_UNSPECIFIED: "",
+    recognizer_pb2.EndpointingConfig.TEXT_CHECK_ON: TEXT_CHECK_ON,
+    recognizer_pb2.EndpointingConfig.TEXT_CHECK_OFF: TEXT_CHECK_OFF,
+}
+PROTO_TEXT_CHECKS = {check: proto for proto, check in TEXT_CHECKS.items()}
 
 
 def config_to_proto(options: RecognitionOptions) -> recognizer_pb2.RecognitionConfig:
@@ -51,6 +60,8 @@ def endpointing_to_proto(e: Endpointing) -> recognizer_pb2.EndpointingConfig:
         turn_threshold=e.turn_threshold,
         min_silence_ms=e.min_silence_ms,
         max_silence_ms=e.max_silence_ms,
+        text_check=PROTO_TEXT_CHECKS[e.text_check],
+        non_final_words=list(e.non_final_words),
     )
 
 
@@ -87,6 +98,7 @@ def end_of_turn_to_proto(t: TurnEstimate) -> recognizer_pb2.EndOfTurn:
         silence_ms=t.silence_ms,
         offset_ms=t.offset_ms,
         utterance_index=t.utterance_index,
+        vetoed_by_word=t.vetoed_by_word,
     )
 
 
@@ -97,6 +109,7 @@ def end_of_turn_from_proto(t: recognizer_pb2.EndOfTurn) -> TurnEstimate:
         silence_ms=t.silence_ms,
         offset_ms=t.offset_ms,
         utterance_index=t.utterance_index,
+        vetoed_by_word=t.vetoed_by_word,
     )
 
 

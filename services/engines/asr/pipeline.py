@@ -31,6 +31,7 @@ from services.common.engines import (
     SEMANTIC_MODE,
     SPEECH_END,
     SPEECH_START,
+    TEXT_CHECK_ON,
     TURN_ESTIMATE,
     AsrEvent,
     AsrStream,
@@ -40,9 +41,10 @@ from services.common.engines import (
     WordTiming,
 )
 from services.common.errors import FailedPrecondition
+from services.common.turn_text import TextCheck, is_english
 from services.engines.asr.turn_model import WINDOW_SAMPLES as TURN_WINDOW
 from services.engines.asr.turn_model import TurnSupport
-from services.engines.asr.vad import RATE, WINDOW, Endpointer, SileroVad, level_db
+from services.engines.asr.vad import RATE, WINDOW, Endpointer, SileroVad, TextVeto, level_db
 
 log = logging.getLogger("voicefleet.asr.pipeline")
 
@@ -54,6 +56,9 @@ TURN_PRE_SPEECH = int(0.5 * RATE)
 # Utterances that end the turn: the next speech starts a new one. (After max_silence the model had said the speaker
 # was not done, and after max_utterance they were still talking: what follows continues the same turn.)
 TURN_ENDING_REASONS = ("turn_complete", "end_of_stream", "endpoint")
+# The text check waits at most this long for the words before a pause (a final decode queued behind other streams'
+# on a saturated server); past it the turn model alone decides.
+TEXT_CHECK_WAIT_S = 3.0
 
 
 class PartialDecoder(Protocol):
@@ -162,7 +167,9 @@ class TwoPassStream(AsrStream):
                     + (f": {turn.missing}" if turn is not None and turn.missing else "")
                 )
             self._turn_model = turn.model
-            self._ep = Endpointer(endpointing, self._judge, turn.judge_interval_ms, turn.heard_silence_ms)
+            self._ep = Endpointer(
+                endpointing, self._judge, turn.judge_interval_ms, turn.heard_silence_ms, self._text_check(endpointing)
+            )
         else:
             self._ep = Endpointer(endpointing)
         # Semantic mode: the last 8 s of audio (the turn model's window) and where the turn in progress started
@@ -200,7 +207,8 @@ class TwoPassStream(AsrStream):
         self._rtf_interim = metrics.ASR_RTF.labels(*labels, "interim")
         self._audio_seconds = metrics.ASR_AUDIO_SECONDS.labels(*labels)
         self._judgements = {
-            outcome: metrics.ASR_TURN_JUDGEMENTS.labels(*labels, outcome) for outcome in ("complete", "incomplete")
+            outcome: metrics.ASR_TURN_JUDGEMENTS.labels(*labels, outcome)
+            for outcome in ("complete", "incomplete", "vetoed")
         }
         self._labels = labels
         self._open.inc()
@@ -319,7 +327,7 @@ class TwoPassStream(AsrStream):
                 elif t.kind == "discard":
                     self._end_partial()
                 elif t.kind == "turn":
-                    events.append(self._turn_event(t.offset, t.probability, t.complete, t.silence))
+                    events.append(self._turn_event(t.offset, t.probability, t.complete, t.silence, t.vetoed_by_word))
                 elif t.kind == "end":
                     events.append(AsrEvent(SPEECH_END, offset_ms=ms(t.offset)))
                     job = self._make_job(t.offset, t.reason)
@@ -467,16 +475,59 @@ class TwoPassStream(AsrStream):
         audio = np.concatenate(self._turn_audio)[first - ring_start : heard_end - ring_start]
         return self._turn_model.probability(audio.astype(np.float32) / 32768.0)
 
-    def _turn_event(self, offset: int, probability: float, complete: bool, silence: int) -> AsrEvent:
-        self._judgements["complete" if complete else "incomplete"].inc()
+    def _turn_event(
+        self, offset: int, probability: float, complete: bool, silence: int, vetoed_by_word: str = ""
+    ) -> AsrEvent:
+        self._judgements["vetoed" if vetoed_by_word else "complete" if complete else "incomplete"].inc()
+        if vetoed_by_word:
+            log.info(
+                "turn kept open at %d ms: the turn model said complete (p=%.2f) but the text so far ends with %r"
+                " (request %s)",
+                ms(offset),
+                probability,
+                vetoed_by_word,
+                self._options.request_id,
+            )
         estimate = TurnEstimate(
             probability=round(probability, 4),
             complete=complete,
             silence_ms=ms(silence),
             offset_ms=ms(offset),
             utterance_index=self._index,
+            vetoed_by_word=vetoed_by_word,
         )
         return AsrEvent(TURN_ESTIMATE, offset_ms=ms(offset), turn=estimate)
+
+    # --- the text check (semantic mode; services/common/turn_text.py) ------------------------------------------------
+    def _text_check(self, endpointing) -> TextVeto | None:
+        """The Endpointer's veto for this stream: None when the resolved setting is off."""
+        if endpointing.text_check != TEXT_CHECK_ON:
+            return None
+        self._turn_text = TextCheck(endpointing.non_final_words)
+        return self._text_veto
+
+    def _text_veto(self) -> str:
+        """Thread (the stream's step, inside push, when the model said complete): the word that keeps the turn open,
+        from the speculative final of the utterance so far (started at the pause's first judgement, or here when
+        speculative finals are off; it becomes the final if this pause ends the utterance, so waiting for it costs
+        the caller nothing). "" when the text is not English, is missing, or ends on a word that may end a turn."""
+        silence = self._ep.silence_start
+        if silence is None:
+            return ""
+        if self._spec is None or self._spec[0] != silence:
+            if self._spec is not None:
+                self._spec[1].cancel()
+            self._start_speculation(silence)
+        try:
+            text, _ = self._spec[1].result(timeout=TEXT_CHECK_WAIT_S)
+        except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError):
+            return ""
+        except Exception:  # noqa: BLE001 - the final's own await reports a failed decode; the model decides here
+            log.exception("the text check's decode failed")
+            return ""
+        if not is_english(text.language or self._language or ""):
+            return ""
+        return self._turn_text.veto(text.text)
 
     def _make_job(self, end: int, reason: str) -> _FinalJob:
         spec, self._spec = self._spec, None

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from services.common import metrics
-from services.common.engines import SEMANTIC_MODE, Endpointing
+from services.common.engines import SEMANTIC_MODE, TEXT_CHECK_OFF, TEXT_CHECK_ON, Endpointing
 from services.common.errors import FailedPrecondition
 
 log = logging.getLogger("voicefleet.asr.turn")
@@ -121,6 +121,9 @@ class TurnSupport:
     def __init__(self, service: str, config):
         self.service = service
         self.default_mode = config.endpointing.mode
+        # The text check's defaults (a stream's "" / () take them): on or off, and the words that do not end a turn.
+        self.default_text_check = TEXT_CHECK_ON if config.endpointing.text_check else TEXT_CHECK_OFF
+        self.non_final_words = tuple(config.endpointing.non_final_words)
         self.judge_interval_ms = config.turn_judge_interval_ms
         self.heard_silence_ms = config.turn_heard_silence_ms
         self.model: TurnModel | None = None
@@ -143,8 +146,14 @@ class TurnSupport:
         self.model = model
 
     def resolve(self, endpointing: Endpointing) -> Endpointing:
-        """``endpointing`` with an unspecified mode ("") made the service's default."""
-        return endpointing if endpointing.mode else dataclasses.replace(endpointing, mode=self.default_mode)
+        """``endpointing`` with an unspecified mode ("") made the service's default, and so the text check's
+        setting and words."""
+        return dataclasses.replace(
+            endpointing,
+            mode=endpointing.mode or self.default_mode,
+            text_check=endpointing.text_check or self.default_text_check,
+            non_final_words=endpointing.non_final_words or self.non_final_words,
+        )
 
     def check(self, endpointing: Endpointing) -> None:
         """FAILED_PRECONDITION when the stream would be semantic and there is no model file."""

@@ -106,11 +106,15 @@ class Transition:
     probability: float = 0.0
     complete: bool = False
     silence: int = 0
+    vetoed_by_word: str = ""  # the model said complete, the text check kept the turn open (complete is False)
 
 
 #: The turn model as the endpointer calls it: (end of the audio to hear, end of speech) in stream samples ->
 #: probability that the speaker's turn is complete.
 TurnJudge = Callable[[int, int], float]
+#: The text check as the endpointer calls it when the model says complete: the word before the pause that keeps the
+#: turn open, or "" (services/common/turn_text.py).
+TextVeto = Callable[[], str]
 
 
 class Endpointer:
@@ -133,7 +137,8 @@ class Endpointer:
     judges again every ``judge_interval_ms`` of further silence, until one says complete or the silence reaches
     ``max_silence_ms`` (reason max_silence). Speech resuming continues the same utterance. ``heard_silence_ms``
     (0 = all of it) caps the silence the model hears after the end of speech: once reached, its input no longer
-    changes, so it is not asked again.
+    changes, so it is not asked again. ``veto`` (the text check) is asked when the model says complete: a word back
+    keeps the utterance open as an incomplete judgement would (the transition says which word).
     """
 
     def __init__(
@@ -142,6 +147,7 @@ class Endpointer:
         judge: TurnJudge | None = None,
         judge_interval_ms: int = 200,
         heard_silence_ms: int = 0,
+        veto: TextVeto | None = None,
     ):
         self.threshold = endpointing.threshold
         self.negative = max(0.01, endpointing.threshold - 0.15)
@@ -152,6 +158,7 @@ class Endpointer:
         if self.semantic and judge is None:
             raise ValueError("semantic endpointing needs a turn model (judge)")
         self.judge = judge
+        self.veto = veto
         self.turn_threshold = endpointing.turn_threshold
         self.min_silence = int(endpointing.min_silence_ms * RATE / 1000)
         self.max_silence = int(endpointing.max_silence_ms * RATE / 1000)
@@ -258,7 +265,9 @@ class Endpointer:
         p = self.judge(heard_end, speech_end)
         self._judged = (end, heard_end)
         complete = p >= self.turn_threshold
-        out.append(Transition("turn", end, probability=p, complete=complete, silence=silence))
+        vetoed = self.veto() if complete and self.veto is not None else ""
+        complete = complete and not vetoed
+        out.append(Transition("turn", end, probability=p, complete=complete, silence=silence, vetoed_by_word=vetoed))
         if complete:
             out.append(Transition("end", speech_end, "turn_complete"))
         return complete

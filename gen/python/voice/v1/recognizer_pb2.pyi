@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class EndpointingConfig(_message.Message):
-    __slots__ = ("threshold", "min_speech_ms", "hangover_ms", "max_utterance_ms", "mode", "turn_threshold", "min_silence_ms", "max_silence_ms")
+    __slots__ = ("threshold", "min_speech_ms", "hangover_ms", "max_utterance_ms", "mode", "turn_threshold", "min_silence_ms", "max_silence_ms", "text_check", "non_final_words")
     class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         MODE_UNSPECIFIED: _ClassVar[EndpointingConfig.Mode]
@@ -18,6 +18,14 @@ class EndpointingConfig(_message.Message):
     MODE_UNSPECIFIED: EndpointingConfig.Mode
     MODE_SILENCE: EndpointingConfig.Mode
     MODE_SEMANTIC: EndpointingConfig.Mode
+    class TextCheck(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        TEXT_CHECK_UNSPECIFIED: _ClassVar[EndpointingConfig.TextCheck]
+        TEXT_CHECK_ON: _ClassVar[EndpointingConfig.TextCheck]
+        TEXT_CHECK_OFF: _ClassVar[EndpointingConfig.TextCheck]
+    TEXT_CHECK_UNSPECIFIED: EndpointingConfig.TextCheck
+    TEXT_CHECK_ON: EndpointingConfig.TextCheck
+    TEXT_CHECK_OFF: EndpointingConfig.TextCheck
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     MIN_SPEECH_MS_FIELD_NUMBER: _ClassVar[int]
     HANGOVER_MS_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +34,8 @@ class EndpointingConfig(_message.Message):
     TURN_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     MIN_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_CHECK_FIELD_NUMBER: _ClassVar[int]
+    NON_FINAL_WORDS_FIELD_NUMBER: _ClassVar[int]
     threshold: float
     min_speech_ms: int
     hangover_ms: int
@@ -34,21 +44,25 @@ class EndpointingConfig(_message.Message):
     turn_threshold: float
     min_silence_ms: int
     max_silence_ms: int
-    def __init__(self, threshold: _Optional[float] = ..., min_speech_ms: _Optional[int] = ..., hangover_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ..., mode: _Optional[_Union[EndpointingConfig.Mode, str]] = ..., turn_threshold: _Optional[float] = ..., min_silence_ms: _Optional[int] = ..., max_silence_ms: _Optional[int] = ...) -> None: ...
+    text_check: EndpointingConfig.TextCheck
+    non_final_words: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, threshold: _Optional[float] = ..., min_speech_ms: _Optional[int] = ..., hangover_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ..., mode: _Optional[_Union[EndpointingConfig.Mode, str]] = ..., turn_threshold: _Optional[float] = ..., min_silence_ms: _Optional[int] = ..., max_silence_ms: _Optional[int] = ..., text_check: _Optional[_Union[EndpointingConfig.TextCheck, str]] = ..., non_final_words: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class EndOfTurn(_message.Message):
-    __slots__ = ("probability", "complete", "silence_ms", "offset_ms", "utterance_index")
+    __slots__ = ("probability", "complete", "silence_ms", "offset_ms", "utterance_index", "vetoed_by_word")
     PROBABILITY_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
     SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
     OFFSET_MS_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    VETOED_BY_WORD_FIELD_NUMBER: _ClassVar[int]
     probability: float
     complete: bool
     silence_ms: int
     offset_ms: int
     utterance_index: int
-    def __init__(self, probability: _Optional[float] = ..., complete: _Optional[bool] = ..., silence_ms: _Optional[int] = ..., offset_ms: _Optional[int] = ..., utterance_index: _Optional[int] = ...) -> None: ...
+    vetoed_by_word: str
+    def __init__(self, probability: _Optional[float] = ..., complete: _Optional[bool] = ..., silence_ms: _Optional[int] = ..., offset_ms: _Optional[int] = ..., utterance_index: _Optional[int] = ..., vetoed_by_word: _Optional[str] = ...) -> None: ...
 
 class RecognitionConfig(_message.Message):
     __slots__ = ("input_format", "language", "interim_results", "endpointing", "phrase_hints")
