@@ -85,7 +85,7 @@ class AsrServiceConfig(ServerConfig):
     # goes out when a phrase is heard. Only for streams that ask. Utterances (across all streams) spotting at once:
     # max_concurrent_spotting (0 = 1 per core); one that starts past it is not spotted (its final comes as usual).
     spot_first_ms: int = bounded(192, ge=32, le=5000)
-    spot_interval_ms: int = bounded(96, ge=32, le=5000)
+    spot_interval_ms: int = bounded(64, ge=32, le=5000)
     spot_window_ms: int = bounded(1200, ge=100, le=10_000)
     max_concurrent_spotting: int = bounded(0, ge=0, le=1000)
     # Streams served at once; more get RESOURCE_EXHAUSTED with a retry hint. 0 = the measured capacity: 5 per core
