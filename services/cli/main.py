@@ -178,6 +178,7 @@ def cmd_transcribe(args) -> int:
         language=args.language or "",
         interim_results=args.interim,
         phrase_hints=args.hint or [],
+        spot_phrases=args.spot or [],
         endpointing=recognizer_pb2.EndpointingConfig(
             hangover_ms=args.hangover_ms or 0, mode=ENDPOINTING_MODES[args.endpointing or ""]
         ),
@@ -212,6 +213,13 @@ def cmd_transcribe(args) -> int:
                     else:
                         speech_end_at[len(finals)] = now
                         print(f"[{t:6.2f}s] speech end at {reply.vad.offset_ms / 1000:.2f} s")
+                    continue
+                if kind == "phrase_spotted":
+                    s = reply.phrase_spotted
+                    print(
+                        f"[{t:6.2f}s] spotted {s.phrase!r} in utterance #{s.utterance_index}: {s.transcript!r}"
+                        f" (audio to {s.offset_ms / 1000:.2f} s)"
+                    )
                     continue
                 if kind == "end_of_turn":
                     e = reply.end_of_turn
@@ -422,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     transcribe.add_argument("--interim", action="store_true", help="print interim results as they change")
     transcribe.add_argument("--language", help="BCP-47, e.g. en-US (default: detect)")
     transcribe.add_argument("--hint", action="append", help="a phrase likely spoken (repeatable)")
+    transcribe.add_argument(
+        "--spot", action="append", help="a phrase to report as soon as it is heard, before the final (repeatable)"
+    )
     transcribe.add_argument("--hangover-ms", type=int, help="silence that ends an utterance (default 200)")
     transcribe.add_argument(
         "--endpointing",

@@ -26,11 +26,15 @@ from services.common.engines import (
 from services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
 from services.common.rpc import request_id
 from services.common.scheduler import Admission, cpu_cores
+from services.common.text import spoken_words
 from services.common.turn_text import bad_word
 from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
 
 MAX_HINTS = 100
 MAX_HINT_CHARS = 1000
+# RecognitionConfig.spot_phrases: as many and as long as a conversation's barge-in stop words may be.
+MAX_SPOT_PHRASES = 100
+MAX_SPOT_PHRASE_CHARS = 64
 # Audio handed to the engine per step when a whole recording comes in one Recognize request.
 RECOGNIZE_PIECE_S = 1.0
 
@@ -207,12 +211,27 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
             interim_results=config.interim_results,
             endpointing=endpointing,
             phrase_hints=hints,
+            spot_phrases=spot_phrases(config.spot_phrases),
             sample_rate_hz=self.engine.native_sample_rate or fmt.sample_rate_hz,
             request_id=request_id(),
             time_remaining=remaining if remaining is not None else self.default_deadline_s,
         )
         self.engine.check_options(options)
         return options, fmt
+
+
+def spot_phrases(phrases) -> tuple[str, ...]:
+    """RecognitionConfig.spot_phrases checked: at most MAX_SPOT_PHRASES, each a word or phrase (something left after
+    normalising: lower case, punctuation dropped) of at most MAX_SPOT_PHRASE_CHARS characters."""
+    if len(phrases) > MAX_SPOT_PHRASES:
+        raise InvalidArgument("config.spot_phrases", f"{len(phrases)} phrases; at most {MAX_SPOT_PHRASES}")
+    for i, phrase in enumerate(phrases):
+        if len(phrase) > MAX_SPOT_PHRASE_CHARS or not spoken_words(phrase):
+            raise InvalidArgument(
+                f"config.spot_phrases[{i}]",
+                f"{phrase[:80]!r} must be a word or phrase of 1..{MAX_SPOT_PHRASE_CHARS} characters",
+            )
+    return tuple(phrase.strip() for phrase in phrases)
 
 
 def endpointing_from_config(e, d: Endpointing) -> Endpointing:

@@ -214,6 +214,8 @@ class RecognitionOptions:
     interim_results: bool = False
     endpointing: Endpointing = field(default_factory=Endpointing)
     phrase_hints: tuple[str, ...] = ()
+    # Phrases to report as soon as they are heard in a young utterance (PHRASE_SPOTTED), before its final.
+    spot_phrases: tuple[str, ...] = ()
     # Rate of the audio given to ``feed`` (the engine's native rate for local engines, the caller's for remote ones).
     sample_rate_hz: int = 16_000
     request_id: str = ""
@@ -258,21 +260,37 @@ class TurnEstimate:
     vetoed_by_word: str = ""
 
 
+@dataclass(frozen=True)
+class SpottedPhrase:
+    """A phrase of ``RecognitionOptions.spot_phrases`` heard in the utterance in progress, before its final. Offsets
+    are ms of stream audio."""
+
+    phrase: str  # as it was asked for
+    transcript: str  # what the recognizer heard of the utterance so far
+    utterance_index: int
+    utterance_start_ms: int
+    offset_ms: int  # end of the audio it heard
+
+
 SPEECH_START = "speech_start"
 SPEECH_END = "speech_end"
 RESULT = "result"
 TURN_ESTIMATE = "turn_estimate"
+PHRASE_SPOTTED = "phrase_spotted"
 
 
 @dataclass(frozen=True)
 class AsrEvent:
-    """``kind`` is SPEECH_START / SPEECH_END (with ``offset_ms``), RESULT (with ``result``) or TURN_ESTIMATE (with
-    ``turn``; semantic endpointing only, sent before the utterance's SPEECH_END when it ends the utterance)."""
+    """``kind`` is SPEECH_START / SPEECH_END (with ``offset_ms``), RESULT (with ``result``), TURN_ESTIMATE (with
+    ``turn``; semantic endpointing only, sent before the utterance's SPEECH_END when it ends the utterance) or
+    PHRASE_SPOTTED (with ``spotted``; only when spot phrases were asked for: after the utterance's SPEECH_START,
+    before its final, at most one per utterance)."""
 
     kind: str
     offset_ms: int = 0
     result: Hypothesis | None = None
     turn: TurnEstimate | None = None
+    spotted: SpottedPhrase | None = None
 
 
 class AsrStream(abc.ABC):

@@ -129,6 +129,24 @@ ASR_INTERIMS_SKIPPED = Counter(
     " was spent when they started; their finals are unaffected.",
     ["service", "engine"],
 )
+ASR_SPOTTING_SKIPPED = Counter(
+    "voicefleet_asr_spotting_skipped_total",
+    "Utterances of streams that asked for spot phrases whose start found the engine's spotting budget"
+    " (asr.max_concurrent_spotting) spent: no early PhraseSpotted for them; their interims and finals are unaffected.",
+    ["service", "engine"],
+)
+ASR_SPOT_DECODES = Histogram(
+    "voicefleet_asr_spot_decode_seconds",
+    "Compute time of one spotting decode (the young utterance so far re-decoded by the final recognizer, for"
+    " RecognitionConfig.spot_phrases); its count is the number of such decodes.",
+    ["service", "engine"],
+    buckets=LATENCY_BUCKETS,
+)
+ASR_PHRASES_SPOTTED = Counter(
+    "voicefleet_asr_phrases_spotted_total",
+    "PhraseSpotted events sent: a spot phrase heard in a young utterance before its final.",
+    ["service", "engine"],
+)
 ASR_AUDIO_SECONDS = Counter(
     "voicefleet_asr_audio_seconds_total", "Seconds of audio taken in by recognition streams.", ["service", "engine"]
 )
@@ -188,8 +206,9 @@ STS_PREEMPTIVE_REPLIES = Counter(
 )
 STS_BARGE_IN_DECISIONS = Counter(
     "voicefleet_sts_barge_in_total",
-    "Barge-ins by what decided them: stop_word, words (enough non-backchannel words), duration (speech with words"
-    " lasting barge_in.min_speech_ms), long_speech (speech lasting barge_in_unheard_ms).",
+    "Barge-ins by what decided them: stop_word (in an interim), stop_word_spotted (spotted early by the recognizer,"
+    " RecognitionConfig.spot_phrases), stop_word_final (in the final of speech that had ended), words (enough"
+    " non-backchannel words), long_speech (speech lasting barge_in_unheard_ms).",
     ["service", "engine", "why"],
 )
 STS_BARGE_IN_REFUSED = Counter(

@@ -315,3 +315,22 @@ async def stream_segments(events: AsyncIterator[TextEvent], policy: BufferPolicy
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await reader
+
+
+# --- words of a transcript, as phrase matching compares them --------------------------------------------------------
+_HYPHEN = re.compile(r"(?<=\w)-(?=\w)")
+_NOT_WORD = re.compile(r"[^\w' ]+")
+
+
+def spoken_words(text: str) -> list[str]:
+    """Normalised words of a transcript: lower case, hyphens joined ("mm-hm" -> "mmhm", "uh-huh" -> "uhhuh"), other
+    punctuation dropped, so whisper's "Mm-hmm." and pocketsphinx's "mm hmm" compare alike. Shared by barge-in by
+    words (services/conversation/barge_in.py) and phrase spotting (RecognitionConfig.spot_phrases)."""
+    text = _HYPHEN.sub("", text.lower())
+    return [w.strip("'") for w in _NOT_WORD.sub(" ", text).split() if w.strip("'")]
+
+
+def has_phrase(heard: list[str], phrase: tuple[str, ...] | list[str]) -> bool:
+    """Whether the normalised words ``phrase`` occur in ``heard`` as whole words, in order, side by side."""
+    n = len(phrase)
+    return n > 0 and any(tuple(heard[i : i + n]) == tuple(phrase) for i in range(len(heard) - n + 1))

@@ -9,7 +9,6 @@ never interrupts. Words are compared normalised: lower case, hyphens joined ("mm
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from services.common.config.base import (  # noqa: F401 - the lists live with the config that names them
@@ -17,17 +16,10 @@ from services.common.config.base import (  # noqa: F401 - the lists live with th
     DEFAULT_MIN_WORDS,
     DEFAULT_STOP_WORDS,
 )
+from services.common.text import has_phrase
+from services.common.text import spoken_words as words
 
 FILLER_WORDS = frozenset(("the", "an", "and", "of", "to", "in", "on", "is", "it", "that", "this", "them", "his", "her"))
-
-_HYPHEN = re.compile(r"(?<=\w)-(?=\w)")
-_NOT_WORD = re.compile(r"[^\w' ]+")
-
-
-def words(text: str) -> list[str]:
-    """Normalised words of a transcript."""
-    text = _HYPHEN.sub("", text.lower())
-    return [w.strip("'") for w in _NOT_WORD.sub(" ", text).split() if w.strip("'")]
 
 
 @dataclass(frozen=True)
@@ -53,10 +45,8 @@ class WordRule:
         heard = words(transcript)
         if not heard:
             return Verdict(False, "empty")
-        for phrase in self.stop_phrases:
-            n = len(phrase)
-            if any(tuple(heard[i : i + n]) == phrase for i in range(len(heard) - n + 1)):
-                return Verdict(True, "stop_word")
+        if any(has_phrase(heard, phrase) for phrase in self.stop_phrases):
+            return Verdict(True, "stop_word")
         content = self.content_words(heard)
         if not content:
             return Verdict(False, "backchannel")

@@ -45,6 +45,7 @@ from services.common.engines import (
     INTERRUPTED,
     LISTENING,
     MUTE,
+    PHRASE_SPOTTED,
     REPLY_AUDIO,
     REPLY_TEXT,
     RESULT,
@@ -64,6 +65,7 @@ from services.common.engines import (
     Hypothesis,
     RecognitionOptions,
     SessionOptions,
+    SpottedPhrase,
     StsEvent,
     StsSession,
     TurnResult,
@@ -71,7 +73,7 @@ from services.common.engines import (
 )
 from services.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, VoiceError
 from services.conversation import echo
-from services.conversation.barge_in import WordRule, words
+from services.conversation.barge_in import DEFAULT_STOP_WORDS, WordRule, words
 from services.conversation.echo import EchoCanceller, is_own_words
 from services.conversation.relay import AudioRing, EventRelay, shifted
 
@@ -468,9 +470,14 @@ class DialogueSession(StsSession):
     # --- recognition ----------------------------------------------------------------------------------------
     async def _open_stream(self) -> None:
         e = self.options.endpointing
+        b = self.options.barge_in
+        # The stop words, spotted early by the recognizer (its final recognizer on the young utterance): pass 1 often
+        # misses a lone "stop", and its final comes only after the utterance ends (docs/conversation.md#barge-in).
+        spot = tuple(w for w in (b.stop_words or DEFAULT_STOP_WORDS) if words(w)) if b.enabled else ()
         options = RecognitionOptions(
             language=self.options.language,
             interim_results=True,
+            spot_phrases=spot,
             endpointing=e,
             sample_rate_hz=RATE,
             request_id=self.options.request_id,
@@ -537,6 +544,9 @@ class DialogueSession(StsSession):
         if event.result is not None:
             reported = max(reported, event.result.audio_processed_ms)
         self._heard_ms = max(self._heard_ms, self._abs_ms(reported))
+        if event.kind == PHRASE_SPOTTED and event.spotted is not None:
+            self._on_spotted(event.spotted)
+            return
         if event.kind == TURN_ESTIMATE and event.turn is not None:
             if self.state == LISTENING and not self._drop_results:
                 t = event.turn
@@ -773,6 +783,27 @@ class DialogueSession(StsSession):
             return False  # words, but shorter than barge_in.min_speech_ms: wait (a stop word never waits)
         self._barge_in(verdict.why)
         return True
+
+    def _on_spotted(self, s: SpottedPhrase) -> None:
+        """The recognizer heard a stop word early in speech over the reply (before the utterance's final): interrupt
+        at once, unless the words are the reply's own (echo). Speech that started while the agent listened is a
+        turn of its own: its final decides as usual."""
+        utt = s.utterance_index
+        if self.state == LISTENING or not self.options.barge_in.enabled:
+            return
+        if self._reply is None or self._reply.interrupted_reason:
+            return
+        if utt == self._overlap_utt and self._overlap_start_ms is not None:
+            start = self._overlap_start_ms
+        elif utt in self._overlap_final:
+            start = self._overlap_final[utt]  # it ended already; its final is on its way
+        else:
+            return
+        if self._own_words(s.transcript or s.phrase):
+            return  # the agent's own voice heard back
+        self._overlap_final.pop(utt, None)
+        self._overlap_start_ms, self._overlap_utt = start, utt
+        self._barge_in("stop_word_spotted")
 
     def _barge_in(self, why: str) -> None:
         start, utt = self._overlap_start_ms, self._overlap_utt

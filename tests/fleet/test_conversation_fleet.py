@@ -453,14 +453,13 @@ def test_semantic_end_of_turn_waits_through_a_pause_and_commits_a_finished_turn_
     assert conv.metric("moss_sts", "voicefleet_sts_end_of_turn_decisions_total", decision="incomplete") >= 1
 
 
-WHYS = ("stop_word", "words", "long_speech", "stop_word_final")
+WHYS = ("stop_word", "stop_word_spotted", "words", "long_speech", "stop_word_final")
+STOP_WHYS = ("stop_word", "stop_word_spotted", "stop_word_final")
 
 
 def test_a_backchannel_over_the_reply_is_ignored_and_a_stop_word_interrupts(conv, router_channel, say):
     talk = Talk(router_channel, sampling=conversation_pb2.SamplingConfig(max_tokens=160))
-    stop_words_before = conv.metric("moss_sts", "voicefleet_sts_barge_in_total", why="stop_word") + conv.metric(
-        "moss_sts", "voicefleet_sts_barge_in_total", why="stop_word_final"
-    )
+    stop_words_before = sum(conv.metric("moss_sts", "voicefleet_sts_barge_in_total", why=w) for w in STOP_WHYS)
     try:
         talk.send(say("Please tell me a long story about a brave little dragon who wanted to fly."))
         assert talk.wait(lambda: len(talk.reply_audio(0)) >= RATE * 2 * 1.0 or talk.ended(0)), talk.events[-3:]
@@ -481,9 +480,7 @@ def test_a_backchannel_over_the_reply_is_ignored_and_a_stop_word_interrupts(conv
         assert "stop" in heard.lower() and "mm" not in heard.lower(), heard
     finally:
         close(talk)
-    stop_words = conv.metric("moss_sts", "voicefleet_sts_barge_in_total", why="stop_word") + conv.metric(
-        "moss_sts", "voicefleet_sts_barge_in_total", why="stop_word_final"
-    )
+    stop_words = sum(conv.metric("moss_sts", "voicefleet_sts_barge_in_total", why=w) for w in STOP_WHYS)
     assert stop_words == stop_words_before + 1
 
 

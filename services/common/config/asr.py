@@ -79,6 +79,15 @@ class AsrServiceConfig(ServerConfig):
     turn_model_path: str = ""
     turn_judge_interval_ms: int = bounded(200, ge=32, le=5000)
     turn_heard_silence_ms: int = bounded(200, ge=0, le=5000, says="must be 0..5000 (0 = all)")
+    # Spot phrases (RecognitionConfig.spot_phrases, docs/asr.md#spot-phrases): while an utterance is young (its first
+    # spot_window_ms from its first speech) the final recognizer re-decodes it so far, greedily, first spot_first_ms
+    # after its start and then every spot_interval_ms (one decode in flight per stream), and a PhraseSpotted event
+    # goes out when a phrase is heard. Only for streams that ask. Utterances (across all streams) spotting at once:
+    # max_concurrent_spotting (0 = 1 per core); one that starts past it is not spotted (its final comes as usual).
+    spot_first_ms: int = bounded(192, ge=32, le=5000)
+    spot_interval_ms: int = bounded(64, ge=32, le=5000)
+    spot_window_ms: int = bounded(1200, ge=100, le=10_000)
+    max_concurrent_spotting: int = bounded(0, ge=0, le=1000)
     # Streams served at once; more get RESOURCE_EXHAUSTED with a retry hint. 0 = the measured capacity: 5 per core
     # (CPU engine), 16 (GPU engine); docs/asr.md#capacity.
     max_concurrent_streams: int = bounded(0, ge=0, le=1000, says="must be 0..1000 (0 = per core)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from services.common.audio import S16LE
 from services.common.engines import (
+    PHRASE_SPOTTED,
     RESULT,
     SEMANTIC_MODE,
     SILENCE_MODE,
@@ -17,6 +18,7 @@ from services.common.engines import (
     Endpointing,
     Hypothesis,
     RecognitionOptions,
+    SpottedPhrase,
     TurnEstimate,
     WordTiming,
 )
@@ -46,6 +48,7 @@ def config_to_proto(options: RecognitionOptions) -> recognizer_pb2.RecognitionCo
         interim_results=options.interim_results,
         endpointing=endpointing_to_proto(options.endpointing),
         phrase_hints=list(options.phrase_hints),
+        spot_phrases=list(options.spot_phrases),
     )
 
 
@@ -69,6 +72,8 @@ def event_fields(event: AsrEvent) -> dict:
     """An engine event as the oneof fields shared by StreamingRecognizeResponse and RecognizeResponse."""
     if event.kind == TURN_ESTIMATE:
         return {"end_of_turn": end_of_turn_to_proto(event.turn)}
+    if event.kind == PHRASE_SPOTTED:
+        return {"phrase_spotted": spotted_to_proto(event.spotted)}
     if event.kind in (SPEECH_START, SPEECH_END):
         kind = (
             recognizer_pb2.VadEvent.KIND_SPEECH_START
@@ -88,6 +93,9 @@ def event_from_proto(reply) -> AsrEvent:
     if which == "end_of_turn":
         turn = end_of_turn_from_proto(reply.end_of_turn)
         return AsrEvent(TURN_ESTIMATE, offset_ms=turn.offset_ms, turn=turn)
+    if which == "phrase_spotted":
+        spotted = spotted_from_proto(reply.phrase_spotted)
+        return AsrEvent(PHRASE_SPOTTED, offset_ms=spotted.offset_ms, spotted=spotted)
     return AsrEvent(RESULT, result=result_from_proto(reply.result))
 
 
@@ -110,6 +118,26 @@ def end_of_turn_from_proto(t: recognizer_pb2.EndOfTurn) -> TurnEstimate:
         offset_ms=t.offset_ms,
         utterance_index=t.utterance_index,
         vetoed_by_word=t.vetoed_by_word,
+    )
+
+
+def spotted_to_proto(s: SpottedPhrase) -> recognizer_pb2.PhraseSpotted:
+    return recognizer_pb2.PhraseSpotted(
+        phrase=s.phrase,
+        transcript=s.transcript,
+        utterance_index=s.utterance_index,
+        utterance_start_ms=s.utterance_start_ms,
+        offset_ms=s.offset_ms,
+    )
+
+
+def spotted_from_proto(s: recognizer_pb2.PhraseSpotted) -> SpottedPhrase:
+    return SpottedPhrase(
+        phrase=s.phrase,
+        transcript=s.transcript,
+        utterance_index=s.utterance_index,
+        utterance_start_ms=s.utterance_start_ms,
+        offset_ms=s.offset_ms,
     )
 
 

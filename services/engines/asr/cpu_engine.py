@@ -22,13 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from services.common import languages
+from services.common import languages, metrics
 from services.common.config.asr import AsrServiceConfig
 from services.common.engines import AsrEngine, AsrStream, RecognitionOptions
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.scheduler import cpu_cores
 from services.engines.asr.models import base_model_dir, tiny_en_dir
-from services.engines.asr.pipeline import FinalText, InterimBudget, TwoPassStream
+from services.engines.asr.pipeline import FinalText, InterimBudget, Spotting, TwoPassStream
 from services.engines.asr.turn_model import TurnSupport
 from services.engines.asr.vad import RATE, SileroVad
 
@@ -60,6 +60,11 @@ def hint_prompt(hints: tuple[str, ...], language_prompt: str = "") -> str | None
         parts.append(f"Vocabulary: {', '.join(hints)}.")
     return " ".join(parts) or None
 
+
+# Spotting decodes (WhisperFinals.quick): the encoder window's floor, and the least mean log-probability of what they
+# heard (measured on piper joe, docs/asr.md#spot-phrases).
+SPOT_WINDOW_SECONDS = 3
+SPOT_MIN_LOGPROB = -2.0
 
 OPENCC = {"simplified": "t2s", "traditional": "s2t"}  # asr.chinese_script -> OpenCC's conversion
 
@@ -229,25 +234,27 @@ class WhisperFinals:
                 return fitted
         return self._full_window(audio, language, hints, detected)
 
-    def _window(self, model, audio: np.ndarray):
-        """(features in the fitted window, its seconds), or (None, 30) when the utterance needs the full window."""
+    def _window(self, model, audio: np.ndarray, min_seconds: int | None = None):
+        """(features in the fitted window, its seconds), or (None, 30) when the utterance needs the full window.
+        ``min_seconds``: the window's floor (None: asr.final_window_min_seconds)."""
         extractor = model.feature_extractor
         features = extractor(audio)  # (n_mels, frames); called without chunk_length it changes nothing shared
         frames = features.shape[-1]
         per_second = extractor.sampling_rate // extractor.hop_length  # 100 frames
-        seconds = max(self.config.final_window_min_seconds, math.ceil(2 * frames / per_second))
+        floor = self.config.final_window_min_seconds if min_seconds is None else min_seconds
+        seconds = max(floor, math.ceil(2 * frames / per_second))
         if seconds >= 30:
             return None, 30
         window = np.zeros((features.shape[0], seconds * per_second), dtype=np.float32)
         window[:, :frames] = features
         return window, seconds
 
-    def _encode(self, model, audio: np.ndarray):
+    def _encode(self, model, audio: np.ndarray, min_seconds: int | None = None):
         """(the encoder's output on the fitted window, its seconds), or None when the utterance needs the full
         window. ctranslate2's detect_language and generate take an encoding as well as features."""
         import ctranslate2
 
-        window, seconds = self._window(model, audio)
+        window, seconds = self._window(model, audio, min_seconds)
         if window is None:
             return None
         return model.model.encode(ctranslate2.StorageView.from_array(window[None]), to_cpu=False), seconds
@@ -301,6 +308,43 @@ class WhisperFinals:
             return None
         return FinalText(text=text, confidence=round(math.exp(avg_logprob), 3) if text else 0.0, language=language)
 
+    def quick(self, audio: np.ndarray, language: str | None) -> str:
+        """Spotting (RecognitionConfig.spot_phrases): a young utterance so far (at most ~1.5 s), greedy, no hints,
+        the encoder window fitted with a floor of SPOT_WINDOW_SECONDS (the encoder is most of a decode's cost;
+        docs/asr.md#spot-phrases measures it). Language not known: base detects it on the same encoding. A decode
+        that looks unlikely (mean log-probability below SPOT_MIN_LOGPROB) hears nothing: whisper guessing words
+        into a hum or a cut word must not make a phrase up."""
+        from faster_whisper.tokenizer import Tokenizer
+
+        detected = False
+        encoded = None
+        if not language:
+            encoded = self._encode(self.base, audio, SPOT_WINDOW_SECONDS)
+            if encoded is None:
+                return ""
+            language, detected = self.detect(encoded[0]), True
+        model, _ = self.model_for(language, detected)
+        if encoded is None or model is not self.base:
+            encoded = self._encode(model, audio, SPOT_WINDOW_SECONDS)
+        if encoded is None:
+            return ""
+        tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language)
+        prompt_text = self.prompt(language, ())
+        previous = tokenizer.encode(" " + prompt_text.strip()) if prompt_text else []
+        prompt = model.get_prompt(tokenizer, previous, without_timestamps=True)
+        result = model.model.generate(
+            encoded[0],
+            [prompt],
+            beam_size=1,
+            return_scores=True,
+            max_length=min(model.max_length, 8 + int(8 * len(audio) / model.feature_extractor.sampling_rate)),
+        )[0]
+        tokens = [t for t in result.sequences_ids[0] if t < tokenizer.eot]
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        if not tokens or avg_logprob < SPOT_MIN_LOGPROB:
+            return ""
+        return in_script(tokenizer.decode(tokens).strip(), language, self.config.chinese_script)
+
     def _full_window(
         self, audio: np.ndarray, language: str | None, hints: tuple[str, ...], detected: bool = False
     ) -> FinalText:
@@ -322,6 +366,18 @@ class WhisperFinals:
         text = " ".join(s.text.strip() for s in segments).strip()
         confidence = float(np.mean([math.exp(s.avg_logprob) for s in segments])) if segments else 0.0
         return FinalText(text=text, confidence=round(confidence, 3), language=info.language or (language or ""))
+
+
+def spotting(service: str, engine: str, config: AsrServiceConfig, default_slots: int = 0) -> Spotting:
+    """An engine's spotting settings (asr.spot_*); its budget of utterances spotting at once (0 in the config:
+    ``default_slots``, else 1 per core)."""
+    slots = config.max_concurrent_spotting or default_slots or cpu_cores()
+    return Spotting(
+        config.spot_first_ms,
+        config.spot_interval_ms,
+        config.spot_window_ms,
+        InterimBudget(service, engine, slots, skipped=metrics.ASR_SPOTTING_SKIPPED),
+    )
 
 
 def check_turn_model(config: AsrServiceConfig, needs_it: str) -> None:
@@ -348,6 +404,7 @@ class CpuAsrEngine(AsrEngine):
         self.final = WhisperFinals(config)
         self.partials = PocketsphinxPool()
         self.interim_budget = InterimBudget(service, self.name, config.max_concurrent_interims or 4 * cpu_cores())
+        self.spotting = spotting(service, self.name, config)
         # VAD + pass 1 of every stream (short steps), and pass 2 (whisper decodes) on their own threads.
         self.stream_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="asr-stream")
         self.final_pool = ThreadPoolExecutor(max_workers=config.final_workers, thread_name_prefix="asr-final")

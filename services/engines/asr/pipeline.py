@@ -3,6 +3,8 @@
   16 kHz audio -> Silero VAD per 32 ms window -> Endpointer (SPEECH_START / SPEECH_END; in semantic mode the turn
                   model judges each pause: TURN_ESTIMATE, services/engines/asr/turn_model.py)
                -> pass 1, while speech lasts: a cheap incremental decoder; its changing hypothesis = interim results
+               -> spotting, while an utterance is young and the stream asked for spot phrases: the pass-2 decoder,
+                  greedy, on the utterance so far every few windows; a phrase heard = PHRASE_SPOTTED (before the final)
                -> pass 2, at each endpoint: an accurate decoder on the whole utterance = the final result
 
 Work per stream runs in threads (VAD and pass 1 on the engine's stream pool, pass 2 on its final pool) so the event
@@ -16,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -27,6 +31,7 @@ import numpy as np
 
 from services.common import metrics
 from services.common.engines import (
+    PHRASE_SPOTTED,
     RESULT,
     SEMANTIC_MODE,
     SPEECH_END,
@@ -37,10 +42,12 @@ from services.common.engines import (
     AsrStream,
     Hypothesis,
     RecognitionOptions,
+    SpottedPhrase,
     TurnEstimate,
     WordTiming,
 )
 from services.common.errors import FailedPrecondition
+from services.common.text import has_phrase, spoken_words
 from services.common.turn_text import TextCheck, is_english
 from services.engines.asr.turn_model import WINDOW_SAMPLES as TURN_WINDOW
 from services.engines.asr.turn_model import TurnSupport
@@ -89,6 +96,9 @@ class FinalRecognizer(Protocol):
 
     def recognize(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText: ...
 
+    def quick(self, audio: np.ndarray, language: str | None) -> str:
+        """A cheap greedy decode of a short stretch (spotting: a young utterance so far); no hints."""
+
 
 @dataclass
 class _FinalJob:
@@ -108,11 +118,11 @@ class InterimBudget:
     finals are what callers wait on). An utterance that starts when the budget is spent gets its final but no
     interims; streams are never refused for it. Thread-safe (pass 1 runs on the stream pool)."""
 
-    def __init__(self, service: str, engine: str, slots: int):
+    def __init__(self, service: str, engine: str, slots: int, skipped=metrics.ASR_INTERIMS_SKIPPED):
         self.slots = slots
         self._used = 0
         self._lock = threading.Lock()
-        self._skipped = metrics.ASR_INTERIMS_SKIPPED.labels(service, engine)
+        self._skipped = skipped.labels(service, engine)
 
     def take(self) -> bool:
         with self._lock:
@@ -138,6 +148,20 @@ class PipelineEngineParts(Protocol):
     speculative_final_ms: int
     interim_budget: InterimBudget | None
     turn: TurnSupport | None  # semantic endpointing (None: silence mode only)
+    spotting: Spotting | None  # spot phrases (None: not served)
+
+
+@dataclass(frozen=True)
+class Spotting:
+    """How an engine spots phrases (RecognitionConfig.spot_phrases; asr.spot_* in the config): the young utterance so
+    far is decoded again by the final recognizer (``quick``) ``first_ms`` after its start, then every
+    ``interval_ms`` (never two decodes of one stream at once) until ``window_ms``. ``budget``: utterances spotting at
+    once across the engine's streams (an InterimBudget counting ASR_SPOTTING_SKIPPED)."""
+
+    first_ms: int
+    interval_ms: int
+    window_ms: int
+    budget: InterimBudget
 
 
 def ms(samples: int) -> int:
@@ -194,6 +218,7 @@ class TwoPassStream(AsrStream):
         self._speculate = int(getattr(engine, "speculative_final_ms", 0) * RATE / 1000)
         self._spec: tuple[int, concurrent.futures.Future] | None = None  # (silence start, decode)
         self._events: asyncio.Queue = asyncio.Queue()
+        self._init_spotting(engine, options)
         self._closed = False
         self._ended = False
         self._inflight: concurrent.futures.Future | None = None  # the VAD/pass-1 step running in a thread
@@ -212,6 +237,32 @@ class TwoPassStream(AsrStream):
         }
         self._labels = labels
         self._open.inc()
+
+    def _init_spotting(self, engine: PipelineEngineParts, options: RecognitionOptions) -> None:
+        """Spot phrases: thread-side state (``_step`` decides when to decode) and loop-side state (``_spotted``
+        decides whether a decode's phrase can be sent: after its utterance's SPEECH_START, before its final)."""
+        spotting: Spotting | None = getattr(engine, "spotting", None)
+        phrases = [(p, tuple(spoken_words(p))) for p in options.spot_phrases]
+        self._spotting = spotting if spotting is not None and phrases else None
+        self._spot_phrases = [(p, w) for p, w in phrases if w]
+        self._loop = asyncio.get_running_loop()
+        # Thread side (the stream's step). Each candidate utterance that spots gets a serial.
+        self._spot_serial = 0
+        self._spot_on = False  # the utterance in progress is being spotted (holds a budget slot)
+        self._spot_next = 0  # stream offset (samples) at which the next decode is due
+        self._spot_until = 0
+        self._spot_busy = False  # a decode of this stream is in flight (set here, cleared by its callback)
+        self._spot_language: str | None = None  # the language of the stream's last final, for a stream that detects
+        # Loop side. The serials of utterances confirmed by the SPEECH_STARTs _step returned, in order.
+        self._start_serials: collections.deque[int] = collections.deque()
+        self._starts = 0  # SPEECH_STARTs sent: the next utterance's index
+        self._live_serial = 0  # serial of the utterance of the last SPEECH_START sent
+        self._spot_found = 0  # serial of the last utterance a phrase was sent for (read by _step: stop spotting)
+        self._spot_pending: tuple[int, AsrEvent] | None = None  # heard before its utterance was confirmed
+        if self._spotting is not None:
+            labels = (engine.service, engine.name)
+            self._spot_cost = metrics.ASR_SPOT_DECODES.labels(*labels)
+            self._spots_sent = metrics.ASR_PHRASES_SPOTTED.labels(*labels)
 
     # --- AsrStream ------------------------------------------------------------------------------------------
     async def feed(self, pcm: bytes) -> None:
@@ -261,6 +312,7 @@ class TwoPassStream(AsrStream):
             except Exception:  # noqa: BLE001 - a broken decoder must not keep the gauge up
                 log.exception("releasing the interim decoder failed")
         self._give_back_budget()
+        self._end_spotting()
         self._open.dec()
 
     async def _run(self, fn, *args):
@@ -285,6 +337,8 @@ class TwoPassStream(AsrStream):
         if self._closed:
             return
         self._events.put_nowait(event)
+        if event.kind == SPEECH_START and self._spotting is not None:
+            self._started()
         if event.kind == RESULT and not event.result.is_final and not self._interim_sent:
             self._interim_sent = True
             if self._start_wall is not None:
@@ -318,14 +372,18 @@ class TwoPassStream(AsrStream):
             for t in self._ep.push(p, start, level_db(wf)):
                 if t.kind == "candidate":
                     self._begin_candidate(t.offset)
+                    if self._spotting is not None:
+                        self._begin_spotting(t.offset, continued=job is not None)
                     fed = True  # the candidate was started with the buffer up to this window's end
                 elif t.kind == "start":
                     events.append(AsrEvent(SPEECH_START, offset_ms=ms(t.offset)))
                     self._start_wall = time.monotonic()
+                    self._start_serials.append(self._spot_serial)
                     if self._turn_start is None:
                         self._turn_start = t.offset
                 elif t.kind == "discard":
                     self._end_partial()
+                    self._end_spotting()
                 elif t.kind == "turn":
                     events.append(self._turn_event(t.offset, t.probability, t.complete, t.silence, t.vetoed_by_word))
                 elif t.kind == "end":
@@ -340,6 +398,8 @@ class TwoPassStream(AsrStream):
                 interim = self._look()
                 if interim is not None:
                     events.append(interim)
+            if self._spot_on:
+                self._maybe_spot()
             if self._speculate and job is None and self._ep.state == "speech":
                 self._maybe_speculate()  # semantic mode: only drops a decode when speech resumed (see _judge)
             if not self._ep.in_utterance and job is None:
@@ -350,11 +410,13 @@ class TwoPassStream(AsrStream):
                 if t.kind == "start":
                     events.append(AsrEvent(SPEECH_START, offset_ms=ms(t.offset)))
                     self._start_wall = time.monotonic()
+                    self._start_serials.append(self._spot_serial)
                 elif t.kind == "end":
                     events.append(AsrEvent(SPEECH_END, offset_ms=ms(t.offset)))
                     job = self._make_job(t.offset, t.reason)
                 else:
                     self._end_partial()
+                    self._end_spotting()
         return events, job
 
     def _trim(self, keep: int) -> None:
@@ -425,6 +487,97 @@ class TwoPassStream(AsrStream):
             language=self._partial.language or (self._language or ""),
         )
         return AsrEvent(RESULT, result=result)
+
+    # --- spotting (RecognitionConfig.spot_phrases) ------------------------------------------------------------
+    def _begin_spotting(self, offset: int, continued: bool) -> None:
+        """Thread: a candidate utterance starts. ``continued``: it goes on from one cut at max_utterance (not young:
+        not spotted)."""
+        self._end_spotting()
+        self._spot_serial += 1
+        if continued or not self._spotting.budget.take():
+            return
+        self._spot_on = True
+        self._spot_next = offset + self._spotting.first_ms * RATE // 1000
+        self._spot_until = offset + self._spotting.window_ms * RATE // 1000
+
+    def _end_spotting(self) -> None:
+        if self._spot_on:
+            self._spot_on = False
+            self._spotting.budget.give_back()
+
+    def _maybe_spot(self) -> None:
+        """Thread, after each window of a spotted utterance: decode the utterance so far when one is due."""
+        if self._spot_found == self._spot_serial or self._pos > self._spot_until or self._closed:
+            self._end_spotting()  # a phrase was heard (one event per utterance), or the utterance is no longer young
+            return
+        if self._spot_busy or self._pos < self._spot_next:
+            return
+        self._spot_next = self._pos + self._spotting.interval_ms * RATE // 1000
+        audio_start = max(self._buf_start, self._utt_start - PAD_BEFORE)
+        audio = self._slice(audio_start, self._pos).astype(np.float32) / 32768.0
+        serial, utt_start, end = self._spot_serial, self._utt_start, self._pos
+        language = self._language or self._spot_language
+        self._spot_busy = True
+        try:
+            future = self._engine.final_pool.submit(self._spot_decode, audio, language)
+        except RuntimeError:  # the pool is shut down (the engine is closing)
+            self._spot_busy = False
+            return
+
+        def done(f: concurrent.futures.Future) -> None:  # on the final pool's thread
+            self._spot_busy = False
+            if f.cancelled() or f.exception() is not None or self._closed:
+                if not f.cancelled() and f.exception() is not None:
+                    log.warning("a spotting decode failed: %s", f.exception())
+                return
+            with contextlib.suppress(RuntimeError):  # the event loop closed meanwhile
+                self._loop.call_soon_threadsafe(self._spotted, serial, utt_start, end, f.result())
+
+        future.add_done_callback(done)
+
+    def _spot_decode(self, audio: np.ndarray, language: str | None) -> str:
+        """Thread (final pool): one spotting decode."""
+        t0 = time.perf_counter()
+        try:
+            return self._engine.final.quick(audio, language)
+        finally:
+            self._spot_cost.observe(time.perf_counter() - t0)
+
+    def _spotted(self, serial: int, utt_start: int, end: int, text: str) -> None:
+        """Loop: a spotting decode of utterance ``serial`` heard ``text``. A phrase in it goes out now if its
+        utterance is the one confirmed last and has no final yet, or right after its SPEECH_START if it is not
+        confirmed yet; otherwise (discarded, or finalized) it is dropped."""
+        if self._closed or serial <= self._spot_found:
+            return
+        heard = spoken_words(text)
+        phrase = next((p for p, w in self._spot_phrases if has_phrase(heard, w)), None)
+        if phrase is None:
+            return
+        spotted = SpottedPhrase(phrase, text.strip(), 0, ms(utt_start), ms(end))
+        event = AsrEvent(PHRASE_SPOTTED, offset_ms=ms(end), spotted=spotted)
+        if serial == self._live_serial:
+            self._send_spotted(serial, event)
+        elif serial > self._live_serial and self._spot_pending is None:
+            self._spot_pending = (serial, event)
+
+    def _started(self) -> None:
+        """Loop: a SPEECH_START went out."""
+        self._starts += 1
+        self._live_serial = self._start_serials.popleft() if self._start_serials else 0
+        pending, self._spot_pending = self._spot_pending, None
+        if pending is not None and pending[0] == self._live_serial:
+            self._send_spotted(*pending)
+        elif pending is not None and pending[0] > self._live_serial:
+            self._spot_pending = pending  # a later candidate's
+
+    def _send_spotted(self, serial: int, event: AsrEvent) -> None:
+        index = self._starts - 1
+        if self._index != index:
+            return  # its final went out already
+        self._spot_found = serial
+        spotted = dataclasses.replace(event.spotted, utterance_index=index)
+        self._spots_sent.inc()
+        self._emit(dataclasses.replace(event, spotted=spotted))
 
     def _recognize(self, audio: np.ndarray) -> tuple[FinalText, float]:
         """Thread (final pool): pass 2 on one utterance; returns the text and the compute time."""
@@ -538,6 +691,7 @@ class TwoPassStream(AsrStream):
             spec = None
         if reason in TURN_ENDING_REASONS:
             self._turn_start = None
+        self._end_spotting()
         if self._partial_on:
             t0 = time.perf_counter()
             self._end_partial()
@@ -570,6 +724,8 @@ class TwoPassStream(AsrStream):
         ):
             # Detected another language: pass 1 (English pocketsphinx) would only make noise from here on.
             self._run_later_release_partial()
+        if text.language:
+            self._spot_language = text.language
         words = tuple(
             WordTiming(w.word, w.start_ms + ms(job.audio_start), w.end_ms + ms(job.audio_start), w.confidence)
             for w in text.words
