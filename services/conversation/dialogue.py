@@ -799,7 +799,11 @@ class DialogueSession(StsSession):
             start = self._overlap_final[utt]  # it ended already; its final is on its way
         else:
             return
-        if self._own_words(s.transcript or s.phrase):
+        # Whisper on a young utterance padded with silence often repeats a short word ("Stop. Stop. Stop." for one
+        # "Stop."): the echo rule compares what was said once.
+        heard = words(s.transcript or s.phrase)
+        said_once = " ".join(w for i, w in enumerate(heard) if not i or w != heard[i - 1])
+        if self._own_words(said_once or s.phrase):
             return  # the agent's own voice heard back
         self._overlap_final.pop(utt, None)
         self._overlap_start_ms, self._overlap_utt = start, utt
