@@ -453,6 +453,34 @@ def test_semantic_end_of_turn_waits_through_a_pause_and_commits_a_finished_turn_
     assert conv.metric("moss_sts", "voicefleet_sts_end_of_turn_decisions_total", decision="incomplete") >= 1
 
 
+def test_a_pause_after_to_is_one_turn_though_the_turn_model_hears_it_complete(conv, router_channel):
+    """The text check (docs/asr.md#the-text-check): the words before an 800 ms pause end with "to", so the turn goes
+    on although the turn model, on this rendition, hears the pause as the end (tests/asr/test_asr_turn.py shows the
+    model alone cutting it in two): one turn with the whole sentence, and the EndOfTurn says what kept it open."""
+    from bench.turn_set import paused_line
+
+    # tests/asr/test_asr_turn.py's TO_PAUSED: the turn-taking set's rendition (seed 23), cut at the mark.
+    line = paused_line("Can you tell me how long it takes to | drive from Boston to New York in the evening?", 800)
+    vetoed_before = conv.metric("moss_sts", "voicefleet_sts_end_of_turn_decisions_total", decision="vetoed")
+    talk = Talk(router_channel)
+    try:
+        talk.send(line.pcm, paced=True, label="paused")
+        assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
+        done = talk.complete(0)
+        assert done is not None and wer(line.text, done.user_text) <= 0.15, done
+        judged = [e.end_of_turn for _, e in talk.of("end_of_turn", 0)]
+        vetoed = [j for j in judged if j.vetoed_by_word]
+        assert vetoed and all(j.vetoed_by_word == "to" and not j.complete for j in vetoed), judged
+        # The sentence's end is the model's to judge (on this rendition it hears "... evening?" as unfinished, and the
+        # turn waits for max_silence_ms): the text does not veto it.
+        assert not judged[-1].vetoed_by_word, judged
+        assert len(talk.of("turn_complete")) == 1  # one turn, no reply to the half sentence
+    finally:
+        close(talk)
+    vetoed_after = conv.metric("moss_sts", "voicefleet_sts_end_of_turn_decisions_total", decision="vetoed")
+    assert vetoed_after == vetoed_before + len(vetoed)
+
+
 WHYS = ("stop_word", "stop_word_spotted", "words", "long_speech", "stop_word_final")
 STOP_WHYS = ("stop_word", "stop_word_spotted", "stop_word_final")
 

@@ -513,8 +513,7 @@ class TwoPassStream(AsrStream):
         if self._spot_busy or self._pos < self._spot_next:
             return
         self._spot_next = self._pos + self._spotting.interval_ms * RATE // 1000
-        audio_start = max(self._buf_start, self._utt_start - PAD_BEFORE)
-        audio = self._slice(audio_start, self._pos).astype(np.float32) / 32768.0
+        audio, _ = self._utterance_audio(self._pos)
         serial, utt_start, end = self._spot_serial, self._utt_start, self._pos
         language = self._language or self._spot_language
         self._spot_busy = True
@@ -607,9 +606,20 @@ class TwoPassStream(AsrStream):
             return self._ep.quiet_since
         return self._ep.silence_start
 
+    def _utterance_audio(self, end: int) -> tuple[np.ndarray, int]:
+        """Pass 2's input: the utterance from PAD_BEFORE before its start to ``end`` (float32), and the stream offset
+        where it starts. At the very start of a stream less than PAD_BEFORE was heard before the speech: silence
+        stands in for the rest (the offset is then before 0). Given speech from its first sample, whisper tiny.en
+        dropped an utterance's short last word far more often ("… it takes to" heard as "… it takes?"; the text check
+        needs that word: docs/asr.md#the-text-check)."""
+        start = self._utt_start - PAD_BEFORE
+        audio = self._slice(max(self._buf_start, start), end)
+        if start < self._buf_start:
+            audio = np.concatenate([np.zeros(self._buf_start - start, dtype=np.int16), audio])
+        return audio.astype(np.float32) / 32768.0, start
+
     def _start_speculation(self, silence: int) -> None:
-        audio_start = max(self._buf_start, self._utt_start - PAD_BEFORE)
-        audio = self._slice(audio_start, self._pos).astype(np.float32) / 32768.0
+        audio, _ = self._utterance_audio(self._pos)
         self._spec = (silence, self._engine.final_pool.submit(self._recognize, audio))
 
     def _judge(self, heard_end: int, speech_end: int) -> float:
@@ -698,8 +708,7 @@ class TwoPassStream(AsrStream):
             self._interim_compute += time.perf_counter() - t0
             if end > self._utt_start:
                 self._rtf_interim.observe(self._interim_compute / ((end - self._utt_start) / RATE))
-        audio_start = max(self._buf_start, self._utt_start - PAD_BEFORE)
-        audio = self._slice(audio_start, end + PAD_AFTER).astype(np.float32) / 32768.0
+        audio, audio_start = self._utterance_audio(end + PAD_AFTER)
         job = _FinalJob(self._index, self._utt_start, end, audio, audio_start, reason, time.monotonic())
         if spec is not None:
             job.future = spec[1]
