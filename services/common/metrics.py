@@ -162,6 +162,12 @@ ASR_TURN_MODEL = Histogram(
     ["service"],
     buckets=LATENCY_BUCKETS,
 )
+ASR_SPECULATIVE_FINALS = Counter(
+    "voicefleet_asr_speculative_finals_total",
+    "Speculative final decodes (pass 2 started in a pause before the utterance ended), by outcome: used (it became the"
+    " final) or dropped (sound came back, or the pause ended elsewhere: its CPU was spent for nothing).",
+    ["service", "engine", "outcome"],
+)
 ASR_TURN_JUDGEMENTS = Counter(
     "voicefleet_asr_turn_judgements_total",
     "Turn model judgements at pauses (semantic endpointing), by outcome: complete, incomplete, or vetoed (the model"

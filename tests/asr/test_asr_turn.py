@@ -188,9 +188,17 @@ async def test_a_pause_mid_sentence_is_one_turn_in_semantic_mode_and_two_utteran
     assert speech.wer(text, heard) <= speech.INTELLIGIBLE, heard
 
 
-async def test_a_finished_sentence_ends_at_min_silence_not_after_a_hangover(joe, router):
+def speculative(asr_fleet, outcome: str) -> float:
+    return asr_fleet.metric("asr", "voicefleet_asr_speculative_finals_total", outcome=outcome)
+
+
+async def test_a_finished_sentence_ends_at_min_silence_not_after_a_hangover(joe, router, asr_fleet):
     samples = np.concatenate([silence(0.6), await joe(COMPLETE[2]), silence(2.0)])
+    used, dropped = speculative(asr_fleet, "used"), speculative(asr_fleet, "dropped")
     semantic = recognize(router, samples, mode=SEMANTIC, min_silence_ms=160)
+    # One decode for the pause that ended it, started as the level fell quiet and used as the final: the model's
+    # judgement and the text check waited for that decode, they did not start another.
+    assert (speculative(asr_fleet, "used"), speculative(asr_fleet, "dropped")) == (used + 1, dropped)
     assert kinds(semantic) == ["start", "complete", "end", "final"], kinds(semantic)
     (estimate,) = [r.end_of_turn for r in semantic if r.WhichOneof("event") == "end_of_turn"]
     assert not estimate.vetoed_by_word  # the text check is on (the default): "himself" may end a sentence

@@ -231,6 +231,9 @@ class TwoPassStream(AsrStream):
         self._rtf_final = metrics.ASR_RTF.labels(*labels, "final")
         self._rtf_interim = metrics.ASR_RTF.labels(*labels, "interim")
         self._audio_seconds = metrics.ASR_AUDIO_SECONDS.labels(*labels)
+        self._speculative = {
+            outcome: metrics.ASR_SPECULATIVE_FINALS.labels(*labels, outcome) for outcome in ("used", "dropped")
+        }
         self._judgements = {
             outcome: metrics.ASR_TURN_JUDGEMENTS.labels(*labels, outcome)
             for outcome in ("complete", "incomplete", "vetoed")
@@ -593,11 +596,15 @@ class TwoPassStream(AsrStream):
         where the quiet began: sound again drops it, and so does a pause the VAD places elsewhere."""
         silence = self._pause_key()
         if self._spec is not None and self._spec[0] != silence:
-            self._spec[1].cancel()  # speech came back: a decode still waiting in line never runs
-            self._spec = None
+            self._drop_speculation()  # speech came back: a decode still waiting in line never runs
         if silence is None or self._spec is not None or self._pos - silence < self._speculate:
             return
         self._start_speculation(silence)
+
+    def _drop_speculation(self) -> None:
+        self._spec[1].cancel()
+        self._spec = None
+        self._speculative["dropped"].inc()
 
     def _pause_key(self) -> int | None:
         """Where the pause a speculative final belongs to began: by level in semantic mode (the VAD's silence when the
@@ -628,8 +635,7 @@ class TwoPassStream(AsrStream):
         decodes while the model runs."""
         silence = self._pause_key()
         if self._spec is not None and self._spec[0] != silence:
-            self._spec[1].cancel()  # a decode of an earlier pause (speech came back since)
-            self._spec = None
+            self._drop_speculation()  # a decode of an earlier pause (speech came back since)
         if self._speculate and self._spec is None and silence is not None:
             self._start_speculation(silence)
         start = self._turn_start if self._turn_start is not None else self._utt_start
@@ -671,15 +677,17 @@ class TwoPassStream(AsrStream):
 
     def _text_veto(self) -> str:
         """Thread (the stream's step, inside push, when the model said complete): the word that keeps the turn open,
-        from the speculative final of the utterance so far (started at the pause's first judgement, or here when
-        speculative finals are off; it becomes the final if this pause ends the utterance, so waiting for it costs
-        the caller nothing). "" when the text is not English, is missing, or ends on a word that may end a turn."""
-        silence = self._ep.silence_start
+        from the speculative final of the utterance so far (started as the pause began, or here when speculative
+        finals are off; it becomes the final if this pause ends the utterance, so waiting for it costs
+        the caller nothing). "" when the text is not English, is missing, or ends on a word that may end a turn.
+        The decode is the one keyed to this pause as ``_maybe_speculate`` keys it (by level in semantic mode): keyed
+        by the VAD's silence instead, it dropped the decode started ~100 ms earlier and waited for a new one."""
+        silence = self._pause_key()
         if silence is None:
             return ""
         if self._spec is None or self._spec[0] != silence:
             if self._spec is not None:
-                self._spec[1].cancel()
+                self._drop_speculation()
             self._start_speculation(silence)
         try:
             text, _ = self._spec[1].result(timeout=TEXT_CHECK_WAIT_S)
@@ -698,7 +706,10 @@ class TwoPassStream(AsrStream):
         pause = self._pause_key()
         if spec is not None and not (pause_ended and spec[0] == pause):
             spec[1].cancel()
+            self._speculative["dropped"].inc()
             spec = None
+        elif spec is not None:
+            self._speculative["used"].inc()
         if reason in TURN_ENDING_REASONS:
             self._turn_start = None
         self._end_spotting()
