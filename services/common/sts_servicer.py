@@ -87,7 +87,10 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
         for counter, values in (
             (metrics.STS_END_OF_TURN, ("complete", "incomplete", "vetoed")),
             (metrics.STS_PREEMPTIVE_REPLIES, ("used", "discarded")),
-            (metrics.STS_BARGE_IN_DECISIONS, ("stop_word", "words", "long_speech", "stop_word_final")),
+            (
+                metrics.STS_BARGE_IN_DECISIONS,
+                ("stop_word", "stop_word_spotted", "words", "long_speech", "stop_word_final"),
+            ),
             (metrics.STS_BARGE_IN_REFUSED, ("backchannel", "short_speech", "own_words")),
         ):
             for value in values:
