@@ -14,26 +14,11 @@ import numpy as np
 import pytest
 
 from bench import evaluation as ev
-from services.common import audio
 from services.common.config.base import DEFAULT_STOP_WORDS
 from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
 
 RATE = 16000
 Req = recognizer_pb2.StreamingRecognizeRequest
-
-
-@pytest.fixture(scope="module")
-async def joe():
-    """piper joe in process; ``say(text)`` -> 16 kHz int16 samples."""
-    speakers = ev.Speakers()
-    await speakers.start()
-
-    async def say(text: str) -> np.ndarray:
-        pcm, rate = await speakers.say("joe", text)
-        return np.frombuffer(audio.resample(pcm, rate, RATE), dtype=np.int16)
-
-    yield say
-    await speakers.close()
 
 
 @pytest.fixture(scope="module")

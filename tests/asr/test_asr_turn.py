@@ -65,20 +65,6 @@ TEXT_OFF = recognizer_pb2.EndpointingConfig.TEXT_CHECK_OFF
 
 
 @pytest.fixture(scope="module")
-async def joe():
-    """piper joe in process; ``say(text)`` -> 16 kHz int16 samples."""
-    speakers = ev.Speakers()
-    await speakers.start()
-
-    async def say(text: str) -> np.ndarray:
-        pcm, rate = await speakers.say("joe", text)
-        return np.frombuffer(audio.resample(pcm, rate, RATE), dtype=np.int16)
-
-    yield say
-    await speakers.close()
-
-
-@pytest.fixture(scope="module")
 def model():
     return TurnModel("test", turn_model_path())
 
