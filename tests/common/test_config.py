@@ -26,6 +26,21 @@ def test_defaults_are_the_local_cpu_fleet():
     assert c.gateway.address == "127.0.0.1:8080" and c.gateway.router == ""  # "" = this config's router
 
 
+def test_a_config_file_that_sets_nothing_gives_the_shipped_defaults(tmp_path):
+    # A deployment's own config file replaces default_config.yaml: whatever it leaves out must take the values the
+    # shipped file has, or a fleet from `make run` and one from a config file behave differently (moss_sts's
+    # first-segment rule did: 3 words in the shipped file, 5 in the model, so every LocalFleet spoke later).
+    shipped = load_config(env={}).model_dump()
+    empty = load_config(write(tmp_path, "{}"), env={}).model_dump()
+    differ = sorted(
+        f"{section}.{key}: file {shipped[section][key]!r}, model {empty[section][key]!r}"
+        for section in shipped
+        for key in shipped[section]
+        if shipped[section][key] != empty[section][key]
+    )
+    assert not differ, differ
+
+
 def test_the_text_check_is_on_by_default_and_its_words_can_be_replaced(tmp_path):
     from services.common.turn_text import NON_FINAL_WORDS
 

@@ -11,6 +11,7 @@ from services.common.config.base import (
     DEFAULT_MIN_WORDS,
     DEFAULT_STOP_WORDS,
     AsrEndpointingConfig,
+    ChunkingConfig,
     EspeakConfig,
     Names,
     Section,
@@ -75,6 +76,13 @@ class MossStsConfig(TtsServiceConfig):
     # The asr service when asr is remote (host:port or a gRPC target); "": the router's (router.backends.asr),
     # else asr.host:asr.port.
     asr_address: str = ""
+
+    # A reply's first sentence is cut once 12 characters came without a sentence end (at its first clause mark past
+    # 8 characters, else after 3 words): the reply's first audio waits for 3 words of the brain, not a sentence;
+    # later segments stay sentences (docs/conversation.md). Synthesize on this service cuts the same way.
+    chunking: ChunkingConfig = Field(
+        default_factory=lambda: ChunkingConfig(first_segment_max_chars=12, min_first_chars=8, first_segment_words=3)
+    )
 
     # CPU cascade: the in-box TTS engine ("piper": the joe voice; "espeak": espeak-ng voices).
     tts_engine: Literal["piper", "espeak"] = "piper"
