@@ -1,6 +1,6 @@
 """Conversation (moss_sts CPU cascade through the router): user speech end -> first reply audio, barge-in -> silence.
 
-A fleet of brain (llama.cpp + SmolLM2-135M) + asr + moss_sts + router on loopback; the caller is the tests' live caller
+A fleet of brain (llama.cpp + SmolLM2-135M) + asr + moss_sts + router on loopback, as `make run` starts them; the caller is the tests' live caller
 (tests/fleet/test_conversation_fleet.Talk): silence at the pace of real time, each user line in one burst. User lines are
 piper speech made by the fleet (moss_sts's Synthesizer).
 
@@ -32,8 +32,8 @@ from bench import turn_taking
 from bench.harness import RESULTS, Row
 from bench.turn_set import Counts
 from bench.turn_set import build as build_turn_set
-from services.cli.fleet import LocalFleet, free_port
-from tests.fleet.test_conversation_fleet import RATE, BrainRecorder, Talk, close
+from services.cli.fleet import LocalFleet
+from tests.fleet.test_conversation_fleet import RATE, Talk, close
 from voice.v1 import audio_pb2, conversation_pb2, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
 LINES = [
@@ -142,25 +142,20 @@ def _barge_ins(channel, say, n: int) -> tuple[list[float], list[float]]:
 
 @contextlib.contextmanager
 def cpu_fleet():
-    """brain (behind the recording pass-through) + asr + moss_sts (listening through asr) + router on free loopback
-    ports: a channel to the router."""
+    """brain + asr + moss_sts (listening through asr) + router on free loopback ports: a channel to the router.
+    The brain is the fleet member itself, as a user's fleet has it (no recording pass-through: the tests' recorder
+    is a Python HTTP proxy in this process, whose threads share the GIL with the callers' real-time pacing)."""
     import grpc
 
     with tempfile.TemporaryDirectory() as tmp:
-        brain_port = free_port()
-        recorder = BrainRecorder(brain_port)
         fleet = LocalFleet.on_free_ports(
-            tmp,
-            ("brain", "asr", "moss_sts", "router"),
-            brain={"port": brain_port, "base_url": f"http://127.0.0.1:{recorder.port}/v1"},
-            moss_sts={"default_max_tokens": 48},
+            tmp, ("brain", "asr", "moss_sts", "router"), moss_sts={"default_max_tokens": 48}
         )
         try:
             with grpc.insecure_channel(fleet.config.router.address) as channel:
                 yield channel
         finally:
             fleet.stop()
-            recorder.close()
 
 
 def turn_set_counts() -> Counts:

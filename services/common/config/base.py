@@ -265,7 +265,7 @@ class SchedulingConfig(Section):
     margin_ms: int = bounded(300, ge=0, le=10_000)
     # CPU engines on Linux: first segments run on threads of their own (one per worker) at normal priority and
     # continuations on threads at this nice value, so the OS runs a newcomer's first segment ahead of continuations
-    # already running (docs/scheduling.md#priority-lanes). 0 = one pool for both, with reserved_for_first.
+    # already running (docs/scheduling.md#the-queue). 0 = one pool for both, with reserved_for_first.
     continuation_nice: int = bounded(10, ge=0, le=19, says="must be 0..19 (a nice value; 0 = no priority lanes)")
     # Without priority lanes: workers kept for new streams' first segments; a continuation that is not due yet may
     # not take them, so a caller arriving at a busy service starts at once (capped at workers - 1; 0 = none).
