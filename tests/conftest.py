@@ -64,6 +64,15 @@ def direct_tts(cpu_fleet):
 
 
 @pytest.fixture(scope="session")
+def tts_fleet(tmp_path_factory):
+    """cosyvoice_tts + qwen_tts + router with the default config (tests/cli/test_tts_cli.py and
+    tests/qwen_tts/test_qwen_tts_service.py): both CPU voices through the router. Tests read metrics as deltas."""
+    running = start_fleet(tmp_path_factory.mktemp("tts-fleet"), services=("cosyvoice_tts", "qwen_tts", "router"))
+    yield running
+    running.fleet.stop()
+
+
+@pytest.fixture(scope="session")
 def asr_fleet(tmp_path_factory):
     """asr + cosyvoice_tts + router (tests/test_asr_*.py); short idle timeout and stream limit so their tests are quick."""
     running = start_fleet(
