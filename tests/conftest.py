@@ -85,15 +85,22 @@ def asr_fleet(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-async def asr_speakers():
-    """Every evaluation sentence said once by piper joe and espeak-ng en-US, in process (bench/evaluation.py)."""
+async def speakers():
+    """piper joe and espeak-ng en-US in process (bench/evaluation.py), started once for the session: every module
+    that makes test speech in process shares them (each sentence is synthesized once, seeded: the same samples)."""
     from bench.evaluation import Speakers
 
     speakers = Speakers()
     await speakers.start()
-    await speakers.say_all()
     yield speakers
     await speakers.close()
+
+
+@pytest.fixture(scope="session")
+async def asr_speakers(speakers):
+    """Every evaluation sentence said once by piper joe and espeak-ng en-US, in process (bench/evaluation.py)."""
+    await speakers.say_all()
+    return speakers
 
 
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05):
