@@ -746,47 +746,54 @@ def test_cli_converse_and_speak_realtime(conv, say, tmp_path):
     for i, line in enumerate(["My name is Bob.", "What is my name?"]):
         audio.write_wav(tmp_path / f"u{i}.wav", say(line), RATE)
     cli = [sys.executable, "-m", "services.cli.main", "--router", conv.address("router")]
-    out = subprocess.run(
-        [*cli, "converse", str(tmp_path / "u0.wav"), "-o", str(tmp_path / "reply.wav"), "--fast"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+
+    def start(*args: str) -> subprocess.Popen:
+        return subprocess.Popen([*cli, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def finish(process: subprocess.Popen, timeout: float) -> subprocess.CompletedProcess:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+    # Three users at once (moss_sts takes 4 sessions): each command is its own call, and each reply is paced to
+    # playback, so one after another they would mostly wait on the clock.
+    one = start("converse", str(tmp_path / "u0.wav"), "-o", str(tmp_path / "reply.wav"), "--fast")
+    turns = start(
+        "converse",
+        "--turns",
+        str(tmp_path / "u0.wav"),
+        str(tmp_path / "u1.wav"),
+        "-o",
+        str(tmp_path / "r.wav"),
+        "--fast",
     )
-    assert out.returncode == 0, out.stderr + out.stdout
-    assert "my name is bob" in out.stdout.lower() and "time to first audio" in out.stdout
-    assert_heard(cli_replies(out.stdout)[0], *audio.read_wav(str(tmp_path / "reply.wav")), "converse reply.wav")
-    out = subprocess.run(
-        [
-            *cli,
-            "converse",
-            "--turns",
-            str(tmp_path / "u0.wav"),
-            str(tmp_path / "u1.wav"),
-            "-o",
-            str(tmp_path / "r.wav"),
-            "--fast",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert out.returncode == 0, out.stderr + out.stdout
-    assert "what is my name" in out.stdout.lower()
-    replies = cli_replies(out.stdout)
-    assert len(replies) == 2, out.stdout
-    for n, text in enumerate(replies, start=1):
-        assert_heard(text, *audio.read_wav(str(tmp_path / f"r-{n}.wav")), f"converse --turns r-{n}.wav")
-    out = subprocess.run(
-        [*cli, "speak", "Hello from the real time route.", "--mode", "realtime", "-o", str(tmp_path / "s.wav")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0 and "served by moss_sts/piper" in out.stdout, out.stderr + out.stdout
-    # A sentence of ours, not the model's: the listener's own bound ("realtime" is heard as "real time").
-    assert_heard(
-        "Hello from the real time route.", *audio.read_wav(str(tmp_path / "s.wav")), "speak s.wav", INTELLIGIBLE
-    )
+    speak = start("speak", "Hello from the real time route.", "--mode", "realtime", "-o", str(tmp_path / "s.wav"))
+    try:
+        out = finish(one, 120)
+        assert out.returncode == 0, out.stderr + out.stdout
+        assert "my name is bob" in out.stdout.lower() and "time to first audio" in out.stdout
+        assert_heard(cli_replies(out.stdout)[0], *audio.read_wav(str(tmp_path / "reply.wav")), "converse reply.wav")
+        out = finish(turns, 180)
+        assert out.returncode == 0, out.stderr + out.stdout
+        assert "what is my name" in out.stdout.lower()
+        replies = cli_replies(out.stdout)
+        assert len(replies) == 2, out.stdout
+        for n, text in enumerate(replies, start=1):
+            assert_heard(text, *audio.read_wav(str(tmp_path / f"r-{n}.wav")), f"converse --turns r-{n}.wav")
+        out = finish(speak, 60)
+        assert out.returncode == 0 and "served by moss_sts/piper" in out.stdout, out.stderr + out.stdout
+        # A sentence of ours, not the model's: the listener's own bound ("realtime" is heard as "real time").
+        assert_heard(
+            "Hello from the real time route.", *audio.read_wav(str(tmp_path / "s.wav")), "speak s.wav", INTELLIGIBLE
+        )
+    finally:
+        for process in (one, turns, speak):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 def cli_replies(stdout: str) -> list[str]:
