@@ -48,6 +48,9 @@ SYSTEM = "You are a friendly voice assistant. Answer in one short sentence."
 # Bob / Karen, the voice assistant. I've been here for (over) 20 years and have a ...").
 REPLY_BOUND = 0.40
 pytestmark = pytest.mark.timeout(300)
+# For tests of turn-taking, controls and failures, not of the reply: a reply of a dozen tokens. Reply audio is paced
+# to playback and a turn completes when its reply has played, so a 32-token reply is seconds of waiting per turn.
+SHORT_REPLY = conversation_pb2.SamplingConfig(max_tokens=12)
 
 
 NUMBERS = "zero one two three four five six seven eight nine ten".split()
@@ -411,7 +414,7 @@ def test_speech_shorter_than_the_barge_in_minimum_does_not_interrupt(conv, route
     cough = trim(say("Okay, sure."))
     talk = Talk(
         router_channel,
-        sampling=conversation_pb2.SamplingConfig(max_tokens=40),
+        sampling=conversation_pb2.SamplingConfig(max_tokens=24),  # seconds of reply to talk over, not more
         barge_in=conversation_pb2.BargeInConfig(min_speech_ms=max(1500, int(len(cough) / 2 / RATE * 1000) + 800)),
     )
     try:
@@ -438,7 +441,7 @@ def test_semantic_end_of_turn_waits_through_a_pause_and_commits_a_finished_turn_
     said = np.frombuffer(trim(say("Please call me back when you get home.")), dtype=np.int16)
     at = cut_after(said, "you", _whisper("base"))
     paused = said[:at].tobytes() + bytes(2 * RATE * 8 // 10) + said[at:].tobytes()
-    talk = Talk(router_channel)
+    talk = Talk(router_channel, sampling=SHORT_REPLY)
     try:
         talk.send(paused, paced=True, label="paused")
         assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
@@ -462,7 +465,7 @@ def test_a_pause_after_to_is_one_turn_though_the_turn_model_hears_it_complete(co
     # tests/asr/test_asr_turn.py's TO_PAUSED: the turn-taking set's rendition (seed 23), cut at the mark.
     line = paused_line("Can you tell me how long it takes to | drive from Boston to New York in the evening?", 800)
     vetoed_before = conv.metric("moss_sts", "voicefleet_sts_end_of_turn_decisions_total", decision="vetoed")
-    talk = Talk(router_channel)
+    talk = Talk(router_channel, sampling=SHORT_REPLY)
     try:
         talk.send(line.pcm, paced=True, label="paused")
         assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
@@ -520,6 +523,7 @@ def test_a_reply_started_before_the_user_went_on_is_never_heard(conv, router_cha
     pause = np.zeros(RATE // 2, dtype=np.int16).tobytes()  # 500 ms: the final of the first half comes within it
     talk = Talk(
         router_channel,
+        sampling=SHORT_REPLY,
         endpointing=recognizer_pb2.EndpointingConfig(hangover_ms=150, min_speech_ms=96),
     )
     asked_before = len(conv.recorder.requests)
@@ -566,7 +570,7 @@ def test_interrupt_while_listening_is_a_noop_and_client_interrupt_cuts_the_reply
 
 
 def test_end_of_turn_answers_without_waiting_for_the_endpointer(conv, router_channel, say):
-    talk = Talk(router_channel)
+    talk = Talk(router_channel, sampling=SHORT_REPLY)
     talk.silence = False  # nothing after the words: only ACTION_END_OF_TURN can end this turn
     try:
         talk.send(trim(say("What color is the sky?")))
