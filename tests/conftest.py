@@ -103,6 +103,18 @@ async def asr_speakers(speakers):
     return speakers
 
 
+@pytest.fixture(scope="session")
+async def asr_engine():
+    """The asr CPU engine in process with its defaults (bench/evaluation.py ``cpu_engine``), started once for the
+    session (whisper, VAD, turn model, pass-1 decoders and their warm-up): tests/asr/test_asr_noise.py and
+    tests/conversation/test_echo.py share it. Each test opens streams of its own; finals are deterministic."""
+    from bench.evaluation import cpu_engine
+
+    engine = await cpu_engine()
+    yield engine
+    await engine.close()
+
+
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05):
     deadline = time.monotonic() + timeout
     while True:
