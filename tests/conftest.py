@@ -64,6 +64,15 @@ def direct_tts(cpu_fleet):
 
 
 @pytest.fixture(scope="session")
+def tts_fleet(tmp_path_factory):
+    """cosyvoice_tts + qwen_tts + router with the default config (tests/cli/test_tts_cli.py and
+    tests/qwen_tts/test_qwen_tts_service.py): both CPU voices through the router. Tests read metrics as deltas."""
+    running = start_fleet(tmp_path_factory.mktemp("tts-fleet"), services=("cosyvoice_tts", "qwen_tts", "router"))
+    yield running
+    running.fleet.stop()
+
+
+@pytest.fixture(scope="session")
 def asr_fleet(tmp_path_factory):
     """asr + cosyvoice_tts + router (tests/test_asr_*.py); short idle timeout and stream limit so their tests are quick."""
     running = start_fleet(
@@ -76,15 +85,34 @@ def asr_fleet(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-async def asr_speakers():
-    """Every evaluation sentence said once by piper joe and espeak-ng en-US, in process (bench/evaluation.py)."""
+async def speakers():
+    """piper joe and espeak-ng en-US in process (bench/evaluation.py), started once for the session: every module
+    that makes test speech in process shares them (each sentence is synthesized once, seeded: the same samples)."""
     from bench.evaluation import Speakers
 
     speakers = Speakers()
     await speakers.start()
-    await speakers.say_all()
     yield speakers
     await speakers.close()
+
+
+@pytest.fixture(scope="session")
+async def asr_speakers(speakers):
+    """Every evaluation sentence said once by piper joe and espeak-ng en-US, in process (bench/evaluation.py)."""
+    await speakers.say_all()
+    return speakers
+
+
+@pytest.fixture(scope="session")
+async def asr_engine():
+    """The asr CPU engine in process with its defaults (bench/evaluation.py ``cpu_engine``), started once for the
+    session (whisper, VAD, turn model, pass-1 decoders and their warm-up): tests/asr/test_asr_noise.py and
+    tests/conversation/test_echo.py share it. Each test opens streams of its own; finals are deterministic."""
+    from bench.evaluation import cpu_engine
+
+    engine = await cpu_engine()
+    yield engine
+    await engine.close()
 
 
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05):

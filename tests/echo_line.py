@@ -39,12 +39,15 @@ DELAYS_MS = (50, 120, 250)
 LEVELS_DB = (-20, -12, -6)
 
 
-async def voices(texts=(USER,)) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(reply, {text: user speech}) as int16 at 16 kHz, synthesized in process with the CPU voices."""
+async def voices(texts=(USER,), speakers=None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(reply, {text: user speech}) as int16 at 16 kHz, synthesized in process with the CPU voices (``speakers``: a
+    started bench.evaluation.Speakers to use, left running; else one of its own for the call)."""
     from bench.evaluation import Speakers
 
-    speakers = Speakers()
-    await speakers.start()
+    own = speakers is None
+    if own:
+        speakers = Speakers()
+        await speakers.start()
     try:
         pcm, rate = await speakers.say("joe", REPLY)
         reply = np.frombuffer(audio.resample(pcm, rate, RATE), dtype=np.int16)
@@ -53,7 +56,8 @@ async def voices(texts=(USER,)) -> tuple[np.ndarray, dict[str, np.ndarray]]:
             pcm, rate = await speakers.say("joe", text)
             users[text] = np.frombuffer(audio.resample(pcm, int(rate * USER_RATE_FACTOR), RATE), dtype=np.int16)
     finally:
-        await speakers.close()
+        if own:
+            await speakers.close()
     return reply, users
 
 

@@ -30,10 +30,9 @@ WER_BOUND = {
 
 
 @pytest.fixture(scope="module")
-async def engine():
-    e = await ev.cpu_engine()
-    yield e
-    await e.close()
+def engine(asr_engine):
+    """The session's in-process asr CPU engine (tests/conftest.py)."""
+    return asr_engine
 
 
 @pytest.mark.asyncio(loop_scope="session")

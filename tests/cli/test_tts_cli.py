@@ -9,15 +9,13 @@ import sys
 import pytest
 
 from services.common import audio
-from tests.conftest import start_fleet
 from tests.speech import INTELLIGIBLE, intelligible
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
-    running = start_fleet(tmp_path_factory.mktemp("tts-cli"), services=("cosyvoice_tts", "qwen_tts", "router"))
-    yield running
-    running.fleet.stop()
+def fleet(tts_fleet):
+    """The session's cosyvoice_tts + qwen_tts + router (tests/conftest.py), shared with other modules."""
+    return tts_fleet
 
 
 def cli(fleet, *args, timeout=90):

@@ -74,7 +74,9 @@ def secure_fleet(tmp_path_factory):
         security={**pki, "mtls": True, "bearer_tokens": [TOKEN], "fleet_token": FLEET_TOKEN},
         residency={"enabled": True},
         cosyvoice_tts={"health_port": free_port()},
-        router={"health_port": free_port()},
+        # Members hold GpuLeases streams open until the router ends them: a SIGTERMed router drains its whole
+        # grace (5 s) at teardown. No test here stops the router while a call is in flight.
+        router={"health_port": free_port(), "grace_seconds": 1},
     )
     yield fleet, pki
     fleet.fleet.stop()

@@ -15,7 +15,6 @@ import sys
 import numpy as np
 import pytest
 
-from bench import evaluation as ev
 from services.common.engines import SPEECH_START, RecognitionOptions
 from services.conversation.echo import (
     EchoCanceller,
@@ -36,15 +35,14 @@ OVER_ECHO = [(50, -20), (120, -12), (250, -6), (50, -6)]
 
 
 @pytest.fixture(scope="module")
-async def voices():
-    return await echo_line.voices()
+async def voices(speakers):
+    return await echo_line.voices(speakers=speakers)
 
 
 @pytest.fixture(scope="module")
-async def engine():
-    e = await ev.cpu_engine()
-    yield e
-    await e.close()
+def engine(asr_engine):
+    """The session's in-process asr CPU engine (tests/conftest.py)."""
+    return asr_engine
 
 
 async def heard(engine, pcm: np.ndarray) -> tuple[int, str]:

@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator
 import pytest
 from prometheus_client import REGISTRY
 
-from bench import evaluation as ev
 from services.common import audio
 from services.common.engines import (
     INTERRUPTED,
@@ -96,16 +95,14 @@ class LongReply(DialogueSession):
 
 
 @pytest.fixture(scope="module")
-async def joe():
-    speakers = ev.Speakers()
-    await speakers.start()
+def joe(speakers):
+    """piper joe in process (the session's speakers, tests/conftest.py); ``say(text)`` -> 16 kHz s16le."""
 
     async def say(text: str) -> bytes:
         pcm, rate = await speakers.say("joe", text)
         return audio.resample(pcm, rate, RATE)
 
-    yield say
-    await speakers.close()
+    return say
 
 
 @pytest.fixture

@@ -37,7 +37,9 @@ def fleet(tmp_path_factory):
     running = start_fleet(
         tmp_path_factory.mktemp("conversation-admission"),
         services=("asr", "brain", "moss_sts", "router"),
-        moss_sts={"max_concurrent_sessions": CAPACITY, "idle_timeout_seconds": 5, "default_max_tokens": 24},
+        # Short replies (12 tokens): a call that hangs up after its turn waits for its reply to play out (paced to
+        # playback), and what is tested is the hang-up and the redial, not the reply.
+        moss_sts={"max_concurrent_sessions": CAPACITY, "idle_timeout_seconds": 5, "default_max_tokens": 12},
     )
     yield running
     running.fleet.stop()

@@ -48,6 +48,9 @@ SYSTEM = "You are a friendly voice assistant. Answer in one short sentence."
 # Bob / Karen, the voice assistant. I've been here for (over) 20 years and have a ...").
 REPLY_BOUND = 0.40
 pytestmark = pytest.mark.timeout(300)
+# For tests of turn-taking, controls and failures, not of the reply: a reply of a dozen tokens. Reply audio is paced
+# to playback and a turn completes when its reply has played, so a 32-token reply is seconds of waiting per turn.
+SHORT_REPLY = conversation_pb2.SamplingConfig(max_tokens=12)
 
 
 NUMBERS = "zero one two three four five six seven eight nine ten".split()
@@ -411,7 +414,7 @@ def test_speech_shorter_than_the_barge_in_minimum_does_not_interrupt(conv, route
     cough = trim(say("Okay, sure."))
     talk = Talk(
         router_channel,
-        sampling=conversation_pb2.SamplingConfig(max_tokens=40),
+        sampling=conversation_pb2.SamplingConfig(max_tokens=24),  # seconds of reply to talk over, not more
         barge_in=conversation_pb2.BargeInConfig(min_speech_ms=max(1500, int(len(cough) / 2 / RATE * 1000) + 800)),
     )
     try:
@@ -438,7 +441,7 @@ def test_semantic_end_of_turn_waits_through_a_pause_and_commits_a_finished_turn_
     said = np.frombuffer(trim(say("Please call me back when you get home.")), dtype=np.int16)
     at = cut_after(said, "you", _whisper("base"))
     paused = said[:at].tobytes() + bytes(2 * RATE * 8 // 10) + said[at:].tobytes()
-    talk = Talk(router_channel)
+    talk = Talk(router_channel, sampling=SHORT_REPLY)
     try:
         talk.send(paused, paced=True, label="paused")
         assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
@@ -462,7 +465,7 @@ def test_a_pause_after_to_is_one_turn_though_the_turn_model_hears_it_complete(co
     # tests/asr/test_asr_turn.py's TO_PAUSED: the turn-taking set's rendition (seed 23), cut at the mark.
     line = paused_line("Can you tell me how long it takes to | drive from Boston to New York in the evening?", 800)
     vetoed_before = conv.metric("moss_sts", "voicefleet_sts_end_of_turn_decisions_total", decision="vetoed")
-    talk = Talk(router_channel)
+    talk = Talk(router_channel, sampling=SHORT_REPLY)
     try:
         talk.send(line.pcm, paced=True, label="paused")
         assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
@@ -520,6 +523,7 @@ def test_a_reply_started_before_the_user_went_on_is_never_heard(conv, router_cha
     pause = np.zeros(RATE // 2, dtype=np.int16).tobytes()  # 500 ms: the final of the first half comes within it
     talk = Talk(
         router_channel,
+        sampling=SHORT_REPLY,
         endpointing=recognizer_pb2.EndpointingConfig(hangover_ms=150, min_speech_ms=96),
     )
     asked_before = len(conv.recorder.requests)
@@ -566,7 +570,7 @@ def test_interrupt_while_listening_is_a_noop_and_client_interrupt_cuts_the_reply
 
 
 def test_end_of_turn_answers_without_waiting_for_the_endpointer(conv, router_channel, say):
-    talk = Talk(router_channel)
+    talk = Talk(router_channel, sampling=SHORT_REPLY)
     talk.silence = False  # nothing after the words: only ACTION_END_OF_TURN can end this turn
     try:
         talk.send(trim(say("What color is the sky?")))
@@ -746,47 +750,54 @@ def test_cli_converse_and_speak_realtime(conv, say, tmp_path):
     for i, line in enumerate(["My name is Bob.", "What is my name?"]):
         audio.write_wav(tmp_path / f"u{i}.wav", say(line), RATE)
     cli = [sys.executable, "-m", "services.cli.main", "--router", conv.address("router")]
-    out = subprocess.run(
-        [*cli, "converse", str(tmp_path / "u0.wav"), "-o", str(tmp_path / "reply.wav"), "--fast"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+
+    def start(*args: str) -> subprocess.Popen:
+        return subprocess.Popen([*cli, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def finish(process: subprocess.Popen, timeout: float) -> subprocess.CompletedProcess:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+    # Three users at once (moss_sts takes 4 sessions): each command is its own call, and each reply is paced to
+    # playback, so one after another they would mostly wait on the clock.
+    one = start("converse", str(tmp_path / "u0.wav"), "-o", str(tmp_path / "reply.wav"), "--fast")
+    turns = start(
+        "converse",
+        "--turns",
+        str(tmp_path / "u0.wav"),
+        str(tmp_path / "u1.wav"),
+        "-o",
+        str(tmp_path / "r.wav"),
+        "--fast",
     )
-    assert out.returncode == 0, out.stderr + out.stdout
-    assert "my name is bob" in out.stdout.lower() and "time to first audio" in out.stdout
-    assert_heard(cli_replies(out.stdout)[0], *audio.read_wav(str(tmp_path / "reply.wav")), "converse reply.wav")
-    out = subprocess.run(
-        [
-            *cli,
-            "converse",
-            "--turns",
-            str(tmp_path / "u0.wav"),
-            str(tmp_path / "u1.wav"),
-            "-o",
-            str(tmp_path / "r.wav"),
-            "--fast",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert out.returncode == 0, out.stderr + out.stdout
-    assert "what is my name" in out.stdout.lower()
-    replies = cli_replies(out.stdout)
-    assert len(replies) == 2, out.stdout
-    for n, text in enumerate(replies, start=1):
-        assert_heard(text, *audio.read_wav(str(tmp_path / f"r-{n}.wav")), f"converse --turns r-{n}.wav")
-    out = subprocess.run(
-        [*cli, "speak", "Hello from the real time route.", "--mode", "realtime", "-o", str(tmp_path / "s.wav")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0 and "served by moss_sts/piper" in out.stdout, out.stderr + out.stdout
-    # A sentence of ours, not the model's: the listener's own bound ("realtime" is heard as "real time").
-    assert_heard(
-        "Hello from the real time route.", *audio.read_wav(str(tmp_path / "s.wav")), "speak s.wav", INTELLIGIBLE
-    )
+    speak = start("speak", "Hello from the real time route.", "--mode", "realtime", "-o", str(tmp_path / "s.wav"))
+    try:
+        out = finish(one, 120)
+        assert out.returncode == 0, out.stderr + out.stdout
+        assert "my name is bob" in out.stdout.lower() and "time to first audio" in out.stdout
+        assert_heard(cli_replies(out.stdout)[0], *audio.read_wav(str(tmp_path / "reply.wav")), "converse reply.wav")
+        out = finish(turns, 180)
+        assert out.returncode == 0, out.stderr + out.stdout
+        assert "what is my name" in out.stdout.lower()
+        replies = cli_replies(out.stdout)
+        assert len(replies) == 2, out.stdout
+        for n, text in enumerate(replies, start=1):
+            assert_heard(text, *audio.read_wav(str(tmp_path / f"r-{n}.wav")), f"converse --turns r-{n}.wav")
+        out = finish(speak, 60)
+        assert out.returncode == 0 and "served by moss_sts/piper" in out.stdout, out.stderr + out.stdout
+        # A sentence of ours, not the model's: the listener's own bound ("realtime" is heard as "real time").
+        assert_heard(
+            "Hello from the real time route.", *audio.read_wav(str(tmp_path / "s.wav")), "speak s.wav", INTELLIGIBLE
+        )
+    finally:
+        for process in (one, turns, speak):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 def cli_replies(stdout: str) -> list[str]:

@@ -24,6 +24,9 @@ def shared_card(tmp_path_factory):
         router={
             "leases": {"capacity_gb": 10, "min_residency_seconds": 1, "ttl_seconds": 3, "renew_deadline_seconds": 2},
             "routes": {"default": ["cosyvoice_tts", "qwen_tts"]},
+            # Members hold GpuLeases streams open until the router ends them: a SIGTERMed router drains its whole
+            # grace (5 s) at teardown. No test here stops the router while a call is in flight.
+            "grace_seconds": 1,
         },
         residency={
             "enabled": True,

@@ -50,7 +50,10 @@ def card(tmp_path_factory):
         services=("cosyvoice_tts", "asr", "brain", "moss_sts", "router"),
         moss_sts={"asr": "local"},
         router={
-            "leases": {"capacity_gb": 10, "min_residency_seconds": 1, "ttl_seconds": 3, "renew_deadline_seconds": 2}
+            "leases": {"capacity_gb": 10, "min_residency_seconds": 1, "ttl_seconds": 3, "renew_deadline_seconds": 2},
+            # Members hold GpuLeases streams open until the router ends them: a SIGTERMed router drains its whole
+            # grace (5 s) at teardown. No test here stops the router while a call is in flight.
+            "grace_seconds": 1,
         },
         residency={
             "enabled": True,

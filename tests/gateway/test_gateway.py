@@ -225,7 +225,8 @@ BAD_SESSIONS = [
 async def test_bad_input_closes_with_a_reason_while_another_session_goes_on(gateway_fleet, question_pcm):
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(url(gateway_fleet, "/v1/conversation")) as good:
-            await good.send_json({"type": "config", "sample_rate": 16000, "system_prompt": SYSTEM})
+            # A short reply (12 tokens): this session's turn only has to complete; its reply is paced to playback.
+            await good.send_json({"type": "config", "sample_rate": 16000, "system_prompt": SYSTEM, "max_tokens": 12})
             assert (await good.receive_json(timeout=10))["type"] == "ready"
             for messages, code, words in BAD_SESSIONS:
                 async with session.ws_connect(url(gateway_fleet, "/v1/conversation")) as bad:

@@ -7,7 +7,6 @@ import os
 
 import pytest
 
-from bench import evaluation as ev
 from services.common import audio
 from tests.speech import INTELLIGIBLE, intelligible, wer
 
@@ -25,14 +24,6 @@ CASES = [
         ["the children are praying in the garden", "the children are playing in the garage"],
     ),
 ]
-
-
-@pytest.fixture(scope="module")
-async def speakers():
-    s = ev.Speakers()
-    await s.start()
-    yield s
-    await s.close()
 
 
 @pytest.mark.asyncio(loop_scope="session")

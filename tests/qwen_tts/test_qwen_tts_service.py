@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from services.common import audio
-from tests.conftest import engine_steps, start_fleet, wait_until
+from tests.conftest import engine_steps, wait_until
 from tests.conftest import settled_steps as settled
 from tests.speech import INTELLIGIBLE, intelligible, speech_like
 from voice.v1 import audio_pb2, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
@@ -27,10 +27,9 @@ LONG_TEXT = " ".join(f"This is sentence number {i} of a long announcement." for 
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
-    running = start_fleet(tmp_path_factory.mktemp("qwen_fleet"), services=("cosyvoice_tts", "qwen_tts", "router"))
-    yield running
-    running.fleet.stop()
+def fleet(tts_fleet):
+    """The session's cosyvoice_tts + qwen_tts + router (tests/conftest.py), shared with other modules."""
+    return tts_fleet
 
 
 @pytest.fixture(scope="module")
