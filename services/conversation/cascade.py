@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 
 from services.common.engines import (
@@ -35,8 +36,8 @@ from services.conversation.brain import ChatBrain
 from services.conversation.dialogue import DialogueLimits, DialogueSession, ReplySink, UserTurn
 
 # Speak a clause once it has this many characters (before its sentence ends); speak what is buffered after this
-# long without new text. The reply's FIRST segment is cut earlier still, by the TTS engine's first-segment rule
-# (its chunking config: first clause mark or first few words; services/common/text.py FirstSegment).
+# long without new text. The reply's FIRST segment is cut earlier still (DialogueLimits.reply_first, from
+# moss_sts.reply_first_segment_*: first clause mark or first few words; services/common/text.py FirstSegment).
 REPLY_BUFFERING = BufferPolicy(min_chars=40, max_wait_s=0.3)
 
 
@@ -77,7 +78,8 @@ class CascadeSession(DialogueSession):
         )
         thinking = asyncio.create_task(think(), name="cascade-brain")
         try:
-            speech = self.engine.tts.synthesize_text_stream(text_events(), options, REPLY_BUFFERING)
+            policy = dataclasses.replace(REPLY_BUFFERING, first=self.engine.limits.reply_first)
+            speech = self.engine.tts.synthesize_text_stream(text_events(), options, policy)
             async with contextlib.aclosing(speech) as pieces:
                 async for piece in pieces:
                     await sink.audio(piece)

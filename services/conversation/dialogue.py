@@ -72,6 +72,7 @@ from services.common.engines import (
     TurnTimings,
 )
 from services.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, VoiceError
+from services.common.text import FirstSegment
 from services.conversation import echo
 from services.conversation.barge_in import DEFAULT_STOP_WORDS, WordRule, words
 from services.conversation.echo import EchoCanceller, is_own_words
@@ -112,6 +113,9 @@ class DialogueLimits:
     barge_in_unheard_ms: int = 1500
     # Cancel the echo of the reply in the caller's audio (WebRTC AEC3 with the audio the caller took as reference).
     echo_cancellation: bool = True
+    # Where the reply's first segment is cut (moss_sts.reply_first_segment_*); None: the TTS engine's own rule. A
+    # remote TTS engine (the router's fallback) applies its service's rule whatever this says.
+    reply_first: FirstSegment | None = None
 
     @classmethod
     def from_config(cls, section) -> DialogueLimits:
@@ -130,6 +134,12 @@ class DialogueLimits:
             turn_commit_ms=section.turn_commit_ms,
             barge_in_unheard_ms=section.barge_in_unheard_ms,
             echo_cancellation=section.echo_cancellation,
+            reply_first=FirstSegment(
+                max_chars=section.reply_first_segment_max_chars,
+                min_chars=section.reply_min_first_chars,
+                words=section.reply_first_segment_words,
+                cjk_chars=section.chunking.first_segment_cjk_chars,
+            ),
         )
 
 
