@@ -2,13 +2,13 @@
 with the text check on and off (docs/asr.md#the-text-check). Not part of `make bench` (no fleet, no dialogue):
 ``python -m bench.turn_endpointing [--pace]``.
 
-Every line goes into its own stream with moss_sts's endpointing defaults (semantic, min_silence 96 ms, max_silence
+Every line goes into its own stream with moss_sts's endpointing defaults (semantic, min_silence 160 ms, max_silence
 1500 ms), 0.5 s of silence before it and 2 s after, as fast as the engine takes it (``--pace``: at real time). The
 endpointer counts stream samples, not wall time, so the decisions are those of a caller at real time; what the pace
 changes is only the wall time per line. Per line:
 
 * complete lines: how many utterances (1 expected) and the silence after the end of speech at which the last one
-  ended (96-220 ms when the first judgement says complete; ~1500 ms when the turn waited for max_silence: a **slow
+  ended (160-220 ms when the first judgement says complete; ~1500 ms when the turn waited for max_silence: a **slow
   commit**, which the conversation bench sees as a reply more than 1 s after speech end);
 * paused lines: a **cut-off** when an utterance ended inside the pause (the dialogue would commit and answer half a
   sentence when its final comes before the speech resumes; a 500 ms pause may still escape there, so this is the

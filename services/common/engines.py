@@ -201,7 +201,7 @@ class Endpointing:
     max_utterance_ms: int = 30_000
     mode: str = ""
     turn_threshold: float = 0.5
-    min_silence_ms: int = 96
+    min_silence_ms: int = 160
     max_silence_ms: int = 1500
     text_check: str = ""
     non_final_words: tuple[str, ...] = ()

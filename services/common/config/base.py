@@ -317,7 +317,7 @@ class AsrEndpointingConfig(Section):
     # Semantic mode: probability at or above which the turn model's "complete" ends the utterance.
     turn_threshold: float = bounded(0.5, gt=0, lt=1, says="must be between 0 and 1")
     # Semantic mode: silence before the first judgement, and the most silence an utterance judged incomplete gets.
-    min_silence_ms: int = bounded(96, ge=32, le=10_000)
+    min_silence_ms: int = bounded(160, ge=32, le=10_000)
     max_silence_ms: int = bounded(1500, ge=32, le=10_000)
     # Semantic mode, English text: a "complete" from the turn model at a pause right after one of non_final_words
     # (in the speculative final's text of the utterance so far) keeps the turn open; false = the model alone decides
