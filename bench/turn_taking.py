@@ -300,6 +300,7 @@ def _end_of_turn_events(caller: Caller, first_turn: int, since: float) -> list[d
             "complete": e.end_of_turn.complete,
             "silence_ms": e.end_of_turn.silence_ms,
             "vetoed_by_word": e.end_of_turn.vetoed_by_word,
+            "sentence_end": e.end_of_turn.sentence_end,
         }
         for _, e in caller.of("end_of_turn", first_turn, since)
     ]
@@ -549,6 +550,11 @@ def report(passes: dict[str, list[dict]], trials: list[dict], trials_mode: str):
         if vetoed:  # the text check (docs/asr.md#the-text-check): counted above as incomplete
             column["EndOfTurn complete by the model, kept open by the text (words)"] = (
                 f"{len(vetoed)} ({', '.join(sorted(set(vetoed)))})"
+            )
+        sentence = [e for e in eot if e.get("sentence_end")]
+        if sentence:  # the words read as a sentence (docs/asr.md#the-text-check): counted above as incomplete
+            column["EndOfTurn incomplete by the model, the words a finished sentence (sentence_end)"] = str(
+                len(sentence)
             )
         errors = [r["session_error"] for r in records if "session_error" in r]
         if errors:

@@ -90,6 +90,7 @@ def endpointing_defaults(section) -> Endpointing:
         max_silence_ms=section.max_silence_ms,
         text_check=TEXT_CHECK_ON if section.text_check else TEXT_CHECK_OFF,
         non_final_words=tuple(section.non_final_words),
+        sentence_end_silence_ms=section.sentence_end_silence_ms,
     )
 
 
@@ -277,6 +278,12 @@ def endpointing_from_config(e, d: Endpointing) -> Endpointing:
         raise InvalidArgument(
             "config.endpointing.text_check", f"{e.text_check} is not a known setting (0 unspecified, 1 on, 2 off)"
         )
+    sentence_end_silence = e.sentence_end_silence_ms or d.sentence_end_silence_ms
+    if not WINDOW_MS <= sentence_end_silence <= MAX_SILENCE_MS:
+        raise InvalidArgument(
+            "config.endpointing.sentence_end_silence_ms",
+            f"{sentence_end_silence} is outside {WINDOW_MS}..{MAX_SILENCE_MS} (0 means {d.sentence_end_silence_ms})",
+        )
     words = tuple(w.strip().lower() for w in e.non_final_words)
     problem = bad_word(words)
     if problem:
@@ -292,6 +299,7 @@ def endpointing_from_config(e, d: Endpointing) -> Endpointing:
         max_silence_ms=max_silence,
         text_check=text_check or d.text_check,
         non_final_words=words or d.non_final_words,
+        sentence_end_silence_ms=sentence_end_silence,
     )
 
 

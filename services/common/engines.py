@@ -193,7 +193,8 @@ class Endpointing:
     complete (probability >= ``turn_threshold``) ends the utterance there, incomplete keeps it open (judged again
     while the silence lasts) up to ``max_silence_ms``. ``text_check`` (TEXT_CHECK_ON / TEXT_CHECK_OFF, "" = the
     service's default): a "complete" after a word of ``non_final_words`` (() = the service's list) in the English
-    text so far keeps the turn open (services/engines/asr/turn_text.py)."""
+    text so far keeps the turn open, and an "incomplete" on words that read as a finished sentence ends the utterance
+    after ``sentence_end_silence_ms`` (services/common/turn_text.py)."""
 
     threshold: float = 0.5
     min_speech_ms: int = 250
@@ -205,6 +206,7 @@ class Endpointing:
     max_silence_ms: int = 1500
     text_check: str = ""
     non_final_words: tuple[str, ...] = ()
+    sentence_end_silence_ms: int = 600
 
 
 @dataclass(frozen=True)
@@ -258,6 +260,10 @@ class TurnEstimate:
     utterance_index: int
     # The model said complete, but the text so far ends with this word (not a sentence's end): complete is False.
     vetoed_by_word: str = ""
+    # The model said incomplete, but the words so far read as a finished sentence: the utterance ends at the stream's
+    # sentence_end_silence_ms unless speech resumes. ``transcript``: those words (the final it then gets).
+    sentence_end: bool = False
+    transcript: str = ""
 
 
 @dataclass(frozen=True)

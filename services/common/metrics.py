@@ -153,7 +153,8 @@ ASR_AUDIO_SECONDS = Counter(
 ASR_UTTERANCES = Counter(
     "voicefleet_asr_utterances_total",
     "Finals sent, by why the utterance ended: endpoint (hangover), max_utterance, end_of_stream; semantic "
-    "endpointing: turn_complete (the turn model said complete), max_silence (it did not, and the silence lasted).",
+    "endpointing: turn_complete (the turn model said complete), sentence_end (it did not, but the words read as a "
+    "finished sentence: after sentence_end_silence_ms), max_silence (it did not, and the silence lasted).",
     ["service", "engine", "reason"],
 )
 ASR_TURN_MODEL = Histogram(
@@ -200,8 +201,9 @@ STS_INTERRUPTIONS = Counter(
 )
 STS_END_OF_TURN = Counter(
     "voicefleet_sts_end_of_turn_decisions_total",
-    "The turn model's judgements of a pause in the user's speech (semantic endpointing): complete, incomplete, or"
-    " vetoed (the model said complete, the words before the pause do not end a sentence).",
+    "The turn model's judgements of a pause in the user's speech (semantic endpointing): complete, incomplete,"
+    " vetoed (the model said complete, the words before the pause do not end a sentence), or sentence_end (it said"
+    " incomplete, the words read as a finished sentence: the turn ends after sentence_end_silence_ms).",
     ["service", "engine", "decision"],
 )
 STS_PREEMPTIVE_REPLIES = Counter(

@@ -279,7 +279,15 @@ class _Relay:
                 metrics.STS_FIRST_AUDIO.labels(*self.labels).observe(r.timings.speech_end_to_first_audio)
         elif kind == END_OF_TURN_JUDGED and event.turn is not None:
             t = event.turn
-            decision = "vetoed" if t.vetoed_by_word else "complete" if t.complete else "incomplete"
+            decision = (
+                "vetoed"
+                if t.vetoed_by_word
+                else "complete"
+                if t.complete
+                else "sentence_end"
+                if t.sentence_end
+                else "incomplete"
+            )
             metrics.STS_END_OF_TURN.labels(*self.labels, decision).inc()
         elif kind == TURN_ERROR:
             self.resampler = None

@@ -24,7 +24,15 @@ The list is closed-class words, chosen by what they are, not by any test set's p
   "have", "do", "be" and their forms are main verbs too ("that's all we have"): not listed. A listed word written
   capitalized inside a sentence is a name ("in May", "Will"), not the modal.
 
-Known cost, the safe direction: a finished sentence that does end on such a word waits for ``max_silence_ms`` (1.5 s):
+The other direction (``finished``): the turn model hears some finished sentences as unfinished (0.01-0.2 for
+"... because of the storm." in a flat, synthetic voice), and they waited ``max_silence_ms``. When the same words read
+as a finished sentence -- whisper wrote a sentence end ('.', '?', '!'; not an ellipsis, not a cut word "f-"), and the
+last word is not a veto word -- the turn ends after ``sentence_end_silence_ms`` (600) instead. Whisper punctuates
+from the audio as well as the words: a phrase cut mid-way mostly comes back as "... whether to...", "... at the" or
+"... table for f-". The cost: a pause longer than that bound right after words that make a sentence on their own
+("I'd like to book a table. | For two.") ends the turn there.
+
+Known cost of the veto, the safe direction: a finished sentence that does end on such a word waits for ``max_silence_ms`` (1.5 s):
 a stranded preposition ("where are you from?", "what is it for?"), an elliptical "to" ("I'd love to"), an auxiliary
 after a noun ("I know what the problem was"). English only: another language's text is not checked.
 """
@@ -136,8 +144,14 @@ def is_english(language: str) -> bool:
     return language.lower().split("-")[0] in ("en", "english")
 
 
+# A sentence's end as whisper writes it: '.', '?' or '!' (optionally inside closing quotes or brackets), but not the
+# ellipsis it writes for speech that trails off.
+_SENTENCE_END = re.compile(r"""(?<![.\u2026])[.?!]["')\]]*$""")
+
+
 class TextCheck:
-    """``veto(text)``: the word that keeps the turn open ("" when none), for English text ending at a pause."""
+    """``veto(text)``: the word that keeps the turn open ("" when none), for English text ending at a pause;
+    ``finished(text)``: whether the text reads as a finished sentence."""
 
     def __init__(self, words=NON_FINAL_WORDS):
         self.words = frozenset(words)
@@ -154,3 +168,10 @@ class TextCheck:
         if last in AUXILIARIES and len(tokens) > 1 and tokens[-2] in SUBJECT_PRONOUNS:
             return ""  # "yes I can", "here it is": an ellipsis, the sentence may end
         return last
+
+    def finished(self, text: str) -> bool:
+        """Ends with a sentence end (not an ellipsis, not a cut word like "f-") after a word that may end one."""
+        text = text.replace("\u2019", "'").strip()
+        if not _SENTENCE_END.search(text) or text.endswith(("-.", "-?", "-!")):
+            return False
+        return bool(_CASED_TOKEN.search(text)) and not self.veto(text.rstrip(".?!\"')]"))

@@ -340,6 +340,10 @@ class DialogueSession(StsSession):
         # Preemptive reply: started at a candidate end of turn, held until the user has been silent turn_commit_ms.
         self._candidate: _Reply | None = None
         self._commit_at_ms: int | None = None
+        # A candidate started on a pause's words before the recognizer ended the utterance (``_start_candidate``):
+        # it commits only after that final, and sound after its speech end drops it.
+        self._awaiting_final = False
+        self._candidate_speech_end_ms = 0
         self._last_loud_ms = -1  # stream ms where the last loud window of the caller's audio ended
         self._heard_ms = 0  # stream ms up to which the recognizer has reported (its events' offsets)
         self._discarded = 0  # candidates of the turn being heard that were dropped (the user went on)
@@ -562,6 +566,8 @@ class DialogueSession(StsSession):
                 t = event.turn
                 judged = dataclasses.replace(t, offset_ms=self._abs_ms(t.offset_ms))
                 self._emit(StsEvent(END_OF_TURN_JUDGED, self.turn, turn=judged))
+                if t.sentence_end and t.transcript and t.utterance_index not in self._ignored:
+                    self._start_candidate(t.transcript.strip(), self._abs_ms(t.offset_ms - t.silence_ms))
             return
         if event.kind == SPEECH_START:
             utt = self._utterances
@@ -640,6 +646,17 @@ class DialogueSession(StsSession):
         if they speak again first (``_discard_candidate``)."""
         if self.state != LISTENING or self._closing or (self._speech_active and not force):
             return
+        if self._candidate is not None and self._awaiting_final:
+            # Started on the words of a pause that read as a sentence: this final is that pause's (the same words)
+            # or the user went on (more words): then that reply answered half a turn.
+            self._awaiting_final = False
+            if " ".join(self._pending).strip() != self._candidate.turn.text:
+                self._discard_candidate()
+            else:
+                self._commit_at_ms = (self._last_speech_end_ms or self._fed_ms()) + self.limits.turn_commit_ms
+                if force:
+                    self._commit()
+                return
         if self._candidate is not None:
             if force:
                 self._commit()
@@ -658,11 +675,32 @@ class DialogueSession(StsSession):
             self._set_state(THINKING)
             self._turn_task = asyncio.create_task(self._run_turn(turn), name=f"dialogue-turn-{turn.index}")
             return
+        self._hold_reply(turn, commit_at)
+
+    def _hold_reply(self, turn: UserTurn, commit_at_ms: int | None) -> None:
+        """Start the reply to a candidate end of turn, held until the commit (at ``commit_at_ms`` of the stream;
+        None: once the recognizer's final says the turn is over, ``_awaiting_final``)."""
         turn.preemptive = True
-        self._commit_at_ms = commit_at
+        self._commit_at_ms = commit_at_ms
         reply = _Reply(turn, served_by=self.served_by, held=True)
         self._candidate = self._reply = reply  # at once: a SPEECH_START read next must find it to drop it
         self._turn_task = asyncio.create_task(self._run_turn(turn, reply), name=f"dialogue-turn-{turn.index}")
+
+    def _start_candidate(self, words: str, speech_end_ms: int) -> None:
+        """The turn model heard the pause unfinished but its words read as a finished sentence: the recognizer ends
+        the utterance at sentence_end_silence_ms unless the user goes on. Start the reply to those words now, held
+        until that final arrives with the same words (then the usual commit), dropped if the user speaks again first
+        or the final differs. So the reply is ready when the turn ends rather than starting then."""
+        if self.state != LISTENING or self._closing or self._candidate is not None or not words:
+            return
+        text = " ".join([*self._pending, words]).strip()
+        audio = self._turn_audio() if self.keeps_user_audio else None
+        turn = UserTurn(
+            self.turn, text, audio, self._arrival_wall(speech_end_ms), time.monotonic(), discarded=self._discarded
+        )
+        self._candidate_speech_end_ms = speech_end_ms
+        self._awaiting_final = True
+        self._hold_reply(turn, None)
 
     def _clear_heard_turn(self) -> None:
         self._pending, self._pending_chars = [], 0
@@ -680,6 +718,10 @@ class DialogueSession(StsSession):
             self._last_loud_ms = self._fed_ms() - after_last * 1000 // RATE
 
     def _check_commit(self) -> None:
+        if self._candidate is not None and self._awaiting_final:
+            if self._last_loud_ms > self._candidate_speech_end_ms + GATE_WINDOW * 2000 // RATE:
+                self._discard_candidate()  # sound again in the pause: the user may be going on
+            return
         if (
             self._candidate is None
             or self._speech_active
@@ -708,6 +750,7 @@ class DialogueSession(StsSession):
     def _commit(self) -> None:
         """The held reply's turn is over: its text and audio go out (from where generation got to)."""
         reply, self._candidate, self._commit_at_ms = self._candidate, None, None
+        self._awaiting_final = False
         if reply is None or reply.discarded:
             return
         reply.turn.commit_wall = time.monotonic()
@@ -724,6 +767,7 @@ class DialogueSession(StsSession):
         """Speech came back before the commit: drop the held reply (brain stream and TTS stop with the task);
         none of it was sent, and the context never saw it. The user's words so far stay pending."""
         reply, self._candidate, self._commit_at_ms = self._candidate, None, None
+        self._awaiting_final = False
         if reply is None:
             return
         reply.discarded = True

@@ -273,6 +273,22 @@ def test_the_text_check_keeps_a_turn_open_after_closed_class_words_only():
     ]:
         assert check.veto(text) == "", text
     assert TextCheck(("quiet",)).veto("I would like to find a quiet") == "quiet"
+    # Words that read as a finished sentence (an "incomplete" from the model then ends the turn sooner): whisper's
+    # sentence end after a word that may end one; never an ellipsis, a cut word or a veto word.
+    for text in ["How far away is the airport?", "Yes, I can.", "Okay!", 'He said "stop."', "It's in May."]:
+        assert check.finished(text), text
+    for text in [
+        "I would like to find a quiet...",  # whisper's ellipsis: speech that trails off
+        "Can you tell me how long it takes to...",
+        "I need to book a table for f-",  # a cut word
+        "I need to book a table for f-.",
+        "The train to the coast was",  # no sentence end
+        "Where are you from?",  # a veto word before it (the safe direction: the model's bound holds)
+        "It is \u2026",
+        "...",
+        "",
+    ]:
+        assert not check.finished(text), text
     assert bad_word(["the", "it's"]) == "" and "'of the'" in bad_word(["the", "of the"])
     assert is_english("en") and is_english("en-US") and not is_english("de") and not is_english("")
 
@@ -312,18 +328,45 @@ def test_a_pause_after_to_is_one_turn_though_the_model_hears_it_complete(paused_
     vetoed = [e for e in in_pause if e.vetoed_by_word]
     assert vetoed and all(e.vetoed_by_word == "to" and e.probability >= 0.5 for e in vetoed), in_pause
     # The end of the sentence ("... in the evening?") is the model's to judge, as before: the text does not veto it.
-    # (On this rendition the model hears it unfinished, and the turn ends at max_silence_ms: docs/asr.md.)
     assert not any(e.vetoed_by_word for e in estimates(checked) if e.offset_ms > pause_end)
     assert kinds(checked)[-2:] == ["end", "final"], kinds(checked)
+    # In the pause, the words ("... it takes to") did not read as a sentence either.
+    assert not any(e.sentence_end for e in in_pause), in_pause
     after = asr_fleet.metric("asr", "voicefleet_asr_turn_judgements_total", service="asr", outcome="vetoed")
     assert after == before + len(vetoed)
     # Asked for explicitly, the same.
     assert len(finals(recognize(router, samples, mode=SEMANTIC, text_check=TEXT_ON))) == 1
 
 
+def test_a_finished_sentence_the_model_hears_unfinished_ends_at_sentence_end_silence(
+    paused_after_to, router, asr_fleet
+):
+    """The same rendition's end, "... in the evening?": the turn model hears it unfinished (docs/asr.md), the words
+    read as a finished sentence, so the utterance ends after sentence_end_silence_ms (600) instead of
+    max_silence_ms (1500); each judgement said so, with the words, before it ended."""
+    samples, (_, pause_end), text = paused_after_to
+    reason = {"service": "asr", "reason": "sentence_end"}
+    before = asr_fleet.metric("asr", "voicefleet_asr_utterances_total", **reason)
+    replies = recognize(router, samples, mode=SEMANTIC)
+    (final,) = finals(replies)
+    assert speech.wer(text, final.transcript) <= speech.INTELLIGIBLE, final.transcript
+    at_end = [e for e in estimates(replies) if e.offset_ms > pause_end]
+    assert at_end and not any(e.complete for e in at_end), at_end
+    assert all(e.sentence_end and e.transcript == final.transcript for e in at_end), at_end
+    assert 600 <= final.audio_processed_ms - final.utterance_end_ms < 600 + 64
+    assert asr_fleet.metric("asr", "voicefleet_asr_utterances_total", **reason) == before + 1
+
+    # The bound at max_silence_ms: it never applies, the words are not asked for, and the turn waits as before.
+    waited = recognize(router, samples, mode=SEMANTIC, sentence_end_silence_ms=1500)
+    (final,) = finals(waited)
+    assert not any(e.sentence_end or e.transcript for e in estimates(waited)), estimates(waited)
+    assert 1500 <= final.audio_processed_ms - final.utterance_end_ms < 1500 + 64
+
+
 @pytest.mark.parametrize(
     ("endpointing", "field"),
     [
+        ({"mode": SEMANTIC, "sentence_end_silence_ms": 20000}, "config.endpointing.sentence_end_silence_ms"),
         ({"mode": SEMANTIC, "text_check": 7}, "config.endpointing.text_check"),
         ({"mode": SEMANTIC, "non_final_words": ["the", "of the"]}, "config.endpointing.non_final_words"),
         ({"mode": SEMANTIC, "turn_threshold": 1.5}, "config.endpointing.turn_threshold"),

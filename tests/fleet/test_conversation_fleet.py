@@ -465,6 +465,7 @@ def test_a_pause_after_to_is_one_turn_though_the_turn_model_hears_it_complete(co
     # tests/asr/test_asr_turn.py's TO_PAUSED: the turn-taking set's rendition (seed 23), cut at the mark.
     line = paused_line("Can you tell me how long it takes to | drive from Boston to New York in the evening?", 800)
     vetoed_before = conv.metric("moss_sts", "voicefleet_sts_end_of_turn_decisions_total", decision="vetoed")
+    asked_before = len(conv.recorder.requests)
     talk = Talk(router_channel, sampling=SHORT_REPLY)
     try:
         talk.send(line.pcm, paced=True, label="paused")
@@ -474,12 +475,20 @@ def test_a_pause_after_to_is_one_turn_though_the_turn_model_hears_it_complete(co
         judged = [e.end_of_turn for _, e in talk.of("end_of_turn", 0)]
         vetoed = [j for j in judged if j.vetoed_by_word]
         assert vetoed and all(j.vetoed_by_word == "to" and not j.complete for j in vetoed), judged
-        # The sentence's end is the model's to judge (on this rendition it hears "... evening?" as unfinished, and the
-        # turn waits for max_silence_ms): the text does not veto it.
-        assert not judged[-1].vetoed_by_word, judged
+        # The sentence's end is the model's to judge: the text does not veto it. On this rendition the model hears
+        # "... evening?" as unfinished, but the words read as a finished sentence (sentence_end): the reply started
+        # on those words at that judgement, held, and committed once the utterance ended there (not discarded).
+        assert not judged[-1].vetoed_by_word and not judged[-1].complete, judged
+        assert judged[-1].sentence_end and judged[-1].transcript == done.user_text, judged
+        assert not any(j.sentence_end for j in vetoed), judged
+        assert done.timings.preemptive and done.timings.discarded_replies == 0, done.timings
         assert len(talk.of("turn_complete")) == 1  # one turn, no reply to the half sentence
     finally:
         close(talk)
+    asked = [
+        [m["content"] for m in r["messages"] if m["role"] == "user"][-1] for r in conv.recorder.requests[asked_before:]
+    ]
+    assert asked == [done.user_text], asked  # the brain was asked once, about the whole sentence
     vetoed_after = conv.metric("moss_sts", "voicefleet_sts_end_of_turn_decisions_total", decision="vetoed")
     assert vetoed_after == vetoed_before + len(vetoed)
 

@@ -327,6 +327,10 @@ class AsrEndpointingConfig(Section):
     # (articles, possessive determiners, conjunctions, most prepositions, auxiliaries; services/common/turn_text.py).
     # Single words, any case; a list or "a,b,c".
     non_final_words: Words = Field(default_factory=lambda: list(NON_FINAL_WORDS))
+    # Semantic mode, text check on: silence that ends an utterance the turn model calls incomplete when its English
+    # words read as a finished sentence (whisper's '.', '?' or '!' after a word that may end one); at or above
+    # max_silence_ms it never applies (docs/asr.md#the-text-check).
+    sentence_end_silence_ms: int = bounded(600, ge=32, le=10_000)
 
     @model_validator(mode="after")
     def _silences(self):

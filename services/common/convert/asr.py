@@ -65,6 +65,7 @@ def endpointing_to_proto(e: Endpointing) -> recognizer_pb2.EndpointingConfig:
         max_silence_ms=e.max_silence_ms,
         text_check=PROTO_TEXT_CHECKS[e.text_check],
         non_final_words=list(e.non_final_words),
+        sentence_end_silence_ms=e.sentence_end_silence_ms,
     )
 
 
@@ -107,6 +108,8 @@ def end_of_turn_to_proto(t: TurnEstimate) -> recognizer_pb2.EndOfTurn:
         offset_ms=t.offset_ms,
         utterance_index=t.utterance_index,
         vetoed_by_word=t.vetoed_by_word,
+        sentence_end=t.sentence_end,
+        transcript=t.transcript,
     )
 
 
@@ -118,6 +121,8 @@ def end_of_turn_from_proto(t: recognizer_pb2.EndOfTurn) -> TurnEstimate:
         offset_ms=t.offset_ms,
         utterance_index=t.utterance_index,
         vetoed_by_word=t.vetoed_by_word,
+        sentence_end=t.sentence_end,
+        transcript=t.transcript,
     )
 
 

@@ -62,7 +62,7 @@ PAD_AFTER = int(0.15 * RATE)  # audio after its end given to the final pass
 TURN_PRE_SPEECH = int(0.5 * RATE)
 # Utterances that end the turn: the next speech starts a new one. (After max_silence the model had said the speaker
 # was not done, and after max_utterance they were still talking: what follows continues the same turn.)
-TURN_ENDING_REASONS = ("turn_complete", "end_of_stream", "endpoint")
+TURN_ENDING_REASONS = ("turn_complete", "sentence_end", "end_of_stream", "endpoint")
 # The text check waits at most this long for the words before a pause (a final decode queued behind other streams'
 # on a saturated server); past it the turn model alone decides.
 TEXT_CHECK_WAIT_S = 3.0
@@ -181,6 +181,7 @@ class TwoPassStream(AsrStream):
         self._language = language  # whisper code, None = detect
         self._partial = partial  # None: no interim results
         self._vad_state = engine.vad.new_state()
+        self._pause_text = ""  # the words of the last judgement that read as a finished sentence
         turn: TurnSupport | None = getattr(engine, "turn", None)
         endpointing = turn.resolve(options.endpointing) if turn is not None else options.endpointing
         self._semantic = endpointing.mode == SEMANTIC_MODE
@@ -191,8 +192,14 @@ class TwoPassStream(AsrStream):
                     + (f": {turn.missing}" if turn is not None and turn.missing else "")
                 )
             self._turn_model = turn.model
+            veto = self._text_check(endpointing)
             self._ep = Endpointer(
-                endpointing, self._judge, turn.judge_interval_ms, turn.heard_silence_ms, self._text_check(endpointing)
+                endpointing,
+                self._judge,
+                turn.judge_interval_ms,
+                turn.heard_silence_ms,
+                veto,
+                self._sentence_check if veto is not None else None,
             )
         else:
             self._ep = Endpointer(endpointing)
@@ -388,7 +395,11 @@ class TwoPassStream(AsrStream):
                     self._end_partial()
                     self._end_spotting()
                 elif t.kind == "turn":
-                    events.append(self._turn_event(t.offset, t.probability, t.complete, t.silence, t.vetoed_by_word))
+                    events.append(
+                        self._turn_event(
+                            t.offset, t.probability, t.complete, t.silence, t.vetoed_by_word, t.sentence_end
+                        )
+                    )
                 elif t.kind == "end":
                     events.append(AsrEvent(SPEECH_END, offset_ms=ms(t.offset)))
                     job = self._make_job(t.offset, t.reason)
@@ -645,7 +656,13 @@ class TwoPassStream(AsrStream):
         return self._turn_model.probability(audio.astype(np.float32) / 32768.0)
 
     def _turn_event(
-        self, offset: int, probability: float, complete: bool, silence: int, vetoed_by_word: str = ""
+        self,
+        offset: int,
+        probability: float,
+        complete: bool,
+        silence: int,
+        vetoed_by_word: str = "",
+        sentence_end: bool = False,
     ) -> AsrEvent:
         self._judgements["vetoed" if vetoed_by_word else "complete" if complete else "incomplete"].inc()
         if vetoed_by_word:
@@ -664,6 +681,8 @@ class TwoPassStream(AsrStream):
             offset_ms=ms(offset),
             utterance_index=self._index,
             vetoed_by_word=vetoed_by_word,
+            sentence_end=sentence_end,
+            transcript=self._pause_text if sentence_end else "",
         )
         return AsrEvent(TURN_ESTIMATE, offset_ms=ms(offset), turn=estimate)
 
@@ -675,16 +694,15 @@ class TwoPassStream(AsrStream):
         self._turn_text = TextCheck(endpointing.non_final_words)
         return self._text_veto
 
-    def _text_veto(self) -> str:
-        """Thread (the stream's step, inside push, when the model said complete): the word that keeps the turn open,
-        from the speculative final of the utterance so far (started as the pause began, or here when speculative
-        finals are off; it becomes the final if this pause ends the utterance, so waiting for it costs
-        the caller nothing). "" when the text is not English, is missing, or ends on a word that may end a turn.
+    def _pause_words(self) -> FinalText | None:
+        """Thread (the stream's step, inside push, at a judgement): the speculative final of the utterance so far
+        (started as the pause began, or here when speculative finals are off; it becomes the final if this pause
+        ends the utterance, so waiting for it costs the caller nothing). None when it is missing or not English.
         The decode is the one keyed to this pause as ``_maybe_speculate`` keys it (by level in semantic mode): keyed
         by the VAD's silence instead, it dropped the decode started ~100 ms earlier and waited for a new one."""
         silence = self._pause_key()
         if silence is None:
-            return ""
+            return None
         if self._spec is None or self._spec[0] != silence:
             if self._spec is not None:
                 self._drop_speculation()
@@ -692,17 +710,27 @@ class TwoPassStream(AsrStream):
         try:
             text, _ = self._spec[1].result(timeout=TEXT_CHECK_WAIT_S)
         except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError):
-            return ""
+            return None
         except Exception:  # noqa: BLE001 - the final's own await reports a failed decode; the model decides here
             log.exception("the text check's decode failed")
-            return ""
-        if not is_english(text.language or self._language or ""):
-            return ""
-        return self._turn_text.veto(text.text)
+            return None
+        return text if is_english(text.language or self._language or "") else None
+
+    def _text_veto(self) -> str:
+        """The word before the pause that keeps the turn open when the model said complete ("" when none)."""
+        words = self._pause_words()
+        return self._turn_text.veto(words.text) if words is not None else ""
+
+    def _sentence_check(self) -> bool:
+        """When the model said incomplete: whether the words before the pause read as a finished sentence (kept for
+        the judgement's event)."""
+        words = self._pause_words()
+        self._pause_text = words.text if words is not None and self._turn_text.finished(words.text) else ""
+        return bool(self._pause_text)
 
     def _make_job(self, end: int, reason: str) -> _FinalJob:
         spec, self._spec = self._spec, None
-        pause_ended = reason in ("endpoint", "turn_complete", "max_silence")
+        pause_ended = reason in ("endpoint", "turn_complete", "sentence_end", "max_silence")
         pause = self._pause_key()
         if spec is not None and not (pause_ended and spec[0] == pause):
             spec[1].cancel()

@@ -107,6 +107,7 @@ class Transition:
     complete: bool = False
     silence: int = 0
     vetoed_by_word: str = ""  # the model said complete, the text check kept the turn open (complete is False)
+    sentence_end: bool = False  # the model said incomplete, the words read as a finished sentence
 
 
 #: The turn model as the endpointer calls it: (end of the audio to hear, end of speech) in stream samples ->
@@ -115,6 +116,8 @@ TurnJudge = Callable[[int, int], float]
 #: The text check as the endpointer calls it when the model says complete: the word before the pause that keeps the
 #: turn open, or "" (services/common/turn_text.py).
 TextVeto = Callable[[], str]
+#: Asked when the model says incomplete: whether the words before the pause read as a finished sentence.
+SentenceCheck = Callable[[], bool]
 
 
 class Endpointer:
@@ -138,7 +141,9 @@ class Endpointer:
     ``max_silence_ms`` (reason max_silence). Speech resuming continues the same utterance. ``heard_silence_ms``
     (0 = all of it) caps the silence the model hears after the end of speech: once reached, its input no longer
     changes, so it is not asked again. ``veto`` (the text check) is asked when the model says complete: a word back
-    keeps the utterance open as an incomplete judgement would (the transition says which word).
+    keeps the utterance open as an incomplete judgement would (the transition says which word). ``sentence`` is
+    asked when it says incomplete: words that read as a finished sentence end the utterance once the silence reaches
+    ``sentence_end_silence_ms`` (reason sentence_end) rather than ``max_silence_ms``.
     """
 
     def __init__(
@@ -148,6 +153,7 @@ class Endpointer:
         judge_interval_ms: int = 200,
         heard_silence_ms: int = 0,
         veto: TextVeto | None = None,
+        sentence: SentenceCheck | None = None,
     ):
         self.threshold = endpointing.threshold
         self.negative = max(0.01, endpointing.threshold - 0.15)
@@ -162,6 +168,10 @@ class Endpointer:
         self.turn_threshold = endpointing.turn_threshold
         self.min_silence = int(endpointing.min_silence_ms * RATE / 1000)
         self.max_silence = int(endpointing.max_silence_ms * RATE / 1000)
+        self.sentence_end_silence = int(endpointing.sentence_end_silence_ms * RATE / 1000)
+        # At or above max_silence the bound never comes first: the words are not asked for.
+        self.sentence = sentence if self.sentence_end_silence < self.max_silence else None
+        self._sentence_end = False  # the pause's last judgement: incomplete, but the words read as a sentence
         self.judge_interval = int(judge_interval_ms * RATE / 1000)
         self.heard_silence = int(heard_silence_ms * RATE / 1000)
         self._speech_end: tuple[int, int] | None = None  # (silence_start, its refined end of speech), cached
@@ -194,6 +204,7 @@ class Endpointer:
                 self.state, self.start, self.last_speech_end, self.silence_start = CANDIDATE, start, end, None
                 self.quiet_since = None
                 self._judged = None
+                self._sentence_end = False
                 self._levels = [(w, lv) for w, lv in self._before if w >= start] + [(window_start, level)]
                 out.append(Transition("candidate", start))
                 if self.min_speech <= WINDOW:
@@ -246,6 +257,7 @@ class Endpointer:
         """Whether the silence so far ends the utterance at the window ending at ``end`` (appends its transitions)."""
         if self.silence_start is None:
             self._judged = None  # speech (again): the next pause is judged afresh
+            self._sentence_end = False
             return False
         if not self.semantic:
             if end - self.silence_start < self.hangover:
@@ -259,6 +271,9 @@ class Endpointer:
             return True
         if silence < self.min_silence:
             return False
+        if self._sentence_end and silence >= self.sentence_end_silence:
+            out.append(Transition("end", speech_end, "sentence_end"))
+            return True
         heard_end = min(end, speech_end + self.heard_silence) if self.heard_silence else end
         if self._judged is not None and (end - self._judged[0] < self.judge_interval or heard_end <= self._judged[1]):
             return False
@@ -267,9 +282,23 @@ class Endpointer:
         complete = p >= self.turn_threshold
         vetoed = self.veto() if complete and self.veto is not None else ""
         complete = complete and not vetoed
-        out.append(Transition("turn", end, probability=p, complete=complete, silence=silence, vetoed_by_word=vetoed))
+        self._sentence_end = not complete and not vetoed and self.sentence is not None and self.sentence()
+        out.append(
+            Transition(
+                "turn",
+                end,
+                probability=p,
+                complete=complete,
+                silence=silence,
+                vetoed_by_word=vetoed,
+                sentence_end=self._sentence_end,
+            )
+        )
         if complete:
             out.append(Transition("end", speech_end, "turn_complete"))
+        elif self._sentence_end and silence >= self.sentence_end_silence:
+            out.append(Transition("end", speech_end, "sentence_end"))
+            return True
         return complete
 
     def speech_end(self) -> int:

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class EndpointingConfig(_message.Message):
-    __slots__ = ("threshold", "min_speech_ms", "hangover_ms", "max_utterance_ms", "mode", "turn_threshold", "min_silence_ms", "max_silence_ms", "text_check", "non_final_words")
+    __slots__ = ("threshold", "min_speech_ms", "hangover_ms", "max_utterance_ms", "mode", "turn_threshold", "min_silence_ms", "max_silence_ms", "text_check", "non_final_words", "sentence_end_silence_ms")
     class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         MODE_UNSPECIFIED: _ClassVar[EndpointingConfig.Mode]
@@ -36,6 +36,7 @@ class EndpointingConfig(_message.Message):
     MAX_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
     TEXT_CHECK_FIELD_NUMBER: _ClassVar[int]
     NON_FINAL_WORDS_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_END_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
     threshold: float
     min_speech_ms: int
     hangover_ms: int
@@ -46,23 +47,28 @@ class EndpointingConfig(_message.Message):
     max_silence_ms: int
     text_check: EndpointingConfig.TextCheck
     non_final_words: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, threshold: _Optional[float] = ..., min_speech_ms: _Optional[int] = ..., hangover_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ..., mode: _Optional[_Union[EndpointingConfig.Mode, str]] = ..., turn_threshold: _Optional[float] = ..., min_silence_ms: _Optional[int] = ..., max_silence_ms: _Optional[int] = ..., text_check: _Optional[_Union[EndpointingConfig.TextCheck, str]] = ..., non_final_words: _Optional[_Iterable[str]] = ...) -> None: ...
+    sentence_end_silence_ms: int
+    def __init__(self, threshold: _Optional[float] = ..., min_speech_ms: _Optional[int] = ..., hangover_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ..., mode: _Optional[_Union[EndpointingConfig.Mode, str]] = ..., turn_threshold: _Optional[float] = ..., min_silence_ms: _Optional[int] = ..., max_silence_ms: _Optional[int] = ..., text_check: _Optional[_Union[EndpointingConfig.TextCheck, str]] = ..., non_final_words: _Optional[_Iterable[str]] = ..., sentence_end_silence_ms: _Optional[int] = ...) -> None: ...
 
 class EndOfTurn(_message.Message):
-    __slots__ = ("probability", "complete", "silence_ms", "offset_ms", "utterance_index", "vetoed_by_word")
+    __slots__ = ("probability", "complete", "silence_ms", "offset_ms", "utterance_index", "vetoed_by_word", "sentence_end", "transcript")
     PROBABILITY_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
     SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
     OFFSET_MS_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_INDEX_FIELD_NUMBER: _ClassVar[int]
     VETOED_BY_WORD_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_END_FIELD_NUMBER: _ClassVar[int]
+    TRANSCRIPT_FIELD_NUMBER: _ClassVar[int]
     probability: float
     complete: bool
     silence_ms: int
     offset_ms: int
     utterance_index: int
     vetoed_by_word: str
-    def __init__(self, probability: _Optional[float] = ..., complete: _Optional[bool] = ..., silence_ms: _Optional[int] = ..., offset_ms: _Optional[int] = ..., utterance_index: _Optional[int] = ..., vetoed_by_word: _Optional[str] = ...) -> None: ...
+    sentence_end: bool
+    transcript: str
+    def __init__(self, probability: _Optional[float] = ..., complete: _Optional[bool] = ..., silence_ms: _Optional[int] = ..., offset_ms: _Optional[int] = ..., utterance_index: _Optional[int] = ..., vetoed_by_word: _Optional[str] = ..., sentence_end: _Optional[bool] = ..., transcript: _Optional[str] = ...) -> None: ...
 
 class PhraseSpotted(_message.Message):
     __slots__ = ("phrase", "transcript", "utterance_index", "utterance_start_ms", "offset_ms")
