@@ -177,7 +177,14 @@ class Message:
 
 
 class Context:
-    """The dialogue so far, bounded: the last ``max_turns`` user+assistant pairs within ``max_chars`` characters."""
+    """The dialogue so far, bounded: the last ``max_turns`` user+assistant pairs within ``max_chars`` characters.
+
+    Past a bound it drops its oldest turns down to ``TRIM_TO`` of both bounds at once, not one turn each time: the
+    brain resumes from the longest prompt prefix it has seen (llama.cpp's prompt cache), and a context that lost its
+    first turn every turn shared only the system prompt with the one before, so from there on every turn evaluated
+    the whole context again (docs/conversation.md#the-brain)."""
+
+    TRIM_TO = 0.5
 
     def __init__(self, max_turns: int, max_chars: int):
         self.max_turns = max_turns
@@ -194,11 +201,15 @@ class Context:
             self.messages.append(message)
         self._trim()
 
+    def _over(self, turns: int, chars: int) -> bool:
+        users = sum(m.role == "user" for m in self.messages)
+        return len(self.messages) > 1 and (users > turns or sum(m.size() for m in self.messages) > chars)
+
     def _trim(self) -> None:
-        while len([m for m in self.messages if m.role == "user"]) > self.max_turns:
-            self.messages.popleft()
-        while len(self.messages) > 1 and sum(m.size() for m in self.messages) > self.max_chars:
-            self.messages.popleft()
+        if self._over(self.max_turns, self.max_chars):
+            turns, chars = max(1, int(self.max_turns * self.TRIM_TO)), int(self.max_chars * self.TRIM_TO)
+            while self._over(turns, chars):
+                self.messages.popleft()
         while self.messages and self.messages[0].role != "user":  # start with the user, like a chat
             self.messages.popleft()
 

@@ -273,6 +273,24 @@ def test_context_is_bounded_by_turns_and_characters():
     assert chat[0] == {"role": "system", "content": "be brief"}
 
 
+def test_a_full_context_drops_half_its_turns_at_once_so_its_prefix_holds_for_the_next_turns():
+    """The brain resumes from the longest prompt prefix it has seen: a context that dropped its oldest turn every turn
+    shared only the system prompt with the last one (every turn evaluated whole: first text 2.8 s, not 0.1 s, past
+    the 13th turn with SmolLM2 on 2 cores; docs/conversation.md#the-brain)."""
+    context = Context(max_turns=8, max_chars=100_000)
+    firsts = []
+    for i in range(24):
+        context.add(Message("user", f"question {i}"))
+        context.add(Message("assistant", f"answer {i}"))
+        firsts.append(context.messages[0].text)
+    users = [m for m in context.messages if m.role == "user"]
+    assert 1 <= len(users) <= 8 and users[-1].text == "question 23"
+    # The first message changed on 4 of 24 turns (down to 4 turns each time a 9th came in), not on every turn past
+    # the 8th.
+    changes = [i for i in range(1, 24) if firsts[i] != firsts[i - 1]]
+    assert changes == [8, 13, 18, 23], changes
+
+
 # --- the decoder's contract, read at load (services/moss_sts/moss_engine.py) -----------------------------------
 class CosyVoiceModelShape:
     """Signature and attributes of CosyVoiceModel in OpenMOSS/MOSS-Speech's cosyvoice/cli/model.py (no torch)."""
