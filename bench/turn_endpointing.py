@@ -92,6 +92,7 @@ async def run_line(engine, pcm: bytes, text_check: str, pace: bool) -> dict:
                 "silence_ms": e.turn.silence_ms,
                 "at_ms": e.turn.offset_ms - lead_ms,
                 "vetoed_by": e.turn.vetoed_by_word,
+                "sentence_end": e.turn.sentence_end,
             }
             for e in events
             if e.kind == TURN_ESTIMATE
@@ -172,6 +173,25 @@ async def main() -> None:
                 p = " ".join(f"{t['p']:.2f}" for t in record["turns"])
                 source = "extra" if marked in CONTENT_CUTS else "set"
                 print(f"  [{source}] p {p:12} | {' / '.join(f['text'] for f in record['finals'])}")
+            # The same sentences said whole with an 800 ms pause at the mark, the text check on (the default): the
+            # pause ends the turn (a cut-off) when the model calls it complete on an unlisted word, or when it calls
+            # it unfinished but the words read as a sentence and the pause outlasts sentence_end_silence_ms (600).
+            print("\nthe same sentences with an 800 ms pause at the mark (text check on):")
+            cut_offs = {"set": [0, 0], "extra": [0, 0]}
+            for i, marked in enumerate([*MEDIUM, *LONG, *CONTENT_CUTS]):
+                line = _paused(voice, 23, f"pause-{i}", marked, "", 800, lines)
+                record = await run_line(engine, line.pcm, TEXT_CHECK_ON, False)
+                cut = judge(line, record)["cut_off"]
+                source = "extra" if marked in CONTENT_CUTS else "set"
+                cut_offs[source][0] += cut
+                cut_offs[source][1] += 1
+                turns = " ".join(
+                    f"{t['p']:.2f}{'C' if t['complete'] else 'S' if t['sentence_end'] else 'i'}@{t['silence_ms']}"
+                    for t in record["turns"]
+                )
+                verdict = "CUT OFF" if cut else "one turn"
+                print(f"  [{source}] {verdict:8} {turns:44} | {' / '.join(f['text'] for f in record['finals'])}")
+            print("  cut-offs at 800 ms: " + ", ".join(f"{k} {c}/{n}" for k, (c, n) in cut_offs.items()))
     finally:
         await engine.close()
     out["machine_after"] = machine()

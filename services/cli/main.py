@@ -224,6 +224,8 @@ def cmd_transcribe(args) -> int:
                 if kind == "end_of_turn":
                     e = reply.end_of_turn
                     vetoed = f", kept open by the text: it ends with {e.vetoed_by_word!r}" if e.vetoed_by_word else ""
+                    if e.sentence_end:
+                        vetoed = f", but the words read as a finished sentence: {e.transcript!r}"
                     print(
                         f"[{t:6.2f}s] end of turn? {'complete' if e.complete else 'not yet'}: p={e.probability:.2f}"
                         f" after {e.silence_ms} ms of silence (at {e.offset_ms / 1000:.2f} s){vetoed}"

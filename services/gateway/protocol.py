@@ -103,7 +103,14 @@ CONFIG_FIELDS = (
     "endpointing",
     "barge_in",
 )
-ENDPOINTING_FIELDS = ("mode", "hangover_ms", "turn_threshold", "min_silence_ms", "max_silence_ms")
+ENDPOINTING_FIELDS = (
+    "mode",
+    "hangover_ms",
+    "turn_threshold",
+    "min_silence_ms",
+    "max_silence_ms",
+    "sentence_end_silence_ms",
+)
 BARGE_IN_FIELDS = ("disabled", "min_speech_ms", "stop_words", "min_words", "backchannels")
 ENDPOINTING_MODES = {
     "": recognizer_pb2.EndpointingConfig.MODE_UNSPECIFIED,
@@ -160,6 +167,7 @@ def conversation_config(message: dict, max_text_chars: int = 5000) -> tuple[str,
             ),
             min_silence_ms=_take(endpointing, where, "min_silence_ms", *ms),
             max_silence_ms=_take(endpointing, where, "max_silence_ms", *ms),
+            sentence_end_silence_ms=_take(endpointing, where, "sentence_end_silence_ms", *ms),
         ),
         barge_in=conversation_pb2.BargeInConfig(
             disabled=_take(barge_in, "config.barge_in.", "disabled", bool, False, None, "true or false"),
@@ -235,6 +243,7 @@ def event(response: conversation_pb2.ConverseResponse) -> dict | bytes | None:
             "complete": e.complete,
             "silence_ms": e.silence_ms,
             "vetoed_by_word": e.vetoed_by_word,
+            "sentence_end": e.sentence_end,
         }
     if kind == "interrupted":
         i = response.interrupted
