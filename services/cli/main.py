@@ -13,6 +13,7 @@ voicefleet status                      health of the router and every backend
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -456,5 +457,22 @@ def main(argv: list[str] | None = None) -> int:
     return args.fn(args)
 
 
+def run() -> None:
+    """The command line: ``main()``, then out at once. A streaming call refused at once (INVALID_ARGUMENT on its
+    config) could leave gRPC's request thread behind, and the interpreter's exit then hung in gRPC's shutdown: the
+    error printed, the process still there 90 s later (tests/asr/test_asr_e2e.py, twice in a full ``make test``).
+    By then the command has closed its channels and files; nothing is left to clean up."""
+    try:
+        code = main()
+    except SystemExit as e:
+        code = e.code
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
