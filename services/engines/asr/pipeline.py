@@ -181,7 +181,6 @@ class TwoPassStream(AsrStream):
         self._language = language  # whisper code, None = detect
         self._partial = partial  # None: no interim results
         self._vad_state = engine.vad.new_state()
-        self._pause_text = ""  # the words of the last judgement that read as a finished sentence
         turn: TurnSupport | None = getattr(engine, "turn", None)
         endpointing = turn.resolve(options.endpointing) if turn is not None else options.endpointing
         self._semantic = endpointing.mode == SEMANTIC_MODE
@@ -396,9 +395,7 @@ class TwoPassStream(AsrStream):
                     self._end_spotting()
                 elif t.kind == "turn":
                     events.append(
-                        self._turn_event(
-                            t.offset, t.probability, t.complete, t.silence, t.vetoed_by_word, t.sentence_end
-                        )
+                        self._turn_event(t.offset, t.probability, t.complete, t.silence, t.vetoed_by_word, t.sentence)
                     )
                 elif t.kind == "end":
                     events.append(AsrEvent(SPEECH_END, offset_ms=ms(t.offset)))
@@ -662,7 +659,7 @@ class TwoPassStream(AsrStream):
         complete: bool,
         silence: int,
         vetoed_by_word: str = "",
-        sentence_end: bool = False,
+        sentence: str = "",
     ) -> AsrEvent:
         self._judgements["vetoed" if vetoed_by_word else "complete" if complete else "incomplete"].inc()
         if vetoed_by_word:
@@ -681,8 +678,8 @@ class TwoPassStream(AsrStream):
             offset_ms=ms(offset),
             utterance_index=self._index,
             vetoed_by_word=vetoed_by_word,
-            sentence_end=sentence_end,
-            transcript=self._pause_text if sentence_end else "",
+            sentence_end=bool(sentence),
+            transcript=sentence,
         )
         return AsrEvent(TURN_ESTIMATE, offset_ms=ms(offset), turn=estimate)
 
@@ -721,12 +718,10 @@ class TwoPassStream(AsrStream):
         words = self._pause_words()
         return self._turn_text.veto(words.text) if words is not None else ""
 
-    def _sentence_check(self) -> bool:
-        """When the model said incomplete: whether the words before the pause read as a finished sentence (kept for
-        the judgement's event)."""
+    def _sentence_check(self) -> str:
+        """When the model said incomplete: the words before the pause if they read as a finished sentence, else ""."""
         words = self._pause_words()
-        self._pause_text = words.text if words is not None and self._turn_text.finished(words.text) else ""
-        return bool(self._pause_text)
+        return words.text if words is not None and self._turn_text.finished(words.text) else ""
 
     def _make_job(self, end: int, reason: str) -> _FinalJob:
         spec, self._spec = self._spec, None

@@ -107,7 +107,7 @@ class Transition:
     complete: bool = False
     silence: int = 0
     vetoed_by_word: str = ""  # the model said complete, the text check kept the turn open (complete is False)
-    sentence_end: bool = False  # the model said incomplete, the words read as a finished sentence
+    sentence: str = ""  # the model said incomplete, and these words before the pause read as a finished sentence
 
 
 #: The turn model as the endpointer calls it: (end of the audio to hear, end of speech) in stream samples ->
@@ -116,8 +116,8 @@ TurnJudge = Callable[[int, int], float]
 #: The text check as the endpointer calls it when the model says complete: the word before the pause that keeps the
 #: turn open, or "" (services/common/turn_text.py).
 TextVeto = Callable[[], str]
-#: Asked when the model says incomplete: whether the words before the pause read as a finished sentence.
-SentenceCheck = Callable[[], bool]
+#: Asked when the model says incomplete: the words before the pause when they read as a finished sentence, else "".
+SentenceCheck = Callable[[], str]
 
 
 class Endpointer:
@@ -171,7 +171,7 @@ class Endpointer:
         self.sentence_end_silence = int(endpointing.sentence_end_silence_ms * RATE / 1000)
         # At or above max_silence the bound never comes first: the words are not asked for.
         self.sentence = sentence if self.sentence_end_silence < self.max_silence else None
-        self._sentence_end = False  # the pause's last judgement: incomplete, but the words read as a sentence
+        self._sentence = ""  # the pause's last judgement was incomplete, but these words read as a sentence
         self.judge_interval = int(judge_interval_ms * RATE / 1000)
         self.heard_silence = int(heard_silence_ms * RATE / 1000)
         self._speech_end: tuple[int, int] | None = None  # (silence_start, its refined end of speech), cached
@@ -204,7 +204,7 @@ class Endpointer:
                 self.state, self.start, self.last_speech_end, self.silence_start = CANDIDATE, start, end, None
                 self.quiet_since = None
                 self._judged = None
-                self._sentence_end = False
+                self._sentence = ""
                 self._levels = [(w, lv) for w, lv in self._before if w >= start] + [(window_start, level)]
                 out.append(Transition("candidate", start))
                 if self.min_speech <= WINDOW:
@@ -257,7 +257,7 @@ class Endpointer:
         """Whether the silence so far ends the utterance at the window ending at ``end`` (appends its transitions)."""
         if self.silence_start is None:
             self._judged = None  # speech (again): the next pause is judged afresh
-            self._sentence_end = False
+            self._sentence = ""
             return False
         if not self.semantic:
             if end - self.silence_start < self.hangover:
@@ -271,8 +271,7 @@ class Endpointer:
             return True
         if silence < self.min_silence:
             return False
-        if self._sentence_end and silence >= self.sentence_end_silence:
-            out.append(Transition("end", speech_end, "sentence_end"))
+        if self._sentence_ends(silence, speech_end, out):
             return True
         heard_end = min(end, speech_end + self.heard_silence) if self.heard_silence else end
         if self._judged is not None and (end - self._judged[0] < self.judge_interval or heard_end <= self._judged[1]):
@@ -282,7 +281,7 @@ class Endpointer:
         complete = p >= self.turn_threshold
         vetoed = self.veto() if complete and self.veto is not None else ""
         complete = complete and not vetoed
-        self._sentence_end = not complete and not vetoed and self.sentence is not None and self.sentence()
+        self._sentence = self.sentence() if not complete and not vetoed and self.sentence is not None else ""
         out.append(
             Transition(
                 "turn",
@@ -291,15 +290,20 @@ class Endpointer:
                 complete=complete,
                 silence=silence,
                 vetoed_by_word=vetoed,
-                sentence_end=self._sentence_end,
+                sentence=self._sentence,
             )
         )
         if complete:
             out.append(Transition("end", speech_end, "turn_complete"))
-        elif self._sentence_end and silence >= self.sentence_end_silence:
-            out.append(Transition("end", speech_end, "sentence_end"))
             return True
-        return complete
+        return self._sentence_ends(silence, speech_end, out)
+
+    def _sentence_ends(self, silence: int, speech_end: int, out: list[Transition]) -> bool:
+        """The pause's words read as a finished sentence and the silence reached sentence_end_silence_ms."""
+        if not self._sentence or silence < self.sentence_end_silence:
+            return False
+        out.append(Transition("end", speech_end, "sentence_end"))
+        return True
 
     def speech_end(self) -> int:
         """The refined end of speech of the current silence (cached per silence: it only looks at windows before)."""
