@@ -134,12 +134,7 @@ class DialogueLimits:
             turn_commit_ms=section.turn_commit_ms,
             barge_in_unheard_ms=section.barge_in_unheard_ms,
             echo_cancellation=section.echo_cancellation,
-            reply_first=FirstSegment(
-                max_chars=section.reply_first_segment_max_chars,
-                min_chars=section.reply_min_first_chars,
-                words=section.reply_first_segment_words,
-                cjk_chars=section.chunking.first_segment_cjk_chars,
-            ),
+            reply_first=section.reply_first_segment(),
         )
 
 
@@ -351,9 +346,8 @@ class DialogueSession(StsSession):
         # Preemptive reply: started at a candidate end of turn, held until the user has been silent turn_commit_ms.
         self._candidate: _Reply | None = None
         self._commit_at_ms: int | None = None
-        # A candidate started on a pause's words before the recognizer ended the utterance (``_start_candidate``):
-        # it commits only after that final, and sound after its speech end drops it.
-        self._awaiting_final = False
+        # Where the speech of a candidate started on a pause's words ended (``_start_candidate``): sound after it
+        # drops that candidate.
         self._candidate_speech_end_ms = 0
         self._last_loud_ms = -1  # stream ms where the last loud window of the caller's audio ended
         self._heard_ms = 0  # stream ms up to which the recognizer has reported (its events' offsets)
@@ -657,10 +651,9 @@ class DialogueSession(StsSession):
         if they speak again first (``_discard_candidate``)."""
         if self.state != LISTENING or self._closing or (self._speech_active and not force):
             return
-        if self._candidate is not None and self._awaiting_final:
+        if self._awaiting_final:
             # Started on the words of a pause that read as a sentence: this final is that pause's (the same words)
             # or the user went on (more words): then that reply answered half a turn.
-            self._awaiting_final = False
             if " ".join(self._pending).strip() != self._candidate.turn.text:
                 self._discard_candidate()
             else:
@@ -710,8 +703,13 @@ class DialogueSession(StsSession):
             self.turn, text, audio, self._arrival_wall(speech_end_ms), time.monotonic(), discarded=self._discarded
         )
         self._candidate_speech_end_ms = speech_end_ms
-        self._awaiting_final = True
         self._hold_reply(turn, None)
+
+    @property
+    def _awaiting_final(self) -> bool:
+        """A held reply started on a pause's words (``_start_candidate``): it has no commit time until the recognizer's
+        final for that pause comes."""
+        return self._candidate is not None and self._commit_at_ms is None
 
     def _clear_heard_turn(self) -> None:
         self._pending, self._pending_chars = [], 0
@@ -729,8 +727,8 @@ class DialogueSession(StsSession):
             self._last_loud_ms = self._fed_ms() - after_last * 1000 // RATE
 
     def _check_commit(self) -> None:
-        if self._candidate is not None and self._awaiting_final:
-            if self._last_loud_ms > self._candidate_speech_end_ms + GATE_WINDOW * 2000 // RATE:
+        if self._awaiting_final:
+            if self._loud_after(self._candidate_speech_end_ms):
                 self._discard_candidate()  # sound again in the pause: the user may be going on
             return
         if (
@@ -744,12 +742,14 @@ class DialogueSession(StsSession):
             return  # it may be the user going on
         now = self._fed_ms()
         speech_end = self._last_speech_end_ms or 0
-        resuming = self._last_loud_ms > speech_end + GATE_WINDOW * 2000 // RATE and (
-            now - self._last_loud_ms < RESUME_QUIET_MS
-        )
+        resuming = self._loud_after(speech_end) and now - self._last_loud_ms < RESUME_QUIET_MS
         if resuming and now < self._commit_at_ms + self.options.endpointing.min_speech_ms + RESUME_QUIET_MS:
             return  # sound after the speech ended: wait for the recognizer to say whether it is speech
         self._commit()
+
+    def _loud_after(self, speech_end_ms: int) -> bool:
+        """The caller made sound after ``speech_end_ms`` (beyond two level windows: a word's tail is not a new one)."""
+        return self._last_loud_ms > speech_end_ms + GATE_WINDOW * 2000 // RATE
 
     def _recognizer_behind(self) -> bool:
         """Sound was fed, a moment ago, that the recognizer has not reported on yet (one in another process lags)."""
@@ -761,7 +761,6 @@ class DialogueSession(StsSession):
     def _commit(self) -> None:
         """The held reply's turn is over: its text and audio go out (from where generation got to)."""
         reply, self._candidate, self._commit_at_ms = self._candidate, None, None
-        self._awaiting_final = False
         if reply is None or reply.discarded:
             return
         reply.turn.commit_wall = time.monotonic()
@@ -778,7 +777,6 @@ class DialogueSession(StsSession):
         """Speech came back before the commit: drop the held reply (brain stream and TTS stop with the task);
         none of it was sent, and the context never saw it. The user's words so far stay pending."""
         reply, self._candidate, self._commit_at_ms = self._candidate, None, None
-        self._awaiting_final = False
         if reply is None:
             return
         reply.discarded = True
