@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -18,6 +19,7 @@ from services.common.config.base import (
     bounded,
     check,
 )
+from services.common.text import FirstSegment
 
 
 class MossGpuConfig(Section):
@@ -149,3 +151,13 @@ class MossStsConfig(TtsServiceConfig):
         check("default_max_tokens", self.default_max_tokens <= self.max_tokens_limit, "must be 1..max_tokens_limit")
         check("reply_first_chunk_ms", self.reply_first_chunk_ms <= self.reply_chunk_ms, "must be 10..reply_chunk_ms")
         return self
+
+    def reply_first_segment(self) -> FirstSegment:
+        """The cascade reply's first-segment rule (``chunking.first_segment()`` with the reply_* knobs; text without
+        spaces keeps chunking's cut)."""
+        return dataclasses.replace(
+            self.chunking.first_segment(),
+            max_chars=self.reply_first_segment_max_chars,
+            min_chars=self.reply_min_first_chars,
+            words=self.reply_first_segment_words,
+        )
