@@ -110,6 +110,10 @@ class BrainRecorder:
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def asked(self, since: int = 0) -> list[str]:
+        """What the user said last in each chat request from the ``since``-th on (the turn each reply answered)."""
+        return [[m["content"] for m in r["messages"] if m["role"] == "user"][-1] for r in self.requests[since:]]
+
     def close(self):
         self.server.shutdown()
 
@@ -264,6 +268,13 @@ class Talk:
     def complete(self, turn: int):
         found = self.of("turn_complete", turn)
         return found[0][1].turn_complete if found else None
+
+    def one_turn(self, pcm: bytes, label: str):
+        """Say ``pcm`` at real time as turn 0 and wait for its end: (its TurnComplete or None, the turn model's
+        EndOfTurn judgements of it)."""
+        self.send(pcm, paced=True, label=label)
+        assert self.wait(lambda: self.ended(0)), self.events[-5:]
+        return self.complete(0), [e.end_of_turn for _, e in self.of("end_of_turn", 0)]
 
     def ended(self, turn: int) -> bool:
         return bool(self.of("turn_complete", turn) or self.of("turn_error", turn))
@@ -443,11 +454,8 @@ def test_semantic_end_of_turn_waits_through_a_pause_and_commits_a_finished_turn_
     paused = said[:at].tobytes() + bytes(2 * RATE * 8 // 10) + said[at:].tobytes()
     talk = Talk(router_channel, sampling=SHORT_REPLY)
     try:
-        talk.send(paused, paced=True, label="paused")
-        assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
-        done = talk.complete(0)
+        done, judged = talk.one_turn(paused, "paused")
         assert done is not None and wer("please call me back when you get home", done.user_text) <= 0.15, done
-        judged = [e.end_of_turn for _, e in talk.of("end_of_turn", 0)]
         assert any(not j.complete for j in judged), judged  # the pause: unfinished
         assert judged[-1].complete and judged[-1].silence_ms < 400, judged  # the end: finished, before a hangover
         assert len(talk.of("turn_complete")) == 1  # one turn, no reply to the half sentence
@@ -468,11 +476,8 @@ def test_a_pause_after_to_is_one_turn_though_the_turn_model_hears_it_complete(co
     asked_before = len(conv.recorder.requests)
     talk = Talk(router_channel, sampling=SHORT_REPLY)
     try:
-        talk.send(line.pcm, paced=True, label="paused")
-        assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
-        done = talk.complete(0)
+        done, judged = talk.one_turn(line.pcm, "paused")
         assert done is not None and wer(line.text, done.user_text) <= 0.15, done
-        judged = [e.end_of_turn for _, e in talk.of("end_of_turn", 0)]
         vetoed = [j for j in judged if j.vetoed_by_word]
         assert vetoed and all(j.vetoed_by_word == "to" and not j.complete for j in vetoed), judged
         # The sentence's end is the model's to judge: the text does not veto it. On this rendition the model hears
@@ -485,9 +490,7 @@ def test_a_pause_after_to_is_one_turn_though_the_turn_model_hears_it_complete(co
         assert len(talk.of("turn_complete")) == 1  # one turn, no reply to the half sentence
     finally:
         close(talk)
-    asked = [
-        [m["content"] for m in r["messages"] if m["role"] == "user"][-1] for r in conv.recorder.requests[asked_before:]
-    ]
+    asked = conv.recorder.asked(asked_before)
     assert asked == [done.user_text], asked  # the brain was asked once, about the whole sentence
     vetoed_after = conv.metric("moss_sts", "voicefleet_sts_end_of_turn_decisions_total", decision="vetoed")
     assert vetoed_after == vetoed_before + len(vetoed)
@@ -545,8 +548,7 @@ def test_a_reply_started_before_the_user_went_on_is_never_heard(conv, router_cha
         assert done is not None
         assert wer("i would like to book a table for two people at seven tonight", done.user_text) <= 0.2
         assert done.timings.discarded_replies >= 1 and done.timings.preemptive
-        asked = conv.recorder.requests[asked_before:]
-        last_user = [[m["content"] for m in r["messages"] if m["role"] == "user"][-1] for r in asked]
+        last_user = conv.recorder.asked(asked_before)
         assert any(wer("i would like to book a table", u) <= 0.2 for u in last_user), last_user  # it did start
         # Nothing of the dropped reply reached the caller: every reply text is the kept reply's, and reply audio
         # began only after the whole sentence was sent.
@@ -573,17 +575,11 @@ def test_a_reply_started_on_words_that_read_as_a_sentence_is_dropped_when_the_us
     asked_before = len(conv.recorder.requests)
     talk = Talk(router_channel, sampling=SHORT_REPLY)
     try:
-        talk.send(line.pcm, paced=True, label="paused")
-        assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
-        done = talk.complete(0)
+        done, judged = talk.one_turn(line.pcm, "paused")
         assert done is not None and wer(line.text, done.user_text) <= 0.2, done
-        judged = [e.end_of_turn for _, e in talk.of("end_of_turn", 0)]
         assert any(j.sentence_end and wer(first_half, j.transcript) <= 0.2 for j in judged), judged
         assert done.timings.discarded_replies >= 1 and len(talk.of("turn_complete")) == 1, done.timings
-        asked = [
-            [m["content"] for m in r["messages"] if m["role"] == "user"][-1]
-            for r in conv.recorder.requests[asked_before:]
-        ]
+        asked = conv.recorder.asked(asked_before)
         assert any(wer(first_half, u) <= 0.2 for u in asked), asked  # the reply to the first half did start
         assert asked[-1] == done.user_text, asked
         # Nothing of the dropped reply reached the caller: its text is the kept reply's, its audio came after the
