@@ -13,13 +13,13 @@ from services.common.config.base import (
     DEFAULT_STOP_WORDS,
     AsrEndpointingConfig,
     EspeakConfig,
+    FirstSegment,
     Names,
     Section,
     TtsServiceConfig,
     bounded,
     check,
 )
-from services.common.text import FirstSegment
 
 
 class MossGpuConfig(Section):
