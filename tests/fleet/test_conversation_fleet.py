@@ -563,34 +563,6 @@ def test_a_reply_started_before_the_user_went_on_is_never_heard(conv, router_cha
         close(talk)
 
 
-def test_a_reply_started_on_words_that_read_as_a_sentence_is_dropped_when_the_user_goes_on(conv, router_channel):
-    """A 400 ms pause after "I need a taxi to the airport.": the turn model hears it unfinished, the words read as a
-    sentence (EndOfTurn.sentence_end), so the reply starts on them, held until the utterance would end at
-    sentence_end_silence_ms (600). The user goes on first: the reply is dropped. Nothing of it reaches the caller,
-    one turn holds the whole sentence, and so does the context."""
-    from bench.turn_set import paused_line
-
-    line = paused_line("I need a taxi to the airport. | At six in the morning on Friday.", 400)
-    first_half = "i need a taxi to the airport"
-    asked_before = len(conv.recorder.requests)
-    talk = Talk(router_channel, sampling=SHORT_REPLY)
-    try:
-        done, judged = talk.one_turn(line.pcm, "paused")
-        assert done is not None and wer(line.text, done.user_text) <= 0.2, done
-        assert any(j.sentence_end and wer(first_half, j.transcript) <= 0.2 for j in judged), judged
-        assert done.timings.discarded_replies >= 1 and len(talk.of("turn_complete")) == 1, done.timings
-        asked = conv.recorder.asked(asked_before)
-        assert any(wer(first_half, u) <= 0.2 for u in asked), asked  # the reply to the first half did start
-        assert asked[-1] == done.user_text, asked
-        # Nothing of the dropped reply reached the caller: its text is the kept reply's, its audio came after the
-        # whole sentence was sent.
-        assert talk.reply_text(0).strip() == done.reply_text.strip()
-        _, _, sent = next(s for s in talk.sent if s[0] == "paused")
-        assert min(t for t, _ in talk.of("reply_audio", 0)) > sent
-    finally:
-        close(talk)
-
-
 # --- controls and failures ---------------------------------------------------------------------------------------
 def test_interrupt_while_listening_is_a_noop_and_client_interrupt_cuts_the_reply(conv, router_channel, say):
     talk = Talk(router_channel, sampling=conversation_pb2.SamplingConfig(max_tokens=120))
