@@ -143,8 +143,11 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
                 payload = message.WhichOneof("payload")
                 if payload == "config":
                     raise InvalidArgument("config", "was sent twice; send it only in the first message, then audio")
+                if payload == "spotting":
+                    await stream.pause_spotting(message.spotting.paused)
+                    continue
                 if payload != "audio":
-                    raise InvalidArgument("audio", "a message after the config must carry audio")
+                    raise InvalidArgument("audio", "a message after the config must carry audio (or spotting)")
                 audio.check_pcm("audio", message.audio)
                 seconds += fmt.duration_s(message.audio)
                 if seconds > self.limits.max_stream_s:

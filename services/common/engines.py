@@ -318,6 +318,10 @@ class AsrStream(abc.ABC):
     async def close(self) -> None:
         """Release decoders now (also after a cancel); stop any work in flight at its next step. Idempotent."""
 
+    async def pause_spotting(self, paused: bool) -> None:  # noqa: B027 - optional: a stream without spotting ignores it
+        """Pause (True) or resume the options' spot_phrases from here on (StreamingRecognizeRequest.spotting): paused,
+        no utterance is spotted (one being spotted stops); resumed, utterances that start from then on are."""
+
 
 class AsrEngine(abc.ABC):
     """Speech to text. One instance serves many concurrent streams."""

@@ -312,6 +312,7 @@ class DialogueSession(StsSession):
         self.context = Context(limits.max_context_turns, limits.max_context_chars)
         self._relay = EventRelay()  # events to the caller: (event, what a REPLY_AUDIO/TURN_COMPLETE accounts for)
         self._stream: AsrStream | None = None
+        self._spotting = self._spotting_paused = False  # the stream spots the stop words; paused (set at open)
         self._stream_lock = asyncio.Lock()  # feed vs. end-of-turn stream rotation
         self._asr_task: asyncio.Task | None = None
         self._turn_task: asyncio.Task | None = None
@@ -392,6 +393,9 @@ class DialogueSession(StsSession):
         async with self._stream_lock:
             self._fed_samples += len(pcm) // 2
             self._arrivals.append((self._fed_samples * 1000 // RATE, now))
+            if self._stream is not None and self._spotting and self._spotting_paused != (self.state == LISTENING):
+                self._spotting_paused = self.state == LISTENING
+                await self._stream.pause_spotting(self._spotting_paused)
             if self._stream is not None and to_asr:
                 await self._stream.feed(to_asr)
         if to_asr and not self._muted:
@@ -503,6 +507,10 @@ class DialogueSession(StsSession):
             time_remaining=self.options.time_remaining,
         )
         self._stream = await self.asr.open_stream(options)
+        # Stop words matter only while the agent speaks (or is about to): spotting is paused while the user has the
+        # floor (feed sends the change with the next audio), which spares the asr a decode every spot_interval_ms of
+        # each young utterance of theirs (docs/conversation.md#barge-in).
+        self._spotting, self._spotting_paused = bool(spot), False
         self._stream_base_ms = self._fed_samples * 1000 // RATE
         self._utterances = 0
         self._ignored.clear()

@@ -35,6 +35,10 @@ class RemoteAsrStream(RemoteStream, AsrStream):
     async def feed(self, pcm: bytes) -> None:
         await self._write(recognizer_pb2.StreamingRecognizeRequest(audio=pcm))
 
+    async def pause_spotting(self, paused: bool) -> None:
+        control = recognizer_pb2.SpottingControl(paused=paused)
+        await self._write(recognizer_pb2.StreamingRecognizeRequest(spotting=control))
+
     async def events(self) -> AsyncIterator[AsrEvent]:
         async for reply in self._replies():
             yield event_from_proto(reply)

@@ -120,7 +120,8 @@ class _HeldStream:
 
 
 class _ResidentAsrStream(_HeldStream, AsrStream):
-    pass
+    async def pause_spotting(self, paused: bool) -> None:
+        await self.inner.pause_spotting(paused)
 
 
 class _ResidentStsSession(_HeldStream, StsSession):

@@ -98,6 +98,42 @@ async def test_no_spot_phrases_no_spotting(joe, router, asr_fleet):
     assert asr_fleet.metric("asr", "voicefleet_asr_spot_decode_seconds_count") == before
 
 
+def with_spotting(requests, paused: bool, after_s: float = 0.0):
+    """The stream's requests with a SpottingControl(paused) sent after ``after_s`` of its audio."""
+    sent = 0.0
+    for request in requests:
+        if request.WhichOneof("payload") == "audio":
+            if sent <= after_s < sent + len(request.audio) / 2 / RATE:
+                yield Req(spotting=recognizer_pb2.SpottingControl(paused=paused))
+            sent += len(request.audio) / 2 / RATE
+        yield request
+
+
+@pytest.mark.parametrize("target", ["asr", "router"])
+async def test_paused_spotting_spots_nothing_and_resumed_spots_again(joe, asr_fleet, target):
+    """A voice agent pauses its stop words while the user has the floor: no spotting decodes, the final as usual;
+    resumed, a stop word is spotted again (through the router too: it passes the control on)."""
+    stop = np.concatenate([silence(0.4), await joe("Stop."), silence(0.8)]).tobytes()
+    decodes = "voicefleet_asr_spot_decode_seconds_count"
+    with asr_fleet.channel(target) as channel:
+        stub = recognizer_pb2_grpc.RecognizerStub(channel)
+        before = asr_fleet.metric("asr", decodes)
+        requests = ev.requests(stop, RATE, spot_config(), chunk_ms=20, realtime=True)
+        replies = list(stub.StreamingRecognize(with_spotting(requests, paused=True), timeout=60))
+        assert kinds(replies) == ["start", "end", "final"], kinds(replies)
+        assert "stop" in replies[-1].result.transcript.lower()
+        assert asr_fleet.metric("asr", decodes) == before
+        # Paused from the start, resumed after 0.2 s: the utterance (at 0.4 s) is spotted.
+        paused_then_resumed = with_spotting(
+            with_spotting(ev.requests(stop, RATE, spot_config(), chunk_ms=20, realtime=True), paused=True),
+            paused=False,
+            after_s=0.2,
+        )
+        replies = list(stub.StreamingRecognize(paused_then_resumed, timeout=60))
+        assert kinds(replies).count("phrase_spotted") == 1, kinds(replies)
+        assert asr_fleet.metric("asr", decodes) > before
+
+
 @pytest.mark.parametrize(
     ("phrases", "field"),
     [

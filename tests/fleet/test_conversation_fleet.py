@@ -498,15 +498,19 @@ def test_a_pause_after_to_is_one_turn_though_the_turn_model_hears_it_complete(co
 
 WHYS = ("stop_word", "stop_word_spotted", "words", "long_speech", "stop_word_final")
 STOP_WHYS = ("stop_word", "stop_word_spotted", "stop_word_final")
+SPOT_DECODES = "voicefleet_asr_spot_decode_seconds_count"
 
 
 def test_a_backchannel_over_the_reply_is_ignored_and_a_stop_word_interrupts(conv, router_channel, say):
     talk = Talk(router_channel, sampling=conversation_pb2.SamplingConfig(max_tokens=160))
     stop_words_before = sum(conv.metric("moss_sts", "voicefleet_sts_barge_in_total", why=w) for w in STOP_WHYS)
+    spotting_before = conv.metric("asr", SPOT_DECODES)
     try:
         talk.send(say("Please tell me a long story about a brave little dragon who wanted to fly."))
         assert talk.wait(lambda: len(talk.reply_audio(0)) >= RATE * 2 * 1.0 or talk.ended(0)), talk.events[-3:]
         assert not talk.ended(0), "the story ended before the test could talk over it; it must be longer"
+        # The user had the floor: their words were not spotted for stop words (spotting paused while listening).
+        assert conv.metric("asr", SPOT_DECODES) == spotting_before
         talk.send(trim(say("Mm-hm.")), paced=True, label="backchannel")
         # Its final (the words decide) comes within a second of its end; the reply must still be going after it.
         # 3 s, not 2: the turn model may hold "Mm-hm." open for max_silence (1.5 s) after it ends, and stop words said
@@ -525,6 +529,7 @@ def test_a_backchannel_over_the_reply_is_ignored_and_a_stop_word_interrupts(conv
         assert "stop" in heard.lower() and "mm" not in heard.lower(), heard
     finally:
         close(talk)
+    assert conv.metric("asr", SPOT_DECODES) > spotting_before  # words over the reply were spotted
     stop_words = sum(conv.metric("moss_sts", "voicefleet_sts_barge_in_total", why=w) for w in STOP_WHYS)
     assert stop_words == stop_words_before + 1
 

@@ -258,6 +258,7 @@ class TwoPassStream(AsrStream):
         # Thread side (the stream's step). Each candidate utterance that spots gets a serial.
         self._spot_serial = 0
         self._spot_on = False  # the utterance in progress is being spotted (holds a budget slot)
+        self._spot_paused = False  # the caller paused spotting (pause_spotting; set on the loop, read here)
         self._spot_next = 0  # stream offset (samples) at which the next decode is due
         self._spot_until = 0
         self._spot_busy = False  # a decode of this stream is in flight (set here, cleared by its callback)
@@ -281,6 +282,11 @@ class TwoPassStream(AsrStream):
         self._audio_seconds.inc(len(samples) / RATE)
         self._pending = np.concatenate([self._pending, samples]) if len(self._pending) else samples
         await self._drain(flush=False)
+
+    async def pause_spotting(self, paused: bool) -> None:
+        """The stream's step reads the flag at its next window: paused, the utterance being spotted stops and no
+        new one starts spotting; resumed, utterances that start from then on are spotted."""
+        self._spot_paused = paused
 
     async def finish(self) -> None:
         if self._closed or self._ended:
@@ -505,7 +511,7 @@ class TwoPassStream(AsrStream):
         not spotted)."""
         self._end_spotting()
         self._spot_serial += 1
-        if continued or not self._spotting.budget.take():
+        if continued or self._spot_paused or not self._spotting.budget.take():
             return
         self._spot_on = True
         self._spot_next = offset + self._spotting.first_ms * RATE // 1000
@@ -518,9 +524,9 @@ class TwoPassStream(AsrStream):
 
     def _maybe_spot(self) -> None:
         """Thread, after each window of a spotted utterance: decode the utterance so far when one is due."""
-        if self._spot_found == self._spot_serial or self._pos > self._spot_until or self._closed:
-            self._end_spotting()  # a phrase was heard (one event per utterance), or the utterance is no longer young
-            return
+        if self._spot_found == self._spot_serial or self._pos > self._spot_until or self._closed or self._spot_paused:
+            self._end_spotting()  # a phrase was heard (one event per utterance), the utterance is no longer young,
+            return  # or the caller paused spotting
         if self._spot_busy or self._pos < self._spot_next:
             return
         self._spot_next = self._pos + self._spotting.interval_ms * RATE // 1000

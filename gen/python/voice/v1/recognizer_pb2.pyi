@@ -101,14 +101,22 @@ class RecognitionConfig(_message.Message):
     def __init__(self, input_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., endpointing: _Optional[_Union[EndpointingConfig, _Mapping]] = ..., phrase_hints: _Optional[_Iterable[str]] = ..., spot_phrases: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StreamingRecognizeRequest(_message.Message):
-    __slots__ = ("request_id", "config", "audio")
+    __slots__ = ("request_id", "config", "audio", "spotting")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
+    SPOTTING_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     config: RecognitionConfig
     audio: bytes
-    def __init__(self, request_id: _Optional[str] = ..., config: _Optional[_Union[RecognitionConfig, _Mapping]] = ..., audio: _Optional[bytes] = ...) -> None: ...
+    spotting: SpottingControl
+    def __init__(self, request_id: _Optional[str] = ..., config: _Optional[_Union[RecognitionConfig, _Mapping]] = ..., audio: _Optional[bytes] = ..., spotting: _Optional[_Union[SpottingControl, _Mapping]] = ...) -> None: ...
+
+class SpottingControl(_message.Message):
+    __slots__ = ("paused",)
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    paused: bool
+    def __init__(self, paused: _Optional[bool] = ...) -> None: ...
 
 class VadEvent(_message.Message):
     __slots__ = ("kind", "offset_ms")
