@@ -496,6 +496,38 @@ def test_a_pause_after_to_is_one_turn_though_the_turn_model_hears_it_complete(co
     assert vetoed_after == vetoed_before + len(vetoed)
 
 
+def test_a_reply_started_at_a_sentence_end_is_dropped_when_the_user_goes_on(conv, router_channel, say):
+    """The sentence-end rule's other side: the same rendition's "... in the evening?" is heard unfinished by the turn
+    model but reads as a finished sentence (the test above), so the reply starts on those words, held; the user goes
+    on 400 ms later (under sentence_end_silence_ms, 600), so that reply is dropped unheard. One turn with both
+    sentences; the brain was asked about the first alone, then about the whole; the context never held the first."""
+    from bench.turn_set import paused_line
+
+    line = paused_line("Can you tell me how long it takes to | drive from Boston to New York in the evening?", 800)
+    more = "And how long does it take on a Sunday morning?"
+    pcm = line.pcm + bytes(2 * RATE * 4 // 10) + trim(say(more))
+    asked_before = len(conv.recorder.requests)
+    talk = Talk(router_channel, sampling=SHORT_REPLY)
+    try:
+        done, judged = talk.one_turn(pcm, "two sentences")
+        assert done is not None and wer(f"{line.text} {more}", done.user_text) <= 0.15, done
+        started = [j for j in judged if j.sentence_end]
+        assert started and wer(line.text, started[0].transcript) <= 0.15, judged
+        assert done.timings.discarded_replies >= 1, done.timings
+        assert len(talk.of("turn_complete")) == 1  # one turn
+        # Nothing of the dropped reply reached the caller: the reply text is the kept reply's, and its audio began
+        # only after the whole was said.
+        assert talk.reply_text(0).strip() == done.reply_text.strip()
+        _, _, said_at = next(s for s in talk.sent if s[0] == "two sentences")
+        assert min(t for t, _ in talk.of("reply_audio", 0)) > said_at
+    finally:
+        close(talk)
+    asked = conv.recorder.asked(asked_before)
+    assert len(asked) == 2 and wer(line.text, asked[0]) <= 0.15 and asked[1] == done.user_text, asked
+    # The kept reply's request holds the whole turn only: no trace of the dropped reply.
+    roles = [m["role"] for m in conv.recorder.requests[-1]["messages"]]
+    assert roles == ["system", "user"], roles
+
 WHYS = ("stop_word", "stop_word_spotted", "words", "long_speech", "stop_word_final")
 STOP_WHYS = ("stop_word", "stop_word_spotted", "stop_word_final")
 SPOT_DECODES = "voicefleet_asr_spot_decode_seconds_count"
