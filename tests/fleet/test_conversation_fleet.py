@@ -528,6 +528,7 @@ def test_a_reply_started_at_a_sentence_end_is_dropped_when_the_user_goes_on(conv
     roles = [m["role"] for m in conv.recorder.requests[-1]["messages"]]
     assert roles == ["system", "user"], roles
 
+
 WHYS = ("stop_word", "stop_word_spotted", "words", "long_speech", "stop_word_final")
 STOP_WHYS = ("stop_word", "stop_word_spotted", "stop_word_final")
 SPOT_DECODES = "voicefleet_asr_spot_decode_seconds_count"
