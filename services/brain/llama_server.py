@@ -5,9 +5,9 @@
 to one worker, then each streamed chunk's ``next()`` to whichever worker is idle, so a reply's tokens were computed
 by two or more threads in turn. llama.cpp's CPU backend runs on OpenMP, which keeps a team of threads per calling
 thread, and with the brain's OMP_WAIT_POLICY=PASSIVE (server.py says why) a token computed on another thread than
-the one before took three times as long: SmolLM2-135M, 2 threads, 2-core Intel Xeon, 2026-11-27, 33.6 ms a token
-against 11.5 ms, the first token 102 against 54 ms (``python -m bench.brain_threads``). The fleet's brain served
-~34 ms tokens once a second worker had run the model. Here the two functions ``llama_cpp.server.app`` calls for
+the one before took three times as long: SmolLM2-135M, 2 threads, 2-core Intel Xeon, 2026-11-27, 33.5 ms a token
+against 11.4 ms, the first token 100 against 52 ms (``python -m bench.brain_threads``, 08:18 UTC); the stock server,
+with 4 streaming requests at once, 23.6 ms against 12.3 ms (docs/conversation.md#the-brain). Here the two functions ``llama_cpp.server.app`` calls for
 that (imported there from ``starlette.concurrency``) are replaced by ones that run on a single dedicated thread.
 The server already lets one request use the model at a time (its llama lock), so one thread costs no parallelism.
 """
