@@ -252,13 +252,15 @@ class Speakers:
 
     def degraded(self, voice: str, text: str, condition: str, rate: int = 16000, seed: int = 0) -> tuple[bytes, int]:
         """``text`` (already said) padded with 0.5 s of silence each side, then put through ``condition`` (a name
-        in CONDITIONS): (pcm, rate). Babble is BABBLE_TALKERS other sentences already said, by either voice."""
+        in CONDITIONS): (pcm, rate). Babble is BABBLE_TALKERS other evaluation sentences (SENTENCES) already said, by
+        either voice: only those, so the noise does not depend on what else the process happened to say first (a
+        test that said its own sentence earlier in the session changed the babble, and the WER, of a later one)."""
         _, kind, snr_db, phone = next(c for c in CONDITIONS if c[0] == condition)
         pcm = self.padded(voice, [text], rate, lead_s=0.5, tail_s=0.5).pcm
         if kind == "white":
             pcm = with_noise(pcm, white_noise(len(pcm) // 2, seed), snr_db)
         elif kind == "babble":
-            said = [(v, t) for (v, t) in self._cache if t != text]
+            said = [(v, t) for (v, t) in self._cache if t != text and t in SENTENCES]
             said.sort(key=lambda vt: (vt[1], vt[0]))
             pick = np.random.default_rng(seed + SENTENCES.index(text) if text in SENTENCES else seed)
             chosen = [said[int(i)] for i in pick.choice(len(said), BABBLE_TALKERS, replace=False)]
