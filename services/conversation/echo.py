@@ -116,7 +116,12 @@ class EchoLine:
     the echo's delay, tests/echo_line.py's lines); a caller with their own echo cancellation (browsers, phones) or a headset does not, and AEC3's
     processing of such a line only harms the caller's speech over the reply (it mangled "stop please" into nothing the
     recognizers knew). ``echo``: None (undecided: cancel), True (cancel), False (leave the caller's audio alone).
-    A line judged without echo is judged again if it starts to follow the reply later (a speaker turned on)."""
+    A line judged without echo is judged again if it starts to follow the reply later (a speaker turned on).
+
+    A quiet line is decided sooner: if the caller's level has not risen since before the reply while the reply played
+    ``QUIET_AFTER_FRAMES`` (longer than any echo delay), nothing came back. Until a line is decided AEC3 works on it,
+    and in its first second (no echo path learned yet) it suppresses whatever comes in while the reply plays: a lone
+    "stop" 1.0 s into the reply, before the correlation had decided, came out ~20 dB down and was missed."""
 
     MAX_LAG_MS = 500
     WINDOW_FRAMES = 300  # 3 s of levels
@@ -125,6 +130,11 @@ class EchoLine:
         0.75  # measured: echo 0.92-0.98 (room or not, 50-250 ms, -20..-6 dB); a user over the reply <= 0.52
     )
 
+    AUDIBLE = 100.0  # a reference frame this loud (RMS, about -50 dBFS) is reply audio playing
+    QUIET_AFTER_FRAMES = 45  # 450 ms: past the longest echo delay AEC3 finds (400 ms, tests/echo_line.py)
+    QUIET_RISE = 2.0  # the caller's level rose less than 6 dB over its level before the reply started ...
+    QUIET_FLOOR = 30.0  # ... or stayed below about -61 dBFS (digital silence, a quiet line's noise)
+
     def __init__(self) -> None:
         self.echo: bool | None = None
         self.correlation = 0.0
@@ -132,6 +142,10 @@ class EchoLine:
         self._ref: list[float] = []
         self._active = 0  # frames of audible reply seen
         self._since_check = 0
+        self._before: list[float] = []  # the caller's levels before the first audible reply frame (the last 0.5 s)
+        self._playing = -1  # frames since the first audible reply frame (-1: none yet)
+        self._baseline = 0.0
+        self._peak = 0.0  # the caller's loudest frame since the reply started
 
     def observe(self, near: np.ndarray, far: np.ndarray, frame: int) -> None:
         n = len(near) // frame
@@ -142,8 +156,9 @@ class EchoLine:
         self._mic.extend(mic.tolist())
         self._ref.extend(ref.tolist())
         del self._mic[: -self.WINDOW_FRAMES], self._ref[: -self.WINDOW_FRAMES]
-        self._active += int(np.count_nonzero(ref > 100))
+        self._active += int(np.count_nonzero(ref > self.AUDIBLE))
         self._since_check += n
+        self._observe_quiet(mic, ref)
         if self._active < self.DECIDE_AFTER_FRAMES or self._since_check < 25 or self.echo is True:
             return
         self._since_check = 0
@@ -151,6 +166,25 @@ class EchoLine:
         if self.correlation >= self.ECHO_CORRELATION:
             self.echo = True
         elif self.echo is None:
+            self.echo = False
+
+    def _observe_quiet(self, mic: np.ndarray, ref: np.ndarray) -> None:
+        """The quiet-line rule (see the class): decided False once the reply played QUIET_AFTER_FRAMES with the
+        caller's level where it was."""
+        for level, reference in zip(mic.tolist(), ref.tolist(), strict=True):
+            if self._playing < 0:
+                if reference <= self.AUDIBLE:
+                    self._before = [*self._before[-49:], level]
+                    continue
+                self._playing = 0
+                self._baseline = float(np.median(self._before)) if self._before else 0.0
+            self._playing += 1
+            self._peak = max(self._peak, level)
+        if (
+            self.echo is None
+            and self._playing >= self.QUIET_AFTER_FRAMES
+            and self._peak <= max(self.QUIET_FLOOR, self.QUIET_RISE * self._baseline)
+        ):
             self.echo = False
 
     def _best_correlation(self) -> float:
