@@ -35,6 +35,8 @@ MAX_HINT_CHARS = 1000
 # RecognitionConfig.spot_phrases: as many and as long as a conversation's barge-in stop words may be.
 MAX_SPOT_PHRASES = 100
 MAX_SPOT_PHRASE_CHARS = 64
+# RecognitionConfig.draft_interval_ms: 0 (off) or this range; a draft more often than 200 ms would mostly repeat one.
+DRAFT_INTERVAL_MS = (200, 10_000)
 # Audio handed to the engine per step when a whole recording comes in one Recognize request.
 RECOGNIZE_PIECE_S = 1.0
 
@@ -216,12 +218,20 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
             endpointing=endpointing,
             phrase_hints=hints,
             spot_phrases=spot_phrases(config.spot_phrases),
+            draft_interval_ms=draft_interval(config.draft_interval_ms),
             sample_rate_hz=self.engine.native_sample_rate or fmt.sample_rate_hz,
             request_id=request_id(),
             time_remaining=remaining if remaining is not None else self.default_deadline_s,
         )
         self.engine.check_options(options)
         return options, fmt
+
+
+def draft_interval(value: int) -> int:
+    low, high = DRAFT_INTERVAL_MS
+    if value and not low <= value <= high:
+        raise InvalidArgument("config.draft_interval_ms", f"{value} must be 0 (no drafts) or {low}..{high}")
+    return value
 
 
 def spot_phrases(phrases) -> tuple[str, ...]:

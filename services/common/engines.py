@@ -218,6 +218,8 @@ class RecognitionOptions:
     phrase_hints: tuple[str, ...] = ()
     # Phrases to report as soon as they are heard in a young utterance (PHRASE_SPOTTED), before its final.
     spot_phrases: tuple[str, ...] = ()
+    # Decode the utterance in progress again every this many ms of its audio and report it (DRAFT); 0: never.
+    draft_interval_ms: int = 0
     # Rate of the audio given to ``feed`` (the engine's native rate for local engines, the caller's for remote ones).
     sample_rate_hz: int = 16_000
     request_id: str = ""
@@ -278,11 +280,23 @@ class SpottedPhrase:
     offset_ms: int  # end of the audio it heard
 
 
+@dataclass(frozen=True)
+class Draft:
+    """The utterance in progress so far, decoded again by the final recognizer while it is spoken
+    (``RecognitionOptions.draft_interval_ms``). Offsets are ms of stream audio."""
+
+    transcript: str
+    utterance_index: int
+    utterance_start_ms: int
+    offset_ms: int  # end of the audio it heard
+
+
 SPEECH_START = "speech_start"
 SPEECH_END = "speech_end"
 RESULT = "result"
 TURN_ESTIMATE = "turn_estimate"
 PHRASE_SPOTTED = "phrase_spotted"
+DRAFT = "draft"
 
 
 @dataclass(frozen=True)
@@ -290,13 +304,15 @@ class AsrEvent:
     """``kind`` is SPEECH_START / SPEECH_END (with ``offset_ms``), RESULT (with ``result``), TURN_ESTIMATE (with
     ``turn``; semantic endpointing only, sent before the utterance's SPEECH_END when it ends the utterance) or
     PHRASE_SPOTTED (with ``spotted``; only when spot phrases were asked for: after the utterance's SPEECH_START,
-    before its final, at most one per utterance)."""
+    before its final, at most one per utterance) or DRAFT (with ``draft``; only when drafts were asked for: after
+    the utterance's SPEECH_START, before its final)."""
 
     kind: str
     offset_ms: int = 0
     result: Hypothesis | None = None
     turn: TurnEstimate | None = None
     spotted: SpottedPhrase | None = None
+    draft: Draft | None = None
 
 
 class AsrStream(abc.ABC):

@@ -142,6 +142,19 @@ ASR_SPOT_DECODES = Histogram(
     ["service", "engine"],
     buckets=LATENCY_BUCKETS,
 )
+ASR_DRAFTS_SKIPPED = Counter(
+    "voicefleet_asr_drafts_skipped_total",
+    "Draft decodes (RecognitionConfig.draft_interval_ms) put off because the engine's draft budget"
+    " (asr.max_concurrent_drafts) was in flight; the draft is tried again at the next window.",
+    ["service", "engine"],
+)
+ASR_DRAFT_DECODES = Histogram(
+    "voicefleet_asr_draft_decode_seconds",
+    "Compute time of one draft decode (the utterance so far re-decoded by the final recognizer while it is spoken,"
+    " for RecognitionConfig.draft_interval_ms); its count is the number of drafts decoded.",
+    ["service", "engine"],
+    buckets=LATENCY_BUCKETS,
+)
 ASR_PHRASES_SPOTTED = Counter(
     "voicefleet_asr_phrases_spotted_total",
     "PhraseSpotted events sent: a spot phrase heard in a young utterance before its final.",
@@ -210,6 +223,12 @@ STS_PREEMPTIVE_REPLIES = Counter(
     "voicefleet_sts_preemptive_replies_total",
     "Replies started at a candidate end of turn, held until the commit: used (the turn committed) or discarded"
     " (the user went on; nothing of it was sent).",
+    ["service", "engine", "outcome"],
+)
+STS_BRAIN_READ_AHEADS = Counter(
+    "voicefleet_sts_brain_read_aheads_total",
+    "The user's words so far (a recognizer draft, while they speak) sent to the brain ahead of the turn"
+    " (moss_sts.brain_read_ahead_ms): done (the brain evaluated them) or failed (the turn evaluates them itself).",
     ["service", "engine", "outcome"],
 )
 STS_BARGE_IN_DECISIONS = Counter(

@@ -155,6 +155,24 @@ class ChatBrain:
         except (httpx.TransportError, OSError) as e:
             raise self._unreachable(f"is unreachable ({type(e).__name__}: {e})") from None
 
+    async def read_ahead(self, messages: list[dict], request_id: str = "") -> None:
+        """Have the server evaluate ``messages`` (the turn so far) without answering: a one-token completion. Its
+        prompt cache (llama.cpp's; vLLM's prefix caching) then holds them, and the turn's own request, whose prompt
+        begins the same, evaluates only what follows the shared prefix."""
+        import httpx
+
+        body = {"model": self.model, "messages": messages, "stream": False, "temperature": 0.0, "max_tokens": 1}
+        try:
+            response = await self._http().post(
+                f"{self.base_url}/chat/completions", json=body, headers=request_headers(request_id)
+            )
+        except httpx.TimeoutException as e:
+            raise self._unreachable(f"did not answer in time ({type(e).__name__})") from None
+        except (httpx.TransportError, OSError) as e:
+            raise self._unreachable(f"is unreachable ({type(e).__name__}: {e})") from None
+        if response.status_code >= 400:
+            raise VoiceError(f"brain: HTTP {response.status_code}: {response.text[:300]}")
+
     async def ready(self) -> bool:
         """GET /models answers (the readiness check the fleet uses too)."""
         import httpx

@@ -47,8 +47,16 @@ class CascadeSession(DialogueSession):
         self.engine = engine
         self.voice = voice
 
+    reads_ahead = True
+
+    def _messages(self, user_text: str) -> list[dict]:
+        return self.context.chat(self.system_prompt) + [{"role": "user", "content": user_text}]
+
+    async def read_ahead(self, text: str) -> None:
+        await self.engine.brain.read_ahead(self._messages(text), self.options.request_id)
+
     async def generate_reply(self, turn: UserTurn, sink: ReplySink) -> None:
-        messages = self.context.chat(self.system_prompt) + [{"role": "user", "content": turn.text}]
+        messages = self._messages(turn.text)
         deltas: asyncio.Queue[TextEvent | None] = asyncio.Queue()
 
         async def think() -> None:

@@ -39,6 +39,7 @@ import numpy as np
 
 from services.common import audio, metrics
 from services.common.engines import (
+    DRAFT,
     END_OF_TURN,
     END_OF_TURN_JUDGED,
     INTERRUPT,
@@ -62,6 +63,7 @@ from services.common.engines import (
     AsrEngine,
     AsrStream,
     AudioPiece,
+    Draft,
     Hypothesis,
     RecognitionOptions,
     SessionOptions,
@@ -116,6 +118,9 @@ class DialogueLimits:
     # Where the reply's first segment is cut (moss_sts.reply_first_segment_*); None: the TTS engine's own rule. A
     # remote TTS engine (the router's fallback) applies its service's rule whatever this says.
     reply_first: FirstSegment | None = None
+    # Drafts of the user's words while they speak, read by the brain ahead of the turn (sessions that have a text
+    # brain: ``DialogueSession.read_ahead``); 0: off.
+    brain_read_ahead_ms: int = 0
 
     @classmethod
     def from_config(cls, section) -> DialogueLimits:
@@ -135,7 +140,15 @@ class DialogueLimits:
             barge_in_unheard_ms=section.barge_in_unheard_ms,
             echo_cancellation=section.echo_cancellation,
             reply_first=section.reply_first_segment(),
+            brain_read_ahead_ms=section.brain_read_ahead_ms,
         )
+
+
+def as_final_begins(draft: str) -> str:
+    """A draft as the final will most likely begin: whisper's finals start with a capital letter, its greedy drafts
+    of a short window often do not, and the brain's prompt cache reuses a prefix only token for token."""
+    draft = draft.strip()
+    return draft[:1].upper() + draft[1:]
 
 
 def window_levels_db(pcm: bytes) -> tuple[np.ndarray, int]:
@@ -300,6 +313,9 @@ class DialogueSession(StsSession):
 
     #: Engines that answer the user's audio itself (MOSS-Speech) keep each turn's audio (bounded).
     keeps_user_audio = False
+    #: Engines with a text brain read the user's words ahead of the turn (``read_ahead``); the others ask for no
+    #: drafts.
+    reads_ahead = False
 
     def __init__(self, service: str, served_by: str, asr: AsrEngine, options: SessionOptions, limits: DialogueLimits):
         self.service = service
@@ -315,6 +331,7 @@ class DialogueSession(StsSession):
         self._spotting = self._spotting_paused = False  # the stream spots the stop words; paused (set at open)
         self._stream_lock = asyncio.Lock()  # feed vs. end-of-turn stream rotation
         self._asr_task: asyncio.Task | None = None
+        self._read_ahead_task: asyncio.Task | None = None
         self._turn_task: asyncio.Task | None = None
         self._gen_task: asyncio.Task | None = None
         self._reply: _Reply | None = None
@@ -454,12 +471,13 @@ class DialogueSession(StsSession):
         if self._closing:
             return
         self._closing = True
-        for task in (self._gen_task, self._turn_task, self._asr_task):
+        tasks = (self._gen_task, self._turn_task, self._asr_task, self._read_ahead_task)
+        for task in tasks:
             if task is not None:
                 task.cancel()
         if self._stream is not None:
             await self._stream.close()
-        for task in (self._gen_task, self._turn_task, self._asr_task):
+        for task in tasks:
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
@@ -473,6 +491,10 @@ class DialogueSession(StsSession):
     async def generate_reply(self, turn: UserTurn, sink: ReplySink) -> None:
         """Answer ``turn`` given ``self.context`` (which does not hold the turn yet): text deltas and audio pieces
         into ``sink``. Cancelled on interruption (stop at the next step). Raise VoiceError for a failed turn."""
+
+    async def read_ahead(self, text: str) -> None:
+        """The user's words so far (``reads_ahead`` engines; the turn is not over): let the brain evaluate them now,
+        so that the turn's own request resumes from them. Raise for a failed one (logged; the turn is unaffected)."""
 
     def assistant_message(self, reply: _Reply, heard: str) -> Message | None:
         """What the context keeps of a reply (the text heard; engines that answer audio may keep audio too)."""
@@ -501,6 +523,7 @@ class DialogueSession(StsSession):
             language=self.options.language,
             interim_results=True,
             spot_phrases=spot,
+            draft_interval_ms=self.limits.brain_read_ahead_ms if self.reads_ahead else 0,
             endpointing=e,
             sample_rate_hz=RATE,
             request_id=self.options.request_id,
@@ -573,6 +596,9 @@ class DialogueSession(StsSession):
         self._heard_ms = max(self._heard_ms, self._abs_ms(reported))
         if event.kind == PHRASE_SPOTTED and event.spotted is not None:
             self._on_spotted(event.spotted)
+            return
+        if event.kind == DRAFT and event.draft is not None:
+            self._on_draft(event.draft)
             return
         if event.kind == TURN_ESTIMATE and event.turn is not None:
             if self.state == LISTENING and not self._drop_results:
@@ -854,6 +880,34 @@ class DialogueSession(StsSession):
             return False  # words, but shorter than barge_in.min_speech_ms: wait (a stop word never waits)
         self._barge_in(verdict.why)
         return True
+
+    def _on_draft(self, draft: Draft) -> None:
+        """The recognizer's draft of the user's words so far, while they speak: the brain reads the turn so far ahead
+        of its end (one request at a time; the next draft comes soon). Not over the agent's reply (speech there may
+        be a backchannel, and the brain is busy with the reply), nor for words that are dropped."""
+        if (
+            self.state != LISTENING
+            or self._candidate is not None
+            or self._drop_results
+            or self._closing
+            or draft.utterance_index in self._ignored
+        ):
+            return
+        if self._read_ahead_task is not None and not self._read_ahead_task.done():
+            return
+        text = " ".join([*self._pending, as_final_begins(draft.transcript)]).strip()
+        self._read_ahead_task = asyncio.create_task(self._read_ahead(text), name="dialogue-read-ahead")
+
+    async def _read_ahead(self, text: str) -> None:
+        try:
+            await self.read_ahead(text)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - only a head start: the turn's own request evaluates the words
+            log.info("reading ahead failed (the turn evaluates the words itself): %s", e)
+            metrics.STS_BRAIN_READ_AHEADS.labels(*self._labels, "failed").inc()
+            return
+        metrics.STS_BRAIN_READ_AHEADS.labels(*self._labels, "done").inc()
 
     def _on_spotted(self, s: SpottedPhrase) -> None:
         """The recognizer heard a stop word early in speech over the reply (before the utterance's final): interrupt

@@ -67,3 +67,62 @@ def test_a_session_resumes_its_own_prefix_after_another_sessions_turn():
     # Without the cache only the system prompt is shared with B1's prompt: A1's line and reply are evaluated again.
     # With it, A2 resumes from A1's cached state: its reply's end and the new line only.
     assert with_cache * 2 < without_cache, (with_cache, without_cache)
+
+
+@pytest.mark.timeout(180)
+async def test_a_read_ahead_leaves_the_turn_only_its_last_words(monkeypatch):
+    """The conversation's read-ahead (ChatBrain.read_ahead, docs/conversation.md#reading-ahead) on the server as the
+    fleet starts it (prompt cache on): after the draft "… at seven this" was read, the turn's request for "… at seven
+    this evening." evaluates a few tokens; a turn of the same length read cold evaluates all of its words."""
+    import llama_cpp.server.app as app
+
+    from services.brain.server import smollm2_path
+    from services.common.engines import Sampling
+    from services.conversation.brain import ChatBrain
+    from tests.brain.test_brain_one_thread import serving
+
+    evaluated_tokens: list[int] = []
+    evaluate = llama_cpp.Llama.eval
+
+    def counting_eval(self, tokens):
+        evaluated_tokens.append(len(tokens))
+        return evaluate(self, tokens)
+
+    monkeypatch.setattr(llama_cpp.Llama, "eval", counting_eval)
+    model = server_settings(64).model_copy(update={"model": str(smollm2_path()), "model_alias": "brain"})
+    from llama_cpp.server.settings import ServerSettings
+
+    server = app.create_app(server_settings=ServerSettings(interrupt_requests=False), model_settings=[model])
+    context = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Hello, my name is Alice."},
+        {"role": "assistant", "content": "Hello Alice, how can I help you today?"},
+    ]
+
+    def said(text: str) -> list[dict]:
+        return [*context, {"role": "user", "content": text}]
+
+    sampling = Sampling(temperature=0.0, top_p=1.0, seed=1)
+
+    async def turn(brain: ChatBrain, text: str) -> int:
+        """Prompt and reply tokens llama.cpp ran for the turn's streamed reply (a few reply tokens at most)."""
+        before = len(evaluated_tokens)
+        reply = "".join([piece async for piece in brain.stream_chat(said(text), sampling, max_tokens=2)])
+        assert reply.strip()
+        return sum(evaluated_tokens[before:])
+
+    with serving(server) as base_url:
+        brain = ChatBrain(f"{base_url}/v1", "brain", "test")
+        try:
+            await turn(brain, "Thank you.")  # the context is in the cache now, as after a session's first turn
+            cold = await turn(brain, "Could you tell me which train goes to the airport early on Sunday morning?")
+            before = len(evaluated_tokens)
+            await brain.read_ahead(said("I would like to book a table for two people at seven this"))
+            read = sum(evaluated_tokens[before:])
+            warm = await turn(brain, "I would like to book a table for two people at seven this evening.")
+        finally:
+            await brain.close()
+    # The cold turn ran its ~15 words' tokens and the chat template's; the read-ahead ran the draft's; the warm turn
+    # ran what follows the draft ("evening.", the template's end) and its reply's first token.
+    assert read >= 12, read
+    assert warm * 2 < cold, (warm, cold)

@@ -23,6 +23,7 @@ import pytest
 
 from services.cli.fleet import free_port
 from services.common import audio
+from services.common.text import spoken_words
 from tests.conftest import start_fleet, wait_until
 from tests.speech import INTELLIGIBLE, intelligible
 from tests.speech import wer as _wer
@@ -66,12 +67,15 @@ def wer(reference: str, hypothesis: str) -> float:
 
 # --- the brain pass-through that records what the brain was asked -----------------------------------------------
 class BrainRecorder:
-    """HTTP pass-through to the real brain; keeps every chat request body. An unreachable brain looks unreachable
-    (the connection is closed without an answer)."""
+    """HTTP pass-through to the real brain; keeps every chat request body: the turns' (``requests``) apart from the
+    read-aheads of the user's words while they speak (``read_aheads``: one-token completions, not streamed,
+    docs/conversation.md#reading-ahead). An unreachable brain looks unreachable (the connection is closed without an
+    answer)."""
 
     def __init__(self, upstream_port: int):
         self.upstream_port = upstream_port
         self.requests: list[dict] = []
+        self.read_aheads: list[dict] = []
         recorder = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -80,7 +84,9 @@ class BrainRecorder:
 
             def _forward(self, body: bytes | None):
                 if body is not None and self.path.endswith("/chat/completions"):
-                    recorder.requests.append(json.loads(body))
+                    asked = json.loads(body)
+                    read_ahead = asked.get("max_tokens") == 1 and not asked.get("stream")
+                    (recorder.read_aheads if read_ahead else recorder.requests).append(asked)
                 upstream = http.client.HTTPConnection("127.0.0.1", recorder.upstream_port, timeout=60)
                 try:
                     upstream.request(self.command, self.path, body=body, headers={"Content-Type": "application/json"})
@@ -381,6 +387,42 @@ def test_three_turn_conversation_carries_context(conv, router_channel, say):
     assert conv.metric("moss_sts", "voicefleet_sts_turns_total", outcome="complete") >= 3
     assert conv.metric("moss_sts", "voicefleet_sts_speech_end_to_first_audio_seconds_count") >= 3
     assert conv.metric("router", "voicefleet_sts_turns_total", outcome="complete") >= 3
+
+
+def test_the_brain_reads_the_users_words_while_they_speak(conv, router_channel, say):
+    """Reading ahead (docs/conversation.md#reading-ahead): while a long sentence is spoken at the pace of real time,
+    drafts of it go to the brain as one-token requests of the conversation so far; the turn's own request is that
+    conversation with the words the turn committed; the read-aheads' words never reach the context."""
+    line = "I would like to book a table for two people at the little Italian place near the station tonight."
+    talk = Talk(router_channel, sampling=SHORT_REPLY)
+    read_before, asked_before = len(conv.recorder.read_aheads), len(conv.recorder.requests)
+    done_before = conv.metric("moss_sts", "voicefleet_sts_brain_read_aheads_total", outcome="done")
+    try:
+        done, _ = talk.one_turn(say(line), "long line")
+        assert done is not None, talk.of("turn_error", 0)
+        heard = spoken_words(done.user_text)
+        assert wer(line, done.user_text) <= 0.25, done.user_text
+        read_aheads = conv.recorder.read_aheads[read_before:]
+        assert read_aheads, "the brain read nothing while the user spoke"
+        turn_request = next(
+            r for r in conv.recorder.requests[asked_before:] if r["messages"][-1]["content"] == done.user_text
+        )
+        for asked in read_aheads:
+            assert asked["messages"][:-1] == turn_request["messages"][:-1]  # the same conversation so far
+            draft = asked["messages"][-1]
+            assert draft["role"] == "user"
+            words = spoken_words(draft["content"])
+            assert words[:3] == heard[:3] and len(words) < len(heard), (draft["content"], done.user_text)
+        # A later draft heard more of the sentence.
+        assert len(spoken_words(read_aheads[-1]["messages"][-1]["content"])) >= 6, read_aheads[-1]["messages"][-1]
+        assert conv.metric("moss_sts", "voicefleet_sts_brain_read_aheads_total", outcome="done") > done_before
+        # The next turn's context holds the committed words only.
+        talk.send(say("Thank you."), label="turn 1")
+        assert talk.wait(lambda: talk.ended(1)), talk.events[-5:]
+        users = [m["content"] for m in conv.recorder.requests[-1]["messages"] if m["role"] == "user"]
+        assert users[0] == done.user_text and len(users) == 2, users
+    finally:
+        close(talk)
 
 
 # --- barge-in ----------------------------------------------------------------------------------------------------

@@ -88,6 +88,10 @@ class AsrServiceConfig(ServerConfig):
     spot_interval_ms: int = bounded(64, ge=32, le=5000)
     spot_window_ms: int = bounded(1200, ge=100, le=10_000)
     max_concurrent_spotting: int = bounded(0, ge=0, le=1000)
+    # Drafts (RecognitionConfig.draft_interval_ms, docs/asr.md#drafts): the utterance so far re-decoded greedily by the
+    # final recognizer while it is spoken. Draft decodes in flight at once, across all streams (one more due waits for
+    # the next window): 0 = half the cores, at least 1 (CPU engine), 16 (GPU engine).
+    max_concurrent_drafts: int = bounded(0, ge=0, le=1000)
     # Streams served at once; more get RESOURCE_EXHAUSTED with a retry hint. 0 = the measured capacity: 5 per core
     # (CPU engine), 16 (GPU engine); docs/asr.md#capacity.
     max_concurrent_streams: int = bounded(0, ge=0, le=1000, says="must be 0..1000 (0 = per core)")

@@ -134,10 +134,23 @@ class MossStsConfig(TtsServiceConfig):
     # the final transcript, and its text and audio are held until the commit (dropped if the user goes on).
     # 0: no preemptive reply (commit at the final).
     turn_commit_ms: int = bounded(250, ge=0, le=3000)
+    # Engines with a text brain (the CPU cascade, the router's fallback): while the user speaks, the recognizer
+    # re-decodes their words so far every this many ms of speech (RecognitionConfig.draft_interval_ms) and the brain
+    # reads them ahead of the turn (a one-token request whose prompt prefix the turn's own request then resumes from,
+    # llama.cpp's prompt cache): at the turn's end only its last words are left to evaluate
+    # (docs/conversation.md#reading-ahead). 0: off; else 200..10000.
+    brain_read_ahead_ms: int = bounded(600, ge=0, le=10_000)
     # Cancel the echo of the reply in the caller's audio (WebRTC AEC3, the pywebrtc-audio wheel), so a speakerphone
     # or a phone line without echo cancellation does not make the agent interrupt itself (docs/conversation.md#echo).
     echo_cancellation: bool = True
     gpu: MossGpuConfig = Field(default_factory=MossGpuConfig)
+
+    @field_validator("brain_read_ahead_ms")
+    @classmethod
+    def _read_ahead(cls, v: int) -> int:
+        if v and v < 200:
+            raise ValueError(f"must be 0 (off) or 200..10000, got {v}")
+        return v
 
     @field_validator("barge_in_stop_words", "barge_in_backchannels")
     @classmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from services.common.audio import S16LE
 from services.common.engines import (
+    DRAFT,
     PHRASE_SPOTTED,
     RESULT,
     SEMANTIC_MODE,
@@ -15,6 +16,7 @@ from services.common.engines import (
     TEXT_CHECK_ON,
     TURN_ESTIMATE,
     AsrEvent,
+    Draft,
     Endpointing,
     Hypothesis,
     RecognitionOptions,
@@ -49,6 +51,7 @@ def config_to_proto(options: RecognitionOptions) -> recognizer_pb2.RecognitionCo
         endpointing=endpointing_to_proto(options.endpointing),
         phrase_hints=list(options.phrase_hints),
         spot_phrases=list(options.spot_phrases),
+        draft_interval_ms=options.draft_interval_ms,
     )
 
 
@@ -75,6 +78,16 @@ def event_fields(event: AsrEvent) -> dict:
         return {"end_of_turn": end_of_turn_to_proto(event.turn)}
     if event.kind == PHRASE_SPOTTED:
         return {"phrase_spotted": spotted_to_proto(event.spotted)}
+    if event.kind == DRAFT:
+        d = event.draft
+        return {
+            "draft": recognizer_pb2.Draft(
+                transcript=d.transcript,
+                utterance_index=d.utterance_index,
+                utterance_start_ms=d.utterance_start_ms,
+                offset_ms=d.offset_ms,
+            )
+        }
     if event.kind in (SPEECH_START, SPEECH_END):
         kind = (
             recognizer_pb2.VadEvent.KIND_SPEECH_START
@@ -97,6 +110,10 @@ def event_from_proto(reply) -> AsrEvent:
     if which == "phrase_spotted":
         spotted = spotted_from_proto(reply.phrase_spotted)
         return AsrEvent(PHRASE_SPOTTED, offset_ms=spotted.offset_ms, spotted=spotted)
+    if which == "draft":
+        d = reply.draft
+        draft = Draft(d.transcript, d.utterance_index, d.utterance_start_ms, d.offset_ms)
+        return AsrEvent(DRAFT, offset_ms=d.offset_ms, draft=draft)
     return AsrEvent(RESULT, result=result_from_proto(reply.result))
 
 

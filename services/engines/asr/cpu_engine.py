@@ -368,6 +368,13 @@ class WhisperFinals:
         return FinalText(text=text, confidence=round(confidence, 3), language=info.language or (language or ""))
 
 
+def draft_budget(service: str, engine: str, config: AsrServiceConfig, default_slots: int = 0) -> InterimBudget:
+    """An engine's budget of draft decodes in flight (asr.max_concurrent_drafts; 0: ``default_slots``, else half
+    the cores, at least 1: a draft must not hold every core the speculative finals need)."""
+    slots = config.max_concurrent_drafts or default_slots or max(1, cpu_cores() // 2)
+    return InterimBudget(service, engine, slots, skipped=metrics.ASR_DRAFTS_SKIPPED)
+
+
 def spotting(service: str, engine: str, config: AsrServiceConfig, default_slots: int = 0) -> Spotting:
     """An engine's spotting settings (asr.spot_*); its budget of utterances spotting at once (0 in the config:
     ``default_slots``, else 1 per core)."""
@@ -405,6 +412,7 @@ class CpuAsrEngine(AsrEngine):
         self.partials = PocketsphinxPool()
         self.interim_budget = InterimBudget(service, self.name, config.max_concurrent_interims or 4 * cpu_cores())
         self.spotting = spotting(service, self.name, config)
+        self.draft_budget = draft_budget(service, self.name, config)
         # VAD + pass 1 of every stream (short steps), and pass 2 (whisper decodes) on their own threads.
         self.stream_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="asr-stream")
         self.final_pool = ThreadPoolExecutor(max_workers=config.final_workers, thread_name_prefix="asr-final")

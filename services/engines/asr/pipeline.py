@@ -31,6 +31,7 @@ import numpy as np
 
 from services.common import metrics
 from services.common.engines import (
+    DRAFT,
     PHRASE_SPOTTED,
     RESULT,
     SEMANTIC_MODE,
@@ -40,6 +41,7 @@ from services.common.engines import (
     TURN_ESTIMATE,
     AsrEvent,
     AsrStream,
+    Draft,
     Hypothesis,
     RecognitionOptions,
     SpottedPhrase,
@@ -149,6 +151,7 @@ class PipelineEngineParts(Protocol):
     interim_budget: InterimBudget | None
     turn: TurnSupport | None  # semantic endpointing (None: silence mode only)
     spotting: Spotting | None  # spot phrases (None: not served)
+    draft_budget: InterimBudget | None  # draft decodes in flight at once, all streams (None: drafts not served)
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,7 @@ class TwoPassStream(AsrStream):
         self._spec: tuple[int, concurrent.futures.Future] | None = None  # (silence start, decode)
         self._events: asyncio.Queue = asyncio.Queue()
         self._init_spotting(engine, options)
+        self._init_drafts(engine, options)
         self._closed = False
         self._ended = False
         self._inflight: concurrent.futures.Future | None = None  # the VAD/pass-1 step running in a thread
@@ -273,6 +277,20 @@ class TwoPassStream(AsrStream):
             labels = (engine.service, engine.name)
             self._spot_cost = metrics.ASR_SPOT_DECODES.labels(*labels)
             self._spots_sent = metrics.ASR_PHRASES_SPOTTED.labels(*labels)
+
+    def _init_drafts(self, engine: PipelineEngineParts, options: RecognitionOptions) -> None:
+        """Drafts (RecognitionConfig.draft_interval_ms): ``_step`` decides when to decode (thread side), ``_drafted``
+        whether the text still goes out (loop side: its utterance has no final yet)."""
+        budget: InterimBudget | None = getattr(engine, "draft_budget", None)
+        interval = options.draft_interval_ms if budget is not None else 0
+        self._draft_budget = budget
+        self._draft_interval = interval * RATE // 1000
+        self._draft_next = 0  # stream offset (samples) at which the next draft is due
+        self._draft_busy = False  # a draft decode of this stream is in flight (set here, cleared by its callback)
+        self._last_draft: tuple[int, str] = (-1, "")  # loop side: the last Draft sent (utterance, text)
+        if interval:
+            labels = (engine.service, engine.name)
+            self._draft_cost = metrics.ASR_DRAFT_DECODES.labels(*labels)
 
     # --- AsrStream ------------------------------------------------------------------------------------------
     async def feed(self, pcm: bytes) -> None:
@@ -394,6 +412,7 @@ class TwoPassStream(AsrStream):
                     events.append(AsrEvent(SPEECH_START, offset_ms=ms(t.offset)))
                     self._start_wall = time.monotonic()
                     self._start_serials.append(self._spot_serial)
+                    self._draft_next = t.offset + self._draft_interval
                     if self._turn_start is None:
                         self._turn_start = t.offset
                 elif t.kind == "discard":
@@ -417,6 +436,8 @@ class TwoPassStream(AsrStream):
                     events.append(interim)
             if self._spot_on:
                 self._maybe_spot()
+            if self._draft_interval and job is None:
+                self._maybe_draft()
             if self._speculate and job is None and self._ep.state == "speech":
                 self._maybe_speculate()  # semantic mode: only drops a decode when speech resumed (see _judge)
             if not self._ep.in_utterance and job is None:
@@ -594,6 +615,65 @@ class TwoPassStream(AsrStream):
         spotted = dataclasses.replace(event.spotted, utterance_index=index)
         self._spots_sent.inc()
         self._emit(dataclasses.replace(event, spotted=spotted))
+
+    # --- drafts (RecognitionConfig.draft_interval_ms) --------------------------------------------------------------
+    def _maybe_draft(self) -> None:
+        """Thread, after each window: decode the utterance so far when a draft is due. Only while the speaker is
+        sounding: once a pause begins the speculative final takes the final recognizer, and a draft then would only
+        slow it down (the final follows shortly anyway)."""
+        if (
+            self._ep.state != "speech"
+            or self._ep.quiet_since is not None
+            or self._spec is not None
+            or self._draft_busy
+            or self._pos < self._draft_next
+            or self._closed
+        ):
+            return
+        if not self._draft_budget.take():
+            self._draft_next = self._pos + WINDOW  # the engine's drafts are all in flight: try at the next window
+            return
+        self._draft_next = self._pos + self._draft_interval
+        audio, _ = self._utterance_audio(self._pos)
+        index, utt_start, end = self._index, self._utt_start, self._pos
+        language = self._language or self._spot_language
+        self._draft_busy = True
+        try:
+            future = self._engine.final_pool.submit(self._draft_decode, audio, language)
+        except RuntimeError:  # the pool is shut down (the engine is closing)
+            self._draft_busy = False
+            self._draft_budget.give_back()
+            return
+
+        def done(f: concurrent.futures.Future) -> None:  # on the final pool's thread
+            self._draft_busy = False
+            self._draft_budget.give_back()
+            if f.cancelled() or self._closed:
+                return
+            if f.exception() is not None:
+                log.warning("a draft decode failed: %s", f.exception())
+                return
+            with contextlib.suppress(RuntimeError):  # the event loop closed meanwhile
+                self._loop.call_soon_threadsafe(self._drafted, index, utt_start, end, f.result())
+
+        future.add_done_callback(done)
+
+    def _draft_decode(self, audio: np.ndarray, language: str | None) -> str:
+        """Thread (final pool): one draft decode (greedy, as spotting's)."""
+        t0 = time.perf_counter()
+        try:
+            return self._engine.final.quick(audio, language)
+        finally:
+            self._draft_cost.observe(time.perf_counter() - t0)
+
+    def _drafted(self, index: int, utt_start: int, end: int, text: str) -> None:
+        """Loop: a draft of utterance ``index`` is done; it goes out unless that utterance's final went out first, or
+        it says nothing new."""
+        text = text.strip()
+        if self._closed or self._index != index or not text or (index, text) == self._last_draft:
+            return
+        self._last_draft = (index, text)
+        self._emit(AsrEvent(DRAFT, offset_ms=ms(end), draft=Draft(text, index, ms(utt_start), ms(end))))
 
     def _recognize(self, audio: np.ndarray) -> tuple[FinalText, float]:
         """Thread (final pool): pass 2 on one utterance; returns the text and the compute time."""

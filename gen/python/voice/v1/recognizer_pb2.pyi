@@ -84,21 +84,35 @@ class PhraseSpotted(_message.Message):
     offset_ms: int
     def __init__(self, phrase: _Optional[str] = ..., transcript: _Optional[str] = ..., utterance_index: _Optional[int] = ..., utterance_start_ms: _Optional[int] = ..., offset_ms: _Optional[int] = ...) -> None: ...
 
+class Draft(_message.Message):
+    __slots__ = ("transcript", "utterance_index", "utterance_start_ms", "offset_ms")
+    TRANSCRIPT_FIELD_NUMBER: _ClassVar[int]
+    UTTERANCE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    UTTERANCE_START_MS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_MS_FIELD_NUMBER: _ClassVar[int]
+    transcript: str
+    utterance_index: int
+    utterance_start_ms: int
+    offset_ms: int
+    def __init__(self, transcript: _Optional[str] = ..., utterance_index: _Optional[int] = ..., utterance_start_ms: _Optional[int] = ..., offset_ms: _Optional[int] = ...) -> None: ...
+
 class RecognitionConfig(_message.Message):
-    __slots__ = ("input_format", "language", "interim_results", "endpointing", "phrase_hints", "spot_phrases")
+    __slots__ = ("input_format", "language", "interim_results", "endpointing", "phrase_hints", "spot_phrases", "draft_interval_ms")
     INPUT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     INTERIM_RESULTS_FIELD_NUMBER: _ClassVar[int]
     ENDPOINTING_FIELD_NUMBER: _ClassVar[int]
     PHRASE_HINTS_FIELD_NUMBER: _ClassVar[int]
     SPOT_PHRASES_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     input_format: _audio_pb2.AudioFormat
     language: str
     interim_results: bool
     endpointing: EndpointingConfig
     phrase_hints: _containers.RepeatedScalarFieldContainer[str]
     spot_phrases: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, input_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., endpointing: _Optional[_Union[EndpointingConfig, _Mapping]] = ..., phrase_hints: _Optional[_Iterable[str]] = ..., spot_phrases: _Optional[_Iterable[str]] = ...) -> None: ...
+    draft_interval_ms: int
+    def __init__(self, input_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., endpointing: _Optional[_Union[EndpointingConfig, _Mapping]] = ..., phrase_hints: _Optional[_Iterable[str]] = ..., spot_phrases: _Optional[_Iterable[str]] = ..., draft_interval_ms: _Optional[int] = ...) -> None: ...
 
 class StreamingRecognizeRequest(_message.Message):
     __slots__ = ("request_id", "config", "audio", "spotting")
@@ -171,18 +185,20 @@ class RecognitionResult(_message.Message):
     def __init__(self, transcript: _Optional[str] = ..., is_final: _Optional[bool] = ..., stability: _Optional[float] = ..., confidence: _Optional[float] = ..., utterance_index: _Optional[int] = ..., utterance_start_ms: _Optional[int] = ..., utterance_end_ms: _Optional[int] = ..., audio_processed_ms: _Optional[int] = ..., language: _Optional[str] = ..., words: _Optional[_Iterable[_Union[WordInfo, _Mapping]]] = ...) -> None: ...
 
 class StreamingRecognizeResponse(_message.Message):
-    __slots__ = ("request_id", "vad", "result", "end_of_turn", "phrase_spotted")
+    __slots__ = ("request_id", "vad", "result", "end_of_turn", "phrase_spotted", "draft")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     VAD_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     END_OF_TURN_FIELD_NUMBER: _ClassVar[int]
     PHRASE_SPOTTED_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     vad: VadEvent
     result: RecognitionResult
     end_of_turn: EndOfTurn
     phrase_spotted: PhraseSpotted
-    def __init__(self, request_id: _Optional[str] = ..., vad: _Optional[_Union[VadEvent, _Mapping]] = ..., result: _Optional[_Union[RecognitionResult, _Mapping]] = ..., end_of_turn: _Optional[_Union[EndOfTurn, _Mapping]] = ..., phrase_spotted: _Optional[_Union[PhraseSpotted, _Mapping]] = ...) -> None: ...
+    draft: Draft
+    def __init__(self, request_id: _Optional[str] = ..., vad: _Optional[_Union[VadEvent, _Mapping]] = ..., result: _Optional[_Union[RecognitionResult, _Mapping]] = ..., end_of_turn: _Optional[_Union[EndOfTurn, _Mapping]] = ..., phrase_spotted: _Optional[_Union[PhraseSpotted, _Mapping]] = ..., draft: _Optional[_Union[Draft, _Mapping]] = ...) -> None: ...
 
 class RecognizeRequest(_message.Message):
     __slots__ = ("request_id", "config", "audio")
@@ -195,15 +211,17 @@ class RecognizeRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., config: _Optional[_Union[RecognitionConfig, _Mapping]] = ..., audio: _Optional[bytes] = ...) -> None: ...
 
 class RecognizeResponse(_message.Message):
-    __slots__ = ("request_id", "vad", "result", "end_of_turn", "phrase_spotted")
+    __slots__ = ("request_id", "vad", "result", "end_of_turn", "phrase_spotted", "draft")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     VAD_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     END_OF_TURN_FIELD_NUMBER: _ClassVar[int]
     PHRASE_SPOTTED_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     vad: VadEvent
     result: RecognitionResult
     end_of_turn: EndOfTurn
     phrase_spotted: PhraseSpotted
-    def __init__(self, request_id: _Optional[str] = ..., vad: _Optional[_Union[VadEvent, _Mapping]] = ..., result: _Optional[_Union[RecognitionResult, _Mapping]] = ..., end_of_turn: _Optional[_Union[EndOfTurn, _Mapping]] = ..., phrase_spotted: _Optional[_Union[PhraseSpotted, _Mapping]] = ...) -> None: ...
+    draft: Draft
+    def __init__(self, request_id: _Optional[str] = ..., vad: _Optional[_Union[VadEvent, _Mapping]] = ..., result: _Optional[_Union[RecognitionResult, _Mapping]] = ..., end_of_turn: _Optional[_Union[EndOfTurn, _Mapping]] = ..., phrase_spotted: _Optional[_Union[PhraseSpotted, _Mapping]] = ..., draft: _Optional[_Union[Draft, _Mapping]] = ...) -> None: ...
