@@ -228,7 +228,8 @@ STS_PREEMPTIVE_REPLIES = Counter(
 STS_BRAIN_READ_AHEADS = Counter(
     "voicefleet_sts_brain_read_aheads_total",
     "The user's words so far (a recognizer draft, while they speak) sent to the brain ahead of the turn"
-    " (moss_sts.brain_read_ahead_ms): done (the brain evaluated them) or failed (the turn evaluates them itself).",
+    " (moss_sts.brain_read_ahead_ms): done (the brain evaluated them), skipped (the brain was busy with another"
+    " request of the process) or failed (the turn evaluates them itself).",
     ["service", "engine", "outcome"],
 )
 STS_BARGE_IN_DECISIONS = Counter(

@@ -62,6 +62,7 @@ class ChatBrain:
         self.read_timeout_s = read_timeout_s
         self._first_token = metrics.STS_BRAIN_FIRST_TOKEN.labels(service)
         self._client = None
+        self._in_flight = 0  # requests of this client the brain is serving or has queued (every session's)
 
     def check_language(self, language: str, field: str = "config.language") -> None:
         """FAILED_PRECONDITION when the reply model does not write ``language`` (an empty language is not checked)."""
@@ -111,6 +112,7 @@ class ChatBrain:
         sent = time.monotonic()
         first = True
         finished = None  # the choice's finish_reason; a stream that ends without one was cut short
+        self._in_flight += 1
         try:
             async with self._http().stream(
                 "POST", f"{self.base_url}/chat/completions", json=body, headers=headers
@@ -154,14 +156,21 @@ class ChatBrain:
             raise self._unreachable(f"did not answer in time ({type(e).__name__})") from None
         except (httpx.TransportError, OSError) as e:
             raise self._unreachable(f"is unreachable ({type(e).__name__}: {e})") from None
+        finally:
+            self._in_flight -= 1
 
-    async def read_ahead(self, messages: list[dict], request_id: str = "") -> None:
+    async def read_ahead(self, messages: list[dict], request_id: str = "") -> bool:
         """Have the server evaluate ``messages`` (the turn so far) without answering: a one-token completion. Its
         prompt cache (llama.cpp's; vLLM's prefix caching) then holds them, and the turn's own request, whose prompt
-        begins the same, evaluates only what follows the shared prefix."""
+        begins the same, evaluates only what follows the shared prefix. Only while this client has nothing else in
+        flight (False: skipped): the local server serves one request at a time, so with other sessions' replies
+        under way a read-ahead would wait in its queue and then hold up the turns behind it."""
         import httpx
 
+        if self._in_flight:
+            return False
         body = {"model": self.model, "messages": messages, "stream": False, "temperature": 0.0, "max_tokens": 1}
+        self._in_flight += 1
         try:
             response = await self._http().post(
                 f"{self.base_url}/chat/completions", json=body, headers=request_headers(request_id)
@@ -170,8 +179,11 @@ class ChatBrain:
             raise self._unreachable(f"did not answer in time ({type(e).__name__})") from None
         except (httpx.TransportError, OSError) as e:
             raise self._unreachable(f"is unreachable ({type(e).__name__}: {e})") from None
+        finally:
+            self._in_flight -= 1
         if response.status_code >= 400:
             raise VoiceError(f"brain: HTTP {response.status_code}: {response.text[:300]}")
+        return True
 
     async def ready(self) -> bool:
         """GET /models answers (the readiness check the fleet uses too)."""

@@ -52,8 +52,8 @@ class CascadeSession(DialogueSession):
     def _messages(self, user_text: str) -> list[dict]:
         return self.context.chat(self.system_prompt) + [{"role": "user", "content": user_text}]
 
-    async def read_ahead(self, text: str) -> None:
-        await self.engine.brain.read_ahead(self._messages(text), self.options.request_id)
+    async def read_ahead(self, text: str) -> bool:
+        return await self.engine.brain.read_ahead(self._messages(text), self.options.request_id)
 
     async def generate_reply(self, turn: UserTurn, sink: ReplySink) -> None:
         messages = self._messages(turn.text)

@@ -492,9 +492,11 @@ class DialogueSession(StsSession):
         """Answer ``turn`` given ``self.context`` (which does not hold the turn yet): text deltas and audio pieces
         into ``sink``. Cancelled on interruption (stop at the next step). Raise VoiceError for a failed turn."""
 
-    async def read_ahead(self, text: str) -> None:
+    async def read_ahead(self, text: str) -> bool:
         """The user's words so far (``reads_ahead`` engines; the turn is not over): let the brain evaluate them now,
-        so that the turn's own request resumes from them. Raise for a failed one (logged; the turn is unaffected)."""
+        so that the turn's own request resumes from them. False: skipped (the brain is busy); raise for a failed one
+        (logged; the turn is unaffected)."""
+        return False
 
     def assistant_message(self, reply: _Reply, heard: str) -> Message | None:
         """What the context keeps of a reply (the text heard; engines that answer audio may keep audio too)."""
@@ -900,14 +902,14 @@ class DialogueSession(StsSession):
 
     async def _read_ahead(self, text: str) -> None:
         try:
-            await self.read_ahead(text)
+            sent = await self.read_ahead(text)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - only a head start: the turn's own request evaluates the words
             log.info("reading ahead failed (the turn evaluates the words itself): %s", e)
             metrics.STS_BRAIN_READ_AHEADS.labels(*self._labels, "failed").inc()
             return
-        metrics.STS_BRAIN_READ_AHEADS.labels(*self._labels, "done").inc()
+        metrics.STS_BRAIN_READ_AHEADS.labels(*self._labels, "done" if sent else "skipped").inc()
 
     def _on_spotted(self, s: SpottedPhrase) -> None:
         """The recognizer heard a stop word early in speech over the reply (before the utterance's final): interrupt

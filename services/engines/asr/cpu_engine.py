@@ -28,7 +28,7 @@ from services.common.engines import AsrEngine, AsrStream, RecognitionOptions
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.scheduler import cpu_cores
 from services.engines.asr.models import base_model_dir, tiny_en_dir
-from services.engines.asr.pipeline import FinalText, InterimBudget, Spotting, TwoPassStream
+from services.engines.asr.pipeline import FinalsInFlight, FinalText, InterimBudget, Spotting, TwoPassStream
 from services.engines.asr.turn_model import TurnSupport
 from services.engines.asr.vad import RATE, SileroVad
 
@@ -412,6 +412,7 @@ class CpuAsrEngine(AsrEngine):
         self.partials = PocketsphinxPool()
         self.interim_budget = InterimBudget(service, self.name, config.max_concurrent_interims or 4 * cpu_cores())
         self.spotting = spotting(service, self.name, config)
+        self.finals_in_flight = FinalsInFlight()
         self.draft_budget = draft_budget(service, self.name, config)
         # VAD + pass 1 of every stream (short steps), and pass 2 (whisper decodes) on their own threads.
         self.stream_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="asr-stream")

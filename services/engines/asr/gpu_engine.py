@@ -41,7 +41,7 @@ from services.engines.asr.cpu_engine import (
     spotting,
     whisper_language,
 )
-from services.engines.asr.pipeline import FinalText, TwoPassStream
+from services.engines.asr.pipeline import FinalsInFlight, FinalText, TwoPassStream
 from services.engines.asr.turn_model import TurnSupport
 from services.engines.asr.vad import RATE, SileroVad
 
@@ -252,6 +252,7 @@ class GpuAsrEngine(AsrEngine, Offloadable):
         self.final = WhisperGpu(config)
         # Spotting decodes are greedy, on a second or so of audio: a few ms on a card; as many as streams by default.
         self.spotting = spotting(service, self.name, config, default_slots=16)
+        self.finals_in_flight = FinalsInFlight()
         self.draft_budget = draft_budget(service, self.name, config, default_slots=16)
         self.stream_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="asr-stream")
         self.final_pool = ThreadPoolExecutor(max_workers=config.gpu.num_workers, thread_name_prefix="asr-final")

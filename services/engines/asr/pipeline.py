@@ -139,6 +139,30 @@ class InterimBudget:
             self._used -= 1
 
 
+class FinalsInFlight:
+    """Final decodes (speculative or not) submitted to an engine's final pool and not done yet, all streams counted:
+    drafts are spare-capacity work and start only while none is (a draft beside a final slows the final a caller
+    waits for)."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def track(self, future: concurrent.futures.Future) -> concurrent.futures.Future:
+        with self._lock:
+            self._count += 1
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _future: concurrent.futures.Future) -> None:
+        with self._lock:
+            self._count -= 1
+
+    @property
+    def idle(self) -> bool:
+        return self._count == 0
+
+
 class PipelineEngineParts(Protocol):
     service: str
     name: str
@@ -152,6 +176,7 @@ class PipelineEngineParts(Protocol):
     turn: TurnSupport | None  # semantic endpointing (None: silence mode only)
     spotting: Spotting | None  # spot phrases (None: not served)
     draft_budget: InterimBudget | None  # draft decodes in flight at once, all streams (None: drafts not served)
+    finals_in_flight: FinalsInFlight
 
 
 @dataclass(frozen=True)
@@ -288,6 +313,9 @@ class TwoPassStream(AsrStream):
         self._draft_next = 0  # stream offset (samples) at which the next draft is due
         self._draft_busy = False  # a draft decode of this stream is in flight (set here, cleared by its callback)
         self._last_draft: tuple[int, str] = (-1, "")  # loop side: the last Draft sent (utterance, text)
+        # (stream sample where a fed piece ended, when it arrived): drafts only for audio arriving at the pace of
+        # speech; one that came in a burst ends before a draft could help (appended on the loop, read by the step).
+        self._arrived: collections.deque[tuple[int, float]] = collections.deque(maxlen=256)
         if interval:
             labels = (engine.service, engine.name)
             self._draft_cost = metrics.ASR_DRAFT_DECODES.labels(*labels)
@@ -299,6 +327,8 @@ class TwoPassStream(AsrStream):
         samples = np.frombuffer(pcm, dtype=np.int16)
         self._audio_seconds.inc(len(samples) / RATE)
         self._pending = np.concatenate([self._pending, samples]) if len(self._pending) else samples
+        if self._draft_interval:
+            self._arrived.append((self._pos + len(self._pending), time.monotonic()))
         await self._drain(flush=False)
 
     async def pause_spotting(self, paused: bool) -> None:
@@ -436,8 +466,8 @@ class TwoPassStream(AsrStream):
                     events.append(interim)
             if self._spot_on:
                 self._maybe_spot()
-            if self._draft_interval and job is None:
-                self._maybe_draft()
+            if self._draft_interval and job is None and len(pending) - cursor < 2 * WINDOW:
+                self._maybe_draft()  # at the live edge only (no backlog left in this step)
             if self._speculate and job is None and self._ep.state == "speech":
                 self._maybe_speculate()  # semantic mode: only drops a decode when speech resumed (see _judge)
             if not self._ep.in_utterance and job is None:
@@ -619,8 +649,8 @@ class TwoPassStream(AsrStream):
     # --- drafts (RecognitionConfig.draft_interval_ms) --------------------------------------------------------------
     def _maybe_draft(self) -> None:
         """Thread, after each window: decode the utterance so far when a draft is due. Only while the speaker is
-        sounding: once a pause begins the speculative final takes the final recognizer, and a draft then would only
-        slow it down (the final follows shortly anyway)."""
+        sounding (once a pause begins the speculative final takes the final recognizer, and a draft then would only
+        slow it down; the final follows shortly anyway), and only while no final of any stream is being decoded."""
         if (
             self._ep.state != "speech"
             or self._ep.quiet_since is not None
@@ -628,6 +658,8 @@ class TwoPassStream(AsrStream):
             or self._draft_busy
             or self._pos < self._draft_next
             or self._closed
+            or not self._engine.finals_in_flight.idle
+            or not self._live()
         ):
             return
         if not self._draft_budget.take():
@@ -657,6 +689,18 @@ class TwoPassStream(AsrStream):
                 self._loop.call_soon_threadsafe(self._drafted, index, utt_start, end, f.result())
 
         future.add_done_callback(done)
+
+    def _live(self) -> bool:
+        """The last draft interval of audio arrived over at least half that long: a live speaker, not a burst (a
+        file sent as fast as it reads, a client catching up)."""
+        arrived = list(self._arrived)
+        if not arrived:
+            return False
+        since = self._pos - self._draft_interval
+        earlier = next((wall for end, wall in reversed(arrived) if end <= since), None)
+        if earlier is None:
+            return False  # it all came at once (or too long ago to tell)
+        return arrived[-1][1] - earlier >= self._draft_interval / RATE / 2
 
     def _draft_decode(self, audio: np.ndarray, language: str | None) -> str:
         """Thread (final pool): one draft decode (greedy, as spotting's)."""
@@ -721,7 +765,10 @@ class TwoPassStream(AsrStream):
 
     def _start_speculation(self, silence: int) -> None:
         audio, _ = self._utterance_audio(self._pos)
-        self._spec = (silence, self._engine.final_pool.submit(self._recognize, audio))
+        self._spec = (
+            silence,
+            self._engine.finals_in_flight.track(self._engine.final_pool.submit(self._recognize, audio)),
+        )
 
     def _judge(self, heard_end: int, speech_end: int) -> float:
         """Thread (the stream's step, inside push): the turn model on the turn's last 8 s up to ``heard_end``.
@@ -840,7 +887,9 @@ class TwoPassStream(AsrStream):
         return job
 
     async def _finalize(self, job: _FinalJob) -> None:
-        future = job.future or self._engine.final_pool.submit(self._recognize, job.audio)
+        future = job.future or self._engine.finals_in_flight.track(
+            self._engine.final_pool.submit(self._recognize, job.audio)
+        )
         # A cancel leaves this one decode to finish; nothing follows it.
         text, compute = await asyncio.wrap_future(future)
         if len(job.audio):
