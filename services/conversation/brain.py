@@ -11,6 +11,7 @@ closes the HTTP response, which stops the server's generation.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -97,8 +98,6 @@ class ChatBrain:
         self, messages: list[dict], sampling: Sampling, max_tokens: int, request_id: str = ""
     ) -> AsyncIterator[str]:
         """Text deltas of the reply to ``messages`` (OpenAI chat format)."""
-        import httpx
-
         body = {
             "model": self.model,
             "messages": messages,
@@ -112,18 +111,13 @@ class ChatBrain:
         sent = time.monotonic()
         first = True
         finished = None  # the choice's finish_reason; a stream that ends without one was cut short
-        self._in_flight += 1
-        try:
+        async with self._request():
             async with self._http().stream(
                 "POST", f"{self.base_url}/chat/completions", json=body, headers=headers
             ) as response:
                 if response.status_code >= 400:
                     detail = (await response.aread()).decode(errors="replace")[:300]
-                    if response.status_code >= 500 or response.status_code in (404, 429):
-                        raise self._unreachable(f"answered HTTP {response.status_code}: {detail}")
-                    raise VoiceError(
-                        f"brain: the reply model rejected the request (HTTP {response.status_code}): {detail}"
-                    )
+                    raise self._refused(response.status_code, detail)
                 async for line in response.aiter_lines():
                     if not line.startswith("data:"):
                         continue
@@ -152,12 +146,6 @@ class ChatBrain:
                 # end of the body without one means the server gave up on this reply (llama-cpp-python's
                 # interrupt_requests does that when another request arrives): a failed turn, not a short answer.
                 raise self._unreachable("ended the reply without a finish_reason (cut short by the server)")
-        except httpx.TimeoutException as e:
-            raise self._unreachable(f"did not answer in time ({type(e).__name__})") from None
-        except (httpx.TransportError, OSError) as e:
-            raise self._unreachable(f"is unreachable ({type(e).__name__}: {e})") from None
-        finally:
-            self._in_flight -= 1
 
     async def read_ahead(self, messages: list[dict], request_id: str = "") -> bool:
         """Have the server evaluate ``messages`` (the turn so far) without answering: a one-token completion. Its
@@ -165,25 +153,39 @@ class ChatBrain:
         begins the same, evaluates only what follows the shared prefix. Only while this client has nothing else in
         flight (False: skipped): the local server serves one request at a time, so with other sessions' replies
         under way a read-ahead would wait in its queue and then hold up the turns behind it."""
-        import httpx
-
         if self._in_flight:
             return False
         body = {"model": self.model, "messages": messages, "stream": False, "temperature": 0.0, "max_tokens": 1}
-        self._in_flight += 1
-        try:
+        async with self._request():
             response = await self._http().post(
                 f"{self.base_url}/chat/completions", json=body, headers=request_headers(request_id)
             )
+        if response.status_code >= 400:
+            raise self._refused(response.status_code, response.text[:300])
+        return True
+
+    @contextlib.asynccontextmanager
+    async def _request(self):
+        """One request to the server: counted in flight while it lasts (``read_ahead`` waits for none); a timeout or
+        a transport failure is the brain being unreachable."""
+        import httpx
+
+        self._in_flight += 1
+        try:
+            yield
         except httpx.TimeoutException as e:
             raise self._unreachable(f"did not answer in time ({type(e).__name__})") from None
         except (httpx.TransportError, OSError) as e:
             raise self._unreachable(f"is unreachable ({type(e).__name__}: {e})") from None
         finally:
             self._in_flight -= 1
-        if response.status_code >= 400:
-            raise VoiceError(f"brain: HTTP {response.status_code}: {response.text[:300]}")
-        return True
+
+    def _refused(self, status: int, detail: str) -> VoiceError:
+        """An HTTP error answer: the server failing (5xx), missing (404) or overloaded (429) is unreachable; any
+        other is the request rejected."""
+        if status >= 500 or status in (404, 429):
+            return self._unreachable(f"answered HTTP {status}: {detail}")
+        return VoiceError(f"brain: the reply model rejected the request (HTTP {status}): {detail}")
 
     async def ready(self) -> bool:
         """GET /models answers (the readiness check the fleet uses too)."""

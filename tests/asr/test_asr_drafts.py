@@ -29,19 +29,21 @@ def draft_config(interval_ms: int) -> recognizer_pb2.RecognitionConfig:
     return config
 
 
-def live(stub, samples: np.ndarray, config) -> list:
+def live(asr_fleet, target: str, samples: np.ndarray, config) -> list:
+    """One stream to the fleet's ``target`` at the pace of real time, 20 ms per message: its replies."""
     pcm = np.concatenate([np.zeros(int(0.4 * RATE), np.int16), samples, np.zeros(int(0.8 * RATE), np.int16)])
-    return list(
-        stub.StreamingRecognize(ev.requests(pcm.tobytes(), RATE, config, chunk_ms=20, realtime=True), timeout=60)
-    )
+    with asr_fleet.channel(target) as channel:
+        stub = recognizer_pb2_grpc.RecognizerStub(channel)
+        return list(
+            stub.StreamingRecognize(ev.requests(pcm.tobytes(), RATE, config, chunk_ms=20, realtime=True), timeout=60)
+        )
 
 
 async def test_drafts_preview_the_utterance_before_its_final(joe, asr_fleet):
     """Through the router (it passes the config and the events on; the asr service makes them)."""
     said = await joe(SENTENCE)
     before = asr_fleet.metric("asr", DRAFTS)
-    with asr_fleet.channel("router") as channel:
-        replies = live(recognizer_pb2_grpc.RecognizerStub(channel), said, draft_config(800))
+    replies = live(asr_fleet, "router", said, draft_config(800))
     kinds = [r.WhichOneof("event") for r in replies]
     finals = [r.result for r in replies if r.WhichOneof("event") == "result" and r.result.is_final]
     assert len(finals) == 1, kinds
@@ -71,8 +73,7 @@ async def test_drafts_preview_the_utterance_before_its_final(joe, asr_fleet):
 async def test_no_drafts_unless_asked(joe, asr_fleet):
     said = await joe(SHORTER)
     before = asr_fleet.metric("asr", DRAFTS)
-    with asr_fleet.channel("asr") as channel:
-        replies = live(recognizer_pb2_grpc.RecognizerStub(channel), said, draft_config(0))
+    replies = live(asr_fleet, "asr", said, draft_config(0))
     kinds = [r.WhichOneof("event") for r in replies]
     assert "draft" not in kinds and "result" in kinds, kinds
     assert asr_fleet.metric("asr", DRAFTS) == before

@@ -20,6 +20,7 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -585,30 +586,47 @@ class TwoPassStream(AsrStream):
         serial, utt_start, end = self._spot_serial, self._utt_start, self._pos
         language = self._language or self._spot_language
         self._spot_busy = True
+        deliver = functools.partial(self._spotted, serial, utt_start, end)
+        if not self._quick_decode(
+            "spotting", self._spot_cost, audio, language, finished=self._spot_decoded, deliver=deliver
+        ):
+            self._spot_decoded()
+
+    def _spot_decoded(self) -> None:
+        self._spot_busy = False
+
+    def _quick_decode(self, what: str, cost, audio: np.ndarray, language: str | None, *, finished, deliver) -> bool:
+        """Thread: a greedy decode of ``audio`` (the final recognizer's ``quick``: spotting, drafts) on the final pool,
+        its compute observed in ``cost``. When it ends, ``finished()`` runs on the pool's thread; then, unless it was
+        cancelled, failed (logged as a ``what`` decode) or the stream closed, ``deliver(text)`` on the loop.
+        False: not started (the pool is shut down: the engine is closing)."""
+
+        def decode() -> str:
+            t0 = time.perf_counter()
+            try:
+                return self._engine.final.quick(audio, language)
+            finally:
+                cost.observe(time.perf_counter() - t0)
+
         try:
-            future = self._engine.final_pool.submit(self._spot_decode, audio, language)
-        except RuntimeError:  # the pool is shut down (the engine is closing)
-            self._spot_busy = False
-            return
+            future = self._engine.final_pool.submit(decode)
+        except RuntimeError:
+            return False
 
         def done(f: concurrent.futures.Future) -> None:  # on the final pool's thread
-            self._spot_busy = False
-            if f.cancelled() or f.exception() is not None or self._closed:
-                if not f.cancelled() and f.exception() is not None:
-                    log.warning("a spotting decode failed: %s", f.exception())
+            finished()
+            if f.cancelled():
+                return
+            if f.exception() is not None:
+                log.warning("a %s decode failed: %s", what, f.exception())
+                return
+            if self._closed:
                 return
             with contextlib.suppress(RuntimeError):  # the event loop closed meanwhile
-                self._loop.call_soon_threadsafe(self._spotted, serial, utt_start, end, f.result())
+                self._loop.call_soon_threadsafe(deliver, f.result())
 
         future.add_done_callback(done)
-
-    def _spot_decode(self, audio: np.ndarray, language: str | None) -> str:
-        """Thread (final pool): one spotting decode."""
-        t0 = time.perf_counter()
-        try:
-            return self._engine.final.quick(audio, language)
-        finally:
-            self._spot_cost.observe(time.perf_counter() - t0)
+        return True
 
     def _spotted(self, serial: int, utt_start: int, end: int, text: str) -> None:
         """Loop: a spotting decode of utterance ``serial`` heard ``text``. A phrase in it goes out now if its
@@ -670,25 +688,15 @@ class TwoPassStream(AsrStream):
         index, utt_start, end = self._index, self._utt_start, self._pos
         language = self._language or self._spot_language
         self._draft_busy = True
-        try:
-            future = self._engine.final_pool.submit(self._draft_decode, audio, language)
-        except RuntimeError:  # the pool is shut down (the engine is closing)
-            self._draft_busy = False
-            self._draft_budget.give_back()
-            return
+        deliver = functools.partial(self._drafted, index, utt_start, end)
+        if not self._quick_decode(
+            "draft", self._draft_cost, audio, language, finished=self._draft_decoded, deliver=deliver
+        ):
+            self._draft_decoded()
 
-        def done(f: concurrent.futures.Future) -> None:  # on the final pool's thread
-            self._draft_busy = False
-            self._draft_budget.give_back()
-            if f.cancelled() or self._closed:
-                return
-            if f.exception() is not None:
-                log.warning("a draft decode failed: %s", f.exception())
-                return
-            with contextlib.suppress(RuntimeError):  # the event loop closed meanwhile
-                self._loop.call_soon_threadsafe(self._drafted, index, utt_start, end, f.result())
-
-        future.add_done_callback(done)
+    def _draft_decoded(self) -> None:
+        self._draft_busy = False
+        self._draft_budget.give_back()
 
     def _live(self) -> bool:
         """The last draft interval of audio arrived over at least half that long: a live speaker, not a burst (a
@@ -701,14 +709,6 @@ class TwoPassStream(AsrStream):
         if earlier is None:
             return False  # it all came at once (or too long ago to tell)
         return arrived[-1][1] - earlier >= self._draft_interval / RATE / 2
-
-    def _draft_decode(self, audio: np.ndarray, language: str | None) -> str:
-        """Thread (final pool): one draft decode (greedy, as spotting's)."""
-        t0 = time.perf_counter()
-        try:
-            return self._engine.final.quick(audio, language)
-        finally:
-            self._draft_cost.observe(time.perf_counter() - t0)
 
     def _drafted(self, index: int, utt_start: int, end: int, text: str) -> None:
         """Loop: a draft of utterance ``index`` is done; it goes out unless that utterance's final went out first, or
