@@ -93,6 +93,8 @@ def endpointing_defaults(section) -> Endpointing:
         text_check=TEXT_CHECK_ON if section.text_check else TEXT_CHECK_OFF,
         non_final_words=tuple(section.non_final_words),
         sentence_end_silence_ms=section.sentence_end_silence_ms,
+        early_silence_ms=section.early_silence_ms,
+        early_turn_threshold=section.early_turn_threshold,
     )
 
 
@@ -297,6 +299,17 @@ def endpointing_from_config(e, d: Endpointing) -> Endpointing:
             "config.endpointing.sentence_end_silence_ms",
             f"{sentence_end_silence} is outside {WINDOW_MS}..{MAX_SILENCE_MS} (0 means {d.sentence_end_silence_ms})",
         )
+    if e.early_silence_ms and not WINDOW_MS <= e.early_silence_ms <= MAX_SILENCE_MS:
+        raise InvalidArgument(
+            "config.endpointing.early_silence_ms",
+            f"{e.early_silence_ms} is outside {WINDOW_MS}..{MAX_SILENCE_MS} (0 means {d.early_silence_ms})",
+        )
+    early_turn_threshold = e.early_turn_threshold or d.early_turn_threshold
+    if not 0 < early_turn_threshold <= 1:
+        raise InvalidArgument(
+            "config.endpointing.early_turn_threshold",
+            f"{e.early_turn_threshold} is outside 0..1 (0 means {d.early_turn_threshold})",
+        )
     words = tuple(w.strip().lower() for w in e.non_final_words)
     problem = bad_word(words)
     if problem:
@@ -313,6 +326,8 @@ def endpointing_from_config(e, d: Endpointing) -> Endpointing:
         text_check=text_check or d.text_check,
         non_final_words=words or d.non_final_words,
         sentence_end_silence_ms=sentence_end_silence,
+        early_silence_ms=e.early_silence_ms or d.early_silence_ms,
+        early_turn_threshold=early_turn_threshold,
     )
 
 

@@ -194,7 +194,9 @@ class Endpointing:
     while the silence lasts) up to ``max_silence_ms``. ``text_check`` (TEXT_CHECK_ON / TEXT_CHECK_OFF, "" = the
     service's default): a "complete" after a word of ``non_final_words`` (() = the service's list) in the English
     text so far keeps the turn open, and an "incomplete" on words that read as a finished sentence ends the utterance
-    after ``sentence_end_silence_ms`` (services/common/turn_text.py)."""
+    after ``sentence_end_silence_ms`` (services/common/turn_text.py). A first judgement after ``early_silence_ms``
+    (when that is under ``min_silence_ms``) ends the utterance only if the model is sure (probability >=
+    ``early_turn_threshold``); anything less waits for the judgement at ``min_silence_ms``."""
 
     threshold: float = 0.5
     min_speech_ms: int = 250
@@ -207,6 +209,8 @@ class Endpointing:
     text_check: str = ""
     non_final_words: tuple[str, ...] = ()
     sentence_end_silence_ms: int = 600
+    early_silence_ms: int = 96
+    early_turn_threshold: float = 0.85
 
 
 @dataclass(frozen=True)

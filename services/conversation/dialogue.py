@@ -92,6 +92,8 @@ RESUME_QUIET_MS = 160
 # A recognizer in another process (the asr service) reports on audio a little after it was fed: a commit waits for
 # its word on sound fed less than this long ago that it has not reported on yet (its position: its events' offsets).
 RECOGNIZER_LAG_S = 0.5
+# A draft that arrives when the caller has been quiet this long is not read ahead (see _on_draft).
+READ_AHEAD_QUIET_MS = 64
 USER_AUDIO_PAD_MS = 200  # audio kept before a user turn's start for engines that answer audio
 
 
@@ -896,6 +898,11 @@ class DialogueSession(StsSession):
         ):
             return
         if self._read_ahead_task is not None and not self._read_ahead_task.done():
+            return
+        if self._fed_ms() - self._last_loud_ms > READ_AHEAD_QUIET_MS:
+            # The user has paused: if that is the end of their turn, its final is a moment away, and the brain would
+            # still be reading this draft (on the cores the final's decode needs) when the turn's request comes.
+            metrics.STS_BRAIN_READ_AHEADS.labels(*self._labels, "skipped").inc()
             return
         text = " ".join([*self._pending, as_final_begins(draft.transcript)]).strip()
         self._read_ahead_task = asyncio.create_task(self._read_ahead(text), name="dialogue-read-ahead")

@@ -110,6 +110,8 @@ ENDPOINTING_FIELDS = (
     "min_silence_ms",
     "max_silence_ms",
     "sentence_end_silence_ms",
+    "early_silence_ms",
+    "early_turn_threshold",
 )
 BARGE_IN_FIELDS = ("disabled", "min_speech_ms", "stop_words", "min_words", "backchannels")
 ENDPOINTING_MODES = {
@@ -168,6 +170,12 @@ def conversation_config(message: dict, max_text_chars: int = 5000) -> tuple[str,
             min_silence_ms=_take(endpointing, where, "min_silence_ms", *ms),
             max_silence_ms=_take(endpointing, where, "max_silence_ms", *ms),
             sentence_end_silence_ms=_take(endpointing, where, "sentence_end_silence_ms", *ms),
+            early_silence_ms=_take(endpointing, where, "early_silence_ms", *ms),
+            early_turn_threshold=float(
+                _take(
+                    endpointing, where, "early_turn_threshold", (int, float), 0, lambda t: 0 <= t <= 1, "a number 0..1"
+                )
+            ),
         ),
         barge_in=conversation_pb2.BargeInConfig(
             disabled=_take(barge_in, "config.barge_in.", "disabled", bool, False, None, "true or false"),

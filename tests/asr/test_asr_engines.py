@@ -61,7 +61,7 @@ def test_endpointer_text_veto_keeps_a_complete_judgement_open():
     """Semantic mode with a turn model that always says complete: the veto (the text check) turns each complete
     judgement into an open one naming the word, until max_silence; no veto, the first judgement ends the utterance."""
     probs = [0.0] * 5 + [0.9] * 20 + [0.0] * 60  # 640 ms of speech, then 1.9 s of silence
-    semantic = Endpointing(mode="semantic", max_silence_ms=1000)
+    semantic = Endpointing(mode="semantic", max_silence_ms=1000, early_silence_ms=0)  # the next test has it
 
     def run(veto):
         ep = Endpointer(semantic, lambda heard_end, speech_end: 0.9, 200, 200, veto)
@@ -73,13 +73,39 @@ def test_endpointer_text_veto_keeps_a_complete_judgement_open():
     asked = []
     held = run(lambda: asked.append(1) or "the")
     turns = [t for t in held if t.kind == "turn"]
-    assert [(t.complete, t.vetoed_by_word) for t in turns] == [(False, "the"), (False, "the")]  # at 160 and 360 ms
+    # at 160 ms, and at 224 (the model then hears all its 200 ms of silence; nothing new to hear after that)
+    assert [(t.complete, t.vetoed_by_word) for t in turns] == [(False, "the"), (False, "the")]
     assert [t.reason for t in held if t.kind == "end"] == ["max_silence"] and len(asked) == 2
     ended = run(lambda: "")
     assert [(t.kind, t.complete, t.vetoed_by_word, t.reason) for t in ended if t.kind in ("turn", "end")] == [
         ("turn", True, "", ""),
         ("end", False, "", "turn_complete"),
     ]
+
+
+def test_endpointer_judges_early_only_a_turn_the_model_is_sure_of_and_once_more_when_it_hears_all():
+    """Semantic defaults (early 96 ms at 0.85, min_silence 160, heard silence 200): what the model is asked to hear
+    (ms of silence after the speech) and what each judgement did, for a model sure, merely leaning, and unsure."""
+    probs = [0.0] * 5 + [0.9] * 20 + [0.0] * 60  # 640 ms of speech, then 1.9 s of silence
+
+    def run(p):
+        heard = []
+
+        def judge(heard_end, speech_end):
+            heard.append((heard_end - speech_end) * 1000 // 16000)
+            return p
+
+        ep = Endpointer(Endpointing(mode="semantic", max_silence_ms=1000), judge, 200, 200)
+        out = []
+        for i, prob in enumerate(probs):
+            out += ep.push(prob, i * WINDOW, -20.0 if prob >= 0.5 else -90.0)
+        turns = [(t.complete, t.silence * 1000 // 16000) for t in out if t.kind == "turn"]
+        return heard, turns, [t.reason for t in out if t.kind == "end"]
+
+    assert run(0.95) == ([96], [(True, 96)], ["turn_complete"])  # sure: ends at the early judgement
+    assert run(0.7) == ([96, 160], [(True, 160)], ["turn_complete"])  # not sure: the early one said nothing
+    # Unfinished: judged at 160, again as soon as it hears its 200 ms of silence (not 200 ms later), then no more.
+    assert run(0.1) == ([96, 160, 200], [(False, 160), (False, 224)], ["max_silence"])
 
 
 def test_silero_is_found_without_importing_its_package():

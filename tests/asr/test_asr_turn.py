@@ -181,7 +181,8 @@ def speculative(asr_fleet, outcome: str) -> float:
 async def test_a_finished_sentence_ends_at_min_silence_not_after_a_hangover(joe, router, asr_fleet):
     samples = np.concatenate([silence(0.6), await joe(COMPLETE[2]), silence(2.0)])
     used, dropped = speculative(asr_fleet, "used"), speculative(asr_fleet, "dropped")
-    semantic = recognize(router, samples, mode=SEMANTIC, min_silence_ms=160)
+    # (early_silence_ms at min_silence_ms: no earlier judgement; the next test has it)
+    semantic = recognize(router, samples, mode=SEMANTIC, min_silence_ms=160, early_silence_ms=160)
     # One decode for the pause that ended it, started as the level fell quiet and used as the final: the model's
     # judgement and the text check waited for that decode, they did not start another.
     assert (speculative(asr_fleet, "used"), speculative(asr_fleet, "dropped")) == (used + 1, dropped)
@@ -200,6 +201,27 @@ async def test_a_finished_sentence_ends_at_min_silence_not_after_a_hangover(joe,
     (slow,) = finals(hangover)
     assert slow.audio_processed_ms - slow.utterance_end_ms >= 400
     assert abs(slow.utterance_end_ms - final.utterance_end_ms) <= 64  # the same end of speech, found later
+
+
+async def test_a_sentence_the_model_is_sure_of_ends_at_the_early_judgement(joe, router):
+    """The defaults: a first judgement after early_silence_ms (96) ends the turn only when the model is sure
+    (p >= early_turn_threshold, 0.85); the paused sentence of the first test (p ~0.77 there) is not cut by it."""
+    samples = np.concatenate([silence(0.6), await joe(COMPLETE[1]), silence(2.0)])
+    replies = recognize(router, samples, mode=SEMANTIC)
+    assert kinds(replies) == ["start", "complete", "end", "final"], kinds(replies)
+    (estimate,) = [r.end_of_turn for r in replies if r.WhichOneof("event") == "end_of_turn"]
+    assert estimate.probability >= 0.85
+    # Before min_silence_ms (whole 32 ms windows from the end of speech; the VAD's silence here begins at 128 ms).
+    assert 96 <= estimate.silence_ms < 160
+    (final,) = finals(replies)
+    assert speech.wer(COMPLETE[1], final.transcript) == 0, final.transcript
+    assert final.audio_processed_ms == estimate.offset_ms
+
+    # Asked to be surer than the model is, the early judgement says nothing: the turn ends at min_silence_ms.
+    unsure = recognize(router, samples, mode=SEMANTIC, early_turn_threshold=1.0)
+    assert kinds(unsure) == ["start", "complete", "end", "final"], kinds(unsure)
+    (later,) = [r.end_of_turn for r in unsure if r.WhichOneof("event") == "end_of_turn"]
+    assert 160 <= later.silence_ms < 160 + 64
 
 
 async def test_a_turn_the_model_calls_unfinished_ends_at_max_silence(joe, router, asr_fleet):
@@ -367,6 +389,8 @@ def test_a_finished_sentence_the_model_hears_unfinished_ends_at_sentence_end_sil
     ("endpointing", "field"),
     [
         ({"mode": SEMANTIC, "sentence_end_silence_ms": 20000}, "config.endpointing.sentence_end_silence_ms"),
+        ({"mode": SEMANTIC, "early_silence_ms": 20000}, "config.endpointing.early_silence_ms"),
+        ({"mode": SEMANTIC, "early_turn_threshold": 1.5}, "config.endpointing.early_turn_threshold"),
         ({"mode": SEMANTIC, "text_check": 7}, "config.endpointing.text_check"),
         ({"mode": SEMANTIC, "non_final_words": ["the", "of the"]}, "config.endpointing.non_final_words"),
         ({"mode": SEMANTIC, "turn_threshold": 1.5}, "config.endpointing.turn_threshold"),

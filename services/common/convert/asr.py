@@ -69,6 +69,8 @@ def endpointing_to_proto(e: Endpointing) -> recognizer_pb2.EndpointingConfig:
         text_check=PROTO_TEXT_CHECKS[e.text_check],
         non_final_words=list(e.non_final_words),
         sentence_end_silence_ms=e.sentence_end_silence_ms,
+        early_silence_ms=e.early_silence_ms,
+        early_turn_threshold=e.early_turn_threshold,
     )
 
 

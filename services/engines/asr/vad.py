@@ -140,7 +140,9 @@ class Endpointer:
     judges again every ``judge_interval_ms`` of further silence, until one says complete or the silence reaches
     ``max_silence_ms`` (reason max_silence). Speech resuming continues the same utterance. ``heard_silence_ms``
     (0 = all of it) caps the silence the model hears after the end of speech: once reached, its input no longer
-    changes, so it is not asked again. ``veto`` (the text check) is asked when the model says complete: a word back
+    changes, so it is asked once more as soon as it is reached (not a judge_interval later) and then no more. Before
+    ``min_silence_ms``, after ``early_silence_ms``, one earlier judgement ends the utterance only if the model is sure
+    (``early_turn_threshold``) and says nothing otherwise. ``veto`` (the text check) is asked when the model says complete: a word back
     keeps the utterance open as an incomplete judgement would (the transition says which word). ``sentence`` is
     asked when it says incomplete: words that read as a finished sentence end the utterance once the silence reaches
     ``sentence_end_silence_ms`` (reason sentence_end) rather than ``max_silence_ms``.
@@ -174,6 +176,12 @@ class Endpointer:
         self._sentence = ""  # the pause's last judgement was incomplete, but these words read as a sentence
         self.judge_interval = int(judge_interval_ms * RATE / 1000)
         self.heard_silence = int(heard_silence_ms * RATE / 1000)
+        # A first, stricter judgement before min_silence (off when it would not come first).
+        self.early_silence = int(endpointing.early_silence_ms * RATE / 1000)
+        if self.early_silence >= self.min_silence:
+            self.early_silence = 0
+        self.early_threshold = max(endpointing.early_turn_threshold, self.turn_threshold)
+        self._early_judged: int | None = None  # the end of speech whose pause had its early judgement
         self._speech_end: tuple[int, int] | None = None  # (silence_start, its refined end of speech), cached
         self._judged: tuple[int, int] | None = None  # (where the model last judged, the end of what it heard)
         self.state = SILENCE
@@ -270,11 +278,16 @@ class Endpointer:
             out.append(Transition("end", speech_end, "max_silence"))
             return True
         if silence < self.min_silence:
-            return False
+            return self._ends_early(end, silence, speech_end, out)
         if self._sentence_ends(silence, speech_end, out):
             return True
         heard_end = min(end, speech_end + self.heard_silence) if self.heard_silence else end
-        if self._judged is not None and (end - self._judged[0] < self.judge_interval or heard_end <= self._judged[1]):
+        # Judged again every judge_interval while what the model hears changes, and at once when it hears all it
+        # will (heard_silence reached): that last judgement's input is the same whenever it runs, so it runs first.
+        heard_all = bool(self.heard_silence) and heard_end == speech_end + self.heard_silence
+        if self._judged is not None and (
+            heard_end <= self._judged[1] or (end - self._judged[0] < self.judge_interval and not heard_all)
+        ):
             return False
         p = self.judge(heard_end, speech_end)
         self._judged = (end, heard_end)
@@ -297,6 +310,21 @@ class Endpointer:
             out.append(Transition("end", speech_end, "turn_complete"))
             return True
         return self._sentence_ends(silence, speech_end, out)
+
+    def _ends_early(self, end: int, silence: int, speech_end: int, out: list[Transition]) -> bool:
+        """Once per pause, after ``early_silence`` (before ``min_silence``): a sure complete (p >= ``early_threshold``,
+        no veto) ends the utterance there. Anything less says nothing: the pause gets its usual judgement at
+        ``min_silence``, as without this one."""
+        if not self.early_silence or silence < self.early_silence or self._early_judged == speech_end:
+            return False
+        self._early_judged = speech_end
+        heard_end = min(end, speech_end + self.heard_silence) if self.heard_silence else end
+        p = self.judge(heard_end, speech_end)
+        if p < self.early_threshold or (self.veto is not None and self.veto()):
+            return False
+        out.append(Transition("turn", end, probability=p, complete=True, silence=silence))
+        out.append(Transition("end", speech_end, "turn_complete"))
+        return True
 
     def _sentence_ends(self, silence: int, speech_end: int, out: list[Transition]) -> bool:
         """The pause's words read as a finished sentence and the silence reached sentence_end_silence_ms."""

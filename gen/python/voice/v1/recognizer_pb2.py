@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from voice.v1 import audio_pb2 as voice_dot_v1_dot_audio__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19voice/v1/recognizer.proto\x12\x08voice.v1\x1a\x14voice/v1/audio.proto\"\xec\x03\n\x11\x45ndpointingConfig\x12\x11\n\tthreshold\x18\x01 \x01(\x02\x12\x15\n\rmin_speech_ms\x18\x02 \x01(\r\x12\x13\n\x0bhangover_ms\x18\x03 \x01(\r\x12\x18\n\x10max_utterance_ms\x18\x04 \x01(\r\x12.\n\x04mode\x18\x05 \x01(\x0e\x32 .voice.v1.EndpointingConfig.Mode\x12\x16\n\x0eturn_threshold\x18\x06 \x01(\x02\x12\x16\n\x0emin_silence_ms\x18\x07 \x01(\r\x12\x16\n\x0emax_silence_ms\x18\x08 \x01(\r\x12\x39\n\ntext_check\x18\t \x01(\x0e\x32%.voice.v1.EndpointingConfig.TextCheck\x12\x17\n\x0fnon_final_words\x18\n \x03(\t\x12\x1f\n\x17sentence_end_silence_ms\x18\x0b \x01(\r\"A\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x10\n\x0cMODE_SILENCE\x10\x01\x12\x11\n\rMODE_SEMANTIC\x10\x02\"N\n\tTextCheck\x12\x1a\n\x16TEXT_CHECK_UNSPECIFIED\x10\x00\x12\x11\n\rTEXT_CHECK_ON\x10\x01\x12\x12\n\x0eTEXT_CHECK_OFF\x10\x02\"\xb4\x01\n\tEndOfTurn\x12\x13\n\x0bprobability\x18\x01 \x01(\x02\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\x12\x12\n\nsilence_ms\x18\x03 \x01(\r\x12\x11\n\toffset_ms\x18\x04 \x01(\x04\x12\x17\n\x0futterance_index\x18\x05 \x01(\r\x12\x16\n\x0evetoed_by_word\x18\x06 \x01(\t\x12\x14\n\x0csentence_end\x18\x07 \x01(\x08\x12\x12\n\ntranscript\x18\x08 \x01(\t\"{\n\rPhraseSpotted\x12\x0e\n\x06phrase\x18\x01 \x01(\t\x12\x12\n\ntranscript\x18\x02 \x01(\t\x12\x17\n\x0futterance_index\x18\x03 \x01(\r\x12\x1a\n\x12utterance_start_ms\x18\x04 \x01(\x04\x12\x11\n\toffset_ms\x18\x05 \x01(\x04\"c\n\x05\x44raft\x12\x12\n\ntranscript\x18\x01 \x01(\t\x12\x17\n\x0futterance_index\x18\x02 \x01(\r\x12\x1a\n\x12utterance_start_ms\x18\x03 \x01(\x04\x12\x11\n\toffset_ms\x18\x04 \x01(\x04\"\xe4\x01\n\x11RecognitionConfig\x12+\n\x0cinput_format\x18\x01 \x01(\x0b\x32\x15.voice.v1.AudioFormat\x12\x10\n\x08language\x18\x02 \x01(\t\x12\x17\n\x0finterim_results\x18\x03 \x01(\x08\x12\x30\n\x0b\x65ndpointing\x18\x04 \x01(\x0b\x32\x1b.voice.v1.EndpointingConfig\x12\x14\n\x0cphrase_hints\x18\x05 \x03(\t\x12\x14\n\x0cspot_phrases\x18\x06 \x03(\t\x12\x19\n\x11\x64raft_interval_ms\x18\x07 \x01(\r\"\xa9\x01\n\x19StreamingRecognizeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12-\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1b.voice.v1.RecognitionConfigH\x00\x12\x0f\n\x05\x61udio\x18\x03 \x01(\x0cH\x00\x12-\n\x08spotting\x18\x04 \x01(\x0b\x32\x19.voice.v1.SpottingControlH\x00\x42\t\n\x07payload\"!\n\x0fSpottingControl\x12\x0e\n\x06paused\x18\x01 \x01(\x08\"\x8e\x01\n\x08VadEvent\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.voice.v1.VadEvent.Kind\x12\x11\n\toffset_ms\x18\x02 \x01(\x04\"H\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11KIND_SPEECH_START\x10\x01\x12\x13\n\x0fKIND_SPEECH_END\x10\x02\"N\n\x08WordInfo\x12\x0c\n\x04word\x18\x01 \x01(\t\x12\x10\n\x08start_ms\x18\x02 \x01(\x04\x12\x0e\n\x06\x65nd_ms\x18\x03 \x01(\x04\x12\x12\n\nconfidence\x18\x04 \x01(\x02\"\x80\x02\n\x11RecognitionResult\x12\x12\n\ntranscript\x18\x01 \x01(\t\x12\x10\n\x08is_final\x18\x02 \x01(\x08\x12\x11\n\tstability\x18\x03 \x01(\x02\x12\x12\n\nconfidence\x18\x04 \x01(\x02\x12\x17\n\x0futterance_index\x18\x05 \x01(\r\x12\x1a\n\x12utterance_start_ms\x18\x06 \x01(\x04\x12\x18\n\x10utterance_end_ms\x18\x07 \x01(\x04\x12\x1a\n\x12\x61udio_processed_ms\x18\x08 \x01(\x04\x12\x10\n\x08language\x18\t \x01(\t\x12!\n\x05words\x18\n \x03(\x0b\x32\x12.voice.v1.WordInfo\"\x8c\x02\n\x1aStreamingRecognizeResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12!\n\x03vad\x18\x02 \x01(\x0b\x32\x12.voice.v1.VadEventH\x00\x12-\n\x06result\x18\x03 \x01(\x0b\x32\x1b.voice.v1.RecognitionResultH\x00\x12*\n\x0b\x65nd_of_turn\x18\x04 \x01(\x0b\x32\x13.voice.v1.EndOfTurnH\x00\x12\x31\n\x0ephrase_spotted\x18\x05 \x01(\x0b\x32\x17.voice.v1.PhraseSpottedH\x00\x12 \n\x05\x64raft\x18\x06 \x01(\x0b\x32\x0f.voice.v1.DraftH\x00\x42\x07\n\x05\x65vent\"b\n\x10RecognizeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12+\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1b.voice.v1.RecognitionConfig\x12\r\n\x05\x61udio\x18\x03 \x01(\x0c\"\x83\x02\n\x11RecognizeResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12!\n\x03vad\x18\x02 \x01(\x0b\x32\x12.voice.v1.VadEventH\x00\x12-\n\x06result\x18\x03 \x01(\x0b\x32\x1b.voice.v1.RecognitionResultH\x00\x12*\n\x0b\x65nd_of_turn\x18\x04 \x01(\x0b\x32\x13.voice.v1.EndOfTurnH\x00\x12\x31\n\x0ephrase_spotted\x18\x05 \x01(\x0b\x32\x17.voice.v1.PhraseSpottedH\x00\x12 \n\x05\x64raft\x18\x06 \x01(\x0b\x32\x0f.voice.v1.DraftH\x00\x42\x07\n\x05\x65vent2\xb9\x01\n\nRecognizer\x12\x63\n\x12StreamingRecognize\x12#.voice.v1.StreamingRecognizeRequest\x1a$.voice.v1.StreamingRecognizeResponse(\x01\x30\x01\x12\x46\n\tRecognize\x12\x1a.voice.v1.RecognizeRequest\x1a\x1b.voice.v1.RecognizeResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19voice/v1/recognizer.proto\x12\x08voice.v1\x1a\x14voice/v1/audio.proto\"\xa4\x04\n\x11\x45ndpointingConfig\x12\x11\n\tthreshold\x18\x01 \x01(\x02\x12\x15\n\rmin_speech_ms\x18\x02 \x01(\r\x12\x13\n\x0bhangover_ms\x18\x03 \x01(\r\x12\x18\n\x10max_utterance_ms\x18\x04 \x01(\r\x12.\n\x04mode\x18\x05 \x01(\x0e\x32 .voice.v1.EndpointingConfig.Mode\x12\x16\n\x0eturn_threshold\x18\x06 \x01(\x02\x12\x16\n\x0emin_silence_ms\x18\x07 \x01(\r\x12\x16\n\x0emax_silence_ms\x18\x08 \x01(\r\x12\x39\n\ntext_check\x18\t \x01(\x0e\x32%.voice.v1.EndpointingConfig.TextCheck\x12\x17\n\x0fnon_final_words\x18\n \x03(\t\x12\x1f\n\x17sentence_end_silence_ms\x18\x0b \x01(\r\x12\x18\n\x10\x65\x61rly_silence_ms\x18\x0c \x01(\r\x12\x1c\n\x14\x65\x61rly_turn_threshold\x18\r \x01(\x02\"A\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x10\n\x0cMODE_SILENCE\x10\x01\x12\x11\n\rMODE_SEMANTIC\x10\x02\"N\n\tTextCheck\x12\x1a\n\x16TEXT_CHECK_UNSPECIFIED\x10\x00\x12\x11\n\rTEXT_CHECK_ON\x10\x01\x12\x12\n\x0eTEXT_CHECK_OFF\x10\x02\"\xb4\x01\n\tEndOfTurn\x12\x13\n\x0bprobability\x18\x01 \x01(\x02\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\x12\x12\n\nsilence_ms\x18\x03 \x01(\r\x12\x11\n\toffset_ms\x18\x04 \x01(\x04\x12\x17\n\x0futterance_index\x18\x05 \x01(\r\x12\x16\n\x0evetoed_by_word\x18\x06 \x01(\t\x12\x14\n\x0csentence_end\x18\x07 \x01(\x08\x12\x12\n\ntranscript\x18\x08 \x01(\t\"{\n\rPhraseSpotted\x12\x0e\n\x06phrase\x18\x01 \x01(\t\x12\x12\n\ntranscript\x18\x02 \x01(\t\x12\x17\n\x0futterance_index\x18\x03 \x01(\r\x12\x1a\n\x12utterance_start_ms\x18\x04 \x01(\x04\x12\x11\n\toffset_ms\x18\x05 \x01(\x04\"c\n\x05\x44raft\x12\x12\n\ntranscript\x18\x01 \x01(\t\x12\x17\n\x0futterance_index\x18\x02 \x01(\r\x12\x1a\n\x12utterance_start_ms\x18\x03 \x01(\x04\x12\x11\n\toffset_ms\x18\x04 \x01(\x04\"\xe4\x01\n\x11RecognitionConfig\x12+\n\x0cinput_format\x18\x01 \x01(\x0b\x32\x15.voice.v1.AudioFormat\x12\x10\n\x08language\x18\x02 \x01(\t\x12\x17\n\x0finterim_results\x18\x03 \x01(\x08\x12\x30\n\x0b\x65ndpointing\x18\x04 \x01(\x0b\x32\x1b.voice.v1.EndpointingConfig\x12\x14\n\x0cphrase_hints\x18\x05 \x03(\t\x12\x14\n\x0cspot_phrases\x18\x06 \x03(\t\x12\x19\n\x11\x64raft_interval_ms\x18\x07 \x01(\r\"\xa9\x01\n\x19StreamingRecognizeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12-\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1b.voice.v1.RecognitionConfigH\x00\x12\x0f\n\x05\x61udio\x18\x03 \x01(\x0cH\x00\x12-\n\x08spotting\x18\x04 \x01(\x0b\x32\x19.voice.v1.SpottingControlH\x00\x42\t\n\x07payload\"!\n\x0fSpottingControl\x12\x0e\n\x06paused\x18\x01 \x01(\x08\"\x8e\x01\n\x08VadEvent\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.voice.v1.VadEvent.Kind\x12\x11\n\toffset_ms\x18\x02 \x01(\x04\"H\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11KIND_SPEECH_START\x10\x01\x12\x13\n\x0fKIND_SPEECH_END\x10\x02\"N\n\x08WordInfo\x12\x0c\n\x04word\x18\x01 \x01(\t\x12\x10\n\x08start_ms\x18\x02 \x01(\x04\x12\x0e\n\x06\x65nd_ms\x18\x03 \x01(\x04\x12\x12\n\nconfidence\x18\x04 \x01(\x02\"\x80\x02\n\x11RecognitionResult\x12\x12\n\ntranscript\x18\x01 \x01(\t\x12\x10\n\x08is_final\x18\x02 \x01(\x08\x12\x11\n\tstability\x18\x03 \x01(\x02\x12\x12\n\nconfidence\x18\x04 \x01(\x02\x12\x17\n\x0futterance_index\x18\x05 \x01(\r\x12\x1a\n\x12utterance_start_ms\x18\x06 \x01(\x04\x12\x18\n\x10utterance_end_ms\x18\x07 \x01(\x04\x12\x1a\n\x12\x61udio_processed_ms\x18\x08 \x01(\x04\x12\x10\n\x08language\x18\t \x01(\t\x12!\n\x05words\x18\n \x03(\x0b\x32\x12.voice.v1.WordInfo\"\x8c\x02\n\x1aStreamingRecognizeResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12!\n\x03vad\x18\x02 \x01(\x0b\x32\x12.voice.v1.VadEventH\x00\x12-\n\x06result\x18\x03 \x01(\x0b\x32\x1b.voice.v1.RecognitionResultH\x00\x12*\n\x0b\x65nd_of_turn\x18\x04 \x01(\x0b\x32\x13.voice.v1.EndOfTurnH\x00\x12\x31\n\x0ephrase_spotted\x18\x05 \x01(\x0b\x32\x17.voice.v1.PhraseSpottedH\x00\x12 \n\x05\x64raft\x18\x06 \x01(\x0b\x32\x0f.voice.v1.DraftH\x00\x42\x07\n\x05\x65vent\"b\n\x10RecognizeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12+\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1b.voice.v1.RecognitionConfig\x12\r\n\x05\x61udio\x18\x03 \x01(\x0c\"\x83\x02\n\x11RecognizeResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12!\n\x03vad\x18\x02 \x01(\x0b\x32\x12.voice.v1.VadEventH\x00\x12-\n\x06result\x18\x03 \x01(\x0b\x32\x1b.voice.v1.RecognitionResultH\x00\x12*\n\x0b\x65nd_of_turn\x18\x04 \x01(\x0b\x32\x13.voice.v1.EndOfTurnH\x00\x12\x31\n\x0ephrase_spotted\x18\x05 \x01(\x0b\x32\x17.voice.v1.PhraseSpottedH\x00\x12 \n\x05\x64raft\x18\x06 \x01(\x0b\x32\x0f.voice.v1.DraftH\x00\x42\x07\n\x05\x65vent2\xb9\x01\n\nRecognizer\x12\x63\n\x12StreamingRecognize\x12#.voice.v1.StreamingRecognizeRequest\x1a$.voice.v1.StreamingRecognizeResponse(\x01\x30\x01\x12\x46\n\tRecognize\x12\x1a.voice.v1.RecognizeRequest\x1a\x1b.voice.v1.RecognizeResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,37 +33,37 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'voice.v1.recognizer_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ENDPOINTINGCONFIG']._serialized_start=62
-  _globals['_ENDPOINTINGCONFIG']._serialized_end=554
-  _globals['_ENDPOINTINGCONFIG_MODE']._serialized_start=409
-  _globals['_ENDPOINTINGCONFIG_MODE']._serialized_end=474
-  _globals['_ENDPOINTINGCONFIG_TEXTCHECK']._serialized_start=476
-  _globals['_ENDPOINTINGCONFIG_TEXTCHECK']._serialized_end=554
-  _globals['_ENDOFTURN']._serialized_start=557
-  _globals['_ENDOFTURN']._serialized_end=737
-  _globals['_PHRASESPOTTED']._serialized_start=739
-  _globals['_PHRASESPOTTED']._serialized_end=862
-  _globals['_DRAFT']._serialized_start=864
-  _globals['_DRAFT']._serialized_end=963
-  _globals['_RECOGNITIONCONFIG']._serialized_start=966
-  _globals['_RECOGNITIONCONFIG']._serialized_end=1194
-  _globals['_STREAMINGRECOGNIZEREQUEST']._serialized_start=1197
-  _globals['_STREAMINGRECOGNIZEREQUEST']._serialized_end=1366
-  _globals['_SPOTTINGCONTROL']._serialized_start=1368
-  _globals['_SPOTTINGCONTROL']._serialized_end=1401
-  _globals['_VADEVENT']._serialized_start=1404
-  _globals['_VADEVENT']._serialized_end=1546
-  _globals['_VADEVENT_KIND']._serialized_start=1474
-  _globals['_VADEVENT_KIND']._serialized_end=1546
-  _globals['_WORDINFO']._serialized_start=1548
-  _globals['_WORDINFO']._serialized_end=1626
-  _globals['_RECOGNITIONRESULT']._serialized_start=1629
-  _globals['_RECOGNITIONRESULT']._serialized_end=1885
-  _globals['_STREAMINGRECOGNIZERESPONSE']._serialized_start=1888
-  _globals['_STREAMINGRECOGNIZERESPONSE']._serialized_end=2156
-  _globals['_RECOGNIZEREQUEST']._serialized_start=2158
-  _globals['_RECOGNIZEREQUEST']._serialized_end=2256
-  _globals['_RECOGNIZERESPONSE']._serialized_start=2259
-  _globals['_RECOGNIZERESPONSE']._serialized_end=2518
-  _globals['_RECOGNIZER']._serialized_start=2521
-  _globals['_RECOGNIZER']._serialized_end=2706
+  _globals['_ENDPOINTINGCONFIG']._serialized_end=610
+  _globals['_ENDPOINTINGCONFIG_MODE']._serialized_start=465
+  _globals['_ENDPOINTINGCONFIG_MODE']._serialized_end=530
+  _globals['_ENDPOINTINGCONFIG_TEXTCHECK']._serialized_start=532
+  _globals['_ENDPOINTINGCONFIG_TEXTCHECK']._serialized_end=610
+  _globals['_ENDOFTURN']._serialized_start=613
+  _globals['_ENDOFTURN']._serialized_end=793
+  _globals['_PHRASESPOTTED']._serialized_start=795
+  _globals['_PHRASESPOTTED']._serialized_end=918
+  _globals['_DRAFT']._serialized_start=920
+  _globals['_DRAFT']._serialized_end=1019
+  _globals['_RECOGNITIONCONFIG']._serialized_start=1022
+  _globals['_RECOGNITIONCONFIG']._serialized_end=1250
+  _globals['_STREAMINGRECOGNIZEREQUEST']._serialized_start=1253
+  _globals['_STREAMINGRECOGNIZEREQUEST']._serialized_end=1422
+  _globals['_SPOTTINGCONTROL']._serialized_start=1424
+  _globals['_SPOTTINGCONTROL']._serialized_end=1457
+  _globals['_VADEVENT']._serialized_start=1460
+  _globals['_VADEVENT']._serialized_end=1602
+  _globals['_VADEVENT_KIND']._serialized_start=1530
+  _globals['_VADEVENT_KIND']._serialized_end=1602
+  _globals['_WORDINFO']._serialized_start=1604
+  _globals['_WORDINFO']._serialized_end=1682
+  _globals['_RECOGNITIONRESULT']._serialized_start=1685
+  _globals['_RECOGNITIONRESULT']._serialized_end=1941
+  _globals['_STREAMINGRECOGNIZERESPONSE']._serialized_start=1944
+  _globals['_STREAMINGRECOGNIZERESPONSE']._serialized_end=2212
+  _globals['_RECOGNIZEREQUEST']._serialized_start=2214
+  _globals['_RECOGNIZEREQUEST']._serialized_end=2312
+  _globals['_RECOGNIZERESPONSE']._serialized_start=2315
+  _globals['_RECOGNIZERESPONSE']._serialized_end=2574
+  _globals['_RECOGNIZER']._serialized_start=2577
+  _globals['_RECOGNIZER']._serialized_end=2762
 # @@protoc_insertion_point(module_scope)

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class EndpointingConfig(_message.Message):
-    __slots__ = ("threshold", "min_speech_ms", "hangover_ms", "max_utterance_ms", "mode", "turn_threshold", "min_silence_ms", "max_silence_ms", "text_check", "non_final_words", "sentence_end_silence_ms")
+    __slots__ = ("threshold", "min_speech_ms", "hangover_ms", "max_utterance_ms", "mode", "turn_threshold", "min_silence_ms", "max_silence_ms", "text_check", "non_final_words", "sentence_end_silence_ms", "early_silence_ms", "early_turn_threshold")
     class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         MODE_UNSPECIFIED: _ClassVar[EndpointingConfig.Mode]
@@ -37,6 +37,8 @@ class EndpointingConfig(_message.Message):
     TEXT_CHECK_FIELD_NUMBER: _ClassVar[int]
     NON_FINAL_WORDS_FIELD_NUMBER: _ClassVar[int]
     SENTENCE_END_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
+    EARLY_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
+    EARLY_TURN_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     threshold: float
     min_speech_ms: int
     hangover_ms: int
@@ -48,7 +50,9 @@ class EndpointingConfig(_message.Message):
     text_check: EndpointingConfig.TextCheck
     non_final_words: _containers.RepeatedScalarFieldContainer[str]
     sentence_end_silence_ms: int
-    def __init__(self, threshold: _Optional[float] = ..., min_speech_ms: _Optional[int] = ..., hangover_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ..., mode: _Optional[_Union[EndpointingConfig.Mode, str]] = ..., turn_threshold: _Optional[float] = ..., min_silence_ms: _Optional[int] = ..., max_silence_ms: _Optional[int] = ..., text_check: _Optional[_Union[EndpointingConfig.TextCheck, str]] = ..., non_final_words: _Optional[_Iterable[str]] = ..., sentence_end_silence_ms: _Optional[int] = ...) -> None: ...
+    early_silence_ms: int
+    early_turn_threshold: float
+    def __init__(self, threshold: _Optional[float] = ..., min_speech_ms: _Optional[int] = ..., hangover_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ..., mode: _Optional[_Union[EndpointingConfig.Mode, str]] = ..., turn_threshold: _Optional[float] = ..., min_silence_ms: _Optional[int] = ..., max_silence_ms: _Optional[int] = ..., text_check: _Optional[_Union[EndpointingConfig.TextCheck, str]] = ..., non_final_words: _Optional[_Iterable[str]] = ..., sentence_end_silence_ms: _Optional[int] = ..., early_silence_ms: _Optional[int] = ..., early_turn_threshold: _Optional[float] = ...) -> None: ...
 
 class EndOfTurn(_message.Message):
     __slots__ = ("probability", "complete", "silence_ms", "offset_ms", "utterance_index", "vetoed_by_word", "sentence_end", "transcript")
