@@ -71,10 +71,6 @@ class AsrServiceConfig(ServerConfig):
     # Start the final decode once the silence after speech has lasted this long, before the hangover has passed; if
     # speech resumes the decode is dropped (0 = decode only after the hangover). docs/asr.md#endpoint-latency
     speculative_final_ms: int = bounded(96, ge=0, le=5000)
-    # ... or after this much while a final worker is free (spare capacity: a decode started this early is dropped at
-    # more pauses inside speech, ~1.5 a sentence, and a busy engine does not pay for them); at or above
-    # speculative_final_ms it never comes first. docs/asr.md#semantic-endpointing
-    speculative_final_idle_ms: int = bounded(64, ge=0, le=5000)
     # Semantic endpointing (docs/asr.md#semantic-endpointing): the turn model's ONNX file ("" = smart-turn-v3.2-cpu
     # from the pipecat-ai wheel, services/asr/requirements-cpu-nodeps.txt); how often a pause the model called
     # incomplete is judged again while it lasts; the most silence after the end of speech the model hears (0 = all of

@@ -406,14 +406,13 @@ class CpuAsrEngine(AsrEngine):
         self.config = config
         self.interim_interval_ms = config.interim_interval_ms
         self.speculative_final_ms = config.speculative_final_ms
-        self.speculative_final_idle_ms = config.speculative_final_idle_ms
         self.turn = TurnSupport(service, config)  # semantic endpointing: the turn model, when its wheel is there
         self.vad: SileroVad | None = None
         self.final = WhisperFinals(config)
         self.partials = PocketsphinxPool()
         self.interim_budget = InterimBudget(service, self.name, config.max_concurrent_interims or 4 * cpu_cores())
         self.spotting = spotting(service, self.name, config)
-        self.finals_in_flight = FinalsInFlight(config.final_workers)
+        self.finals_in_flight = FinalsInFlight()
         self.draft_budget = draft_budget(service, self.name, config)
         # VAD + pass 1 of every stream (short steps), and pass 2 (whisper decodes) on their own threads.
         self.stream_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="asr-stream")

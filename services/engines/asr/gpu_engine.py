@@ -247,13 +247,12 @@ class GpuAsrEngine(AsrEngine, Offloadable):
         self.config = config
         self.interim_interval_ms = config.gpu.interim_interval_ms
         self.speculative_final_ms = config.speculative_final_ms
-        self.speculative_final_idle_ms = config.speculative_final_idle_ms
         self.turn = TurnSupport(service, config)  # semantic endpointing: the turn model, when its wheel is there
         self.vad: SileroVad | None = None
         self.final = WhisperGpu(config)
         # Spotting decodes are greedy, on a second or so of audio: a few ms on a card; as many as streams by default.
         self.spotting = spotting(service, self.name, config, default_slots=16)
-        self.finals_in_flight = FinalsInFlight(config.gpu.num_workers)
+        self.finals_in_flight = FinalsInFlight()
         self.draft_budget = draft_budget(service, self.name, config, default_slots=16)
         self.stream_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="asr-stream")
         self.final_pool = ThreadPoolExecutor(max_workers=config.gpu.num_workers, thread_name_prefix="asr-final")

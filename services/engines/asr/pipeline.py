@@ -143,10 +143,9 @@ class InterimBudget:
 class FinalsInFlight:
     """Final decodes (speculative or not) submitted to an engine's final pool and not done yet, all streams counted:
     drafts are spare-capacity work and start only while none is (a draft beside a final slows the final a caller
-    waits for); an early speculative final starts only while a worker of the pool is free (``spare``)."""
+    waits for)."""
 
-    def __init__(self, workers: int = 1) -> None:
-        self.workers = workers
+    def __init__(self) -> None:
         self._count = 0
         self._lock = threading.Lock()
 
@@ -164,10 +163,6 @@ class FinalsInFlight:
     def idle(self) -> bool:
         return self._count == 0
 
-    @property
-    def spare(self) -> bool:
-        return self._count < self.workers
-
 
 class PipelineEngineParts(Protocol):
     service: str
@@ -178,7 +173,6 @@ class PipelineEngineParts(Protocol):
     final: FinalRecognizer
     interim_interval_ms: int
     speculative_final_ms: int
-    speculative_final_idle_ms: int
     interim_budget: InterimBudget | None
     turn: TurnSupport | None  # semantic endpointing (None: silence mode only)
     spotting: Spotting | None  # spot phrases (None: not served)
@@ -257,7 +251,6 @@ class TwoPassStream(AsrStream):
         self._interim_compute = 0.0
         self._interval = int(engine.interim_interval_ms * RATE / 1000)
         self._speculate = int(getattr(engine, "speculative_final_ms", 0) * RATE / 1000)
-        self._speculate_idle = int(getattr(engine, "speculative_final_idle_ms", 0) * RATE / 1000)
         self._spec: tuple[int, concurrent.futures.Future] | None = None  # (silence start, decode)
         self._events: asyncio.Queue = asyncio.Queue()
         self._init_spotting(engine, options)
@@ -738,18 +731,13 @@ class TwoPassStream(AsrStream):
         Semantic mode counts the silence by level alone (``Endpointer.quiet_since``): Silero's probability falls
         100-200 ms after the last word, about when the turn model first judges, and the decode then sat on the
         critical path (speech end -> final ~300 ms); from the level it is (nearly) done by the judgement. Its key is
-        where the quiet began: sound again drops it, and so does a pause the VAD places elsewhere. While a worker of
-        the final pool is free it starts sooner (``speculative_final_idle_ms``): spare capacity."""
+        where the quiet began: sound again drops it, and so does a pause the VAD places elsewhere."""
         silence = self._pause_key()
         if self._spec is not None and self._spec[0] != silence:
             self._drop_speculation()  # speech came back: a decode still waiting in line never runs
-        if silence is None or self._spec is not None:
+        if silence is None or self._spec is not None or self._pos - silence < self._speculate:
             return
-        quiet = self._pos - silence
-        if quiet >= self._speculate or (
-            self._speculate_idle and quiet >= self._speculate_idle and self._engine.finals_in_flight.spare
-        ):
-            self._start_speculation(silence)
+        self._start_speculation(silence)
 
     def _drop_speculation(self) -> None:
         self._spec[1].cancel()
