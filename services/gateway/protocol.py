@@ -147,6 +147,7 @@ def conversation_config(message: dict, max_text_chars: int = 5000) -> tuple[str,
     endpointing = _take(message, "config.", "endpointing", dict, {}, None, "an object")
     _no_unknown(endpointing, "config.endpointing.", ENDPOINTING_FIELDS)
     ms = (int, 0, lambda n: 0 <= n <= 60_000, "a whole number of ms, 0..60000")
+    fraction = ((int, float), 0, lambda t: 0 <= t <= 1, "a number 0..1")
     where = "config.endpointing."
     mode = _take(endpointing, where, "mode", str, "", lambda m: m in ENDPOINTING_MODES, "silence or semantic")
     barge_in = _take(message, "config.", "barge_in", dict, {}, None, "an object")
@@ -164,18 +165,12 @@ def conversation_config(message: dict, max_text_chars: int = 5000) -> tuple[str,
         endpointing=recognizer_pb2.EndpointingConfig(
             mode=ENDPOINTING_MODES[mode],
             hangover_ms=_take(endpointing, where, "hangover_ms", *ms),
-            turn_threshold=float(
-                _take(endpointing, where, "turn_threshold", (int, float), 0, lambda t: 0 <= t <= 1, "a number 0..1")
-            ),
+            turn_threshold=float(_take(endpointing, where, "turn_threshold", *fraction)),
             min_silence_ms=_take(endpointing, where, "min_silence_ms", *ms),
             max_silence_ms=_take(endpointing, where, "max_silence_ms", *ms),
             sentence_end_silence_ms=_take(endpointing, where, "sentence_end_silence_ms", *ms),
             early_silence_ms=_take(endpointing, where, "early_silence_ms", *ms),
-            early_turn_threshold=float(
-                _take(
-                    endpointing, where, "early_turn_threshold", (int, float), 0, lambda t: 0 <= t <= 1, "a number 0..1"
-                )
-            ),
+            early_turn_threshold=float(_take(endpointing, where, "early_turn_threshold", *fraction)),
         ),
         barge_in=conversation_pb2.BargeInConfig(
             disabled=_take(barge_in, "config.barge_in.", "disabled", bool, False, None, "true or false"),

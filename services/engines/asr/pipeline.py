@@ -582,24 +582,20 @@ class TwoPassStream(AsrStream):
         if self._spot_busy or self._pos < self._spot_next:
             return
         self._spot_next = self._pos + self._spotting.interval_ms * RATE // 1000
-        audio, _ = self._utterance_audio(self._pos)
-        serial, utt_start, end = self._spot_serial, self._utt_start, self._pos
-        language = self._language or self._spot_language
         self._spot_busy = True
-        deliver = functools.partial(self._spotted, serial, utt_start, end)
-        if not self._quick_decode(
-            "spotting", self._spot_cost, audio, language, finished=self._spot_decoded, deliver=deliver
-        ):
-            self._spot_decoded()
+        deliver = functools.partial(self._spotted, self._spot_serial, self._utt_start, self._pos)
+        self._quick_decode("spotting", self._spot_cost, finished=self._spot_decoded, deliver=deliver)
 
     def _spot_decoded(self) -> None:
         self._spot_busy = False
 
-    def _quick_decode(self, what: str, cost, audio: np.ndarray, language: str | None, *, finished, deliver) -> bool:
-        """Thread: a greedy decode of ``audio`` (the final recognizer's ``quick``: spotting, drafts) on the final pool,
-        its compute observed in ``cost``. When it ends, ``finished()`` runs on the pool's thread; then, unless it was
-        cancelled, failed (logged as a ``what`` decode) or the stream closed, ``deliver(text)`` on the loop.
-        False: not started (the pool is shut down: the engine is closing)."""
+    def _quick_decode(self, what: str, cost, *, finished, deliver) -> None:
+        """Thread: a greedy decode of the utterance so far (the final recognizer's ``quick``: spotting, drafts) on the
+        final pool, its compute observed in ``cost``. When it ends, ``finished()`` runs on the pool's thread; then,
+        unless it was cancelled, failed (logged as a ``what`` decode) or the stream closed, ``deliver(text)`` on the
+        loop. Not started (the pool is shut down: the engine is closing): ``finished()`` at once, nothing delivered."""
+        audio, _ = self._utterance_audio(self._pos)
+        language = self._language or self._spot_language
 
         def decode() -> str:
             t0 = time.perf_counter()
@@ -611,7 +607,8 @@ class TwoPassStream(AsrStream):
         try:
             future = self._engine.final_pool.submit(decode)
         except RuntimeError:
-            return False
+            finished()
+            return
 
         def done(f: concurrent.futures.Future) -> None:  # on the final pool's thread
             finished()
@@ -626,7 +623,6 @@ class TwoPassStream(AsrStream):
                 self._loop.call_soon_threadsafe(deliver, f.result())
 
         future.add_done_callback(done)
-        return True
 
     def _spotted(self, serial: int, utt_start: int, end: int, text: str) -> None:
         """Loop: a spotting decode of utterance ``serial`` heard ``text``. A phrase in it goes out now if its
@@ -684,15 +680,9 @@ class TwoPassStream(AsrStream):
             self._draft_next = self._pos + WINDOW  # the engine's drafts are all in flight: try at the next window
             return
         self._draft_next = self._pos + self._draft_interval
-        audio, _ = self._utterance_audio(self._pos)
-        index, utt_start, end = self._index, self._utt_start, self._pos
-        language = self._language or self._spot_language
         self._draft_busy = True
-        deliver = functools.partial(self._drafted, index, utt_start, end)
-        if not self._quick_decode(
-            "draft", self._draft_cost, audio, language, finished=self._draft_decoded, deliver=deliver
-        ):
-            self._draft_decoded()
+        deliver = functools.partial(self._drafted, self._index, self._utt_start, self._pos)
+        self._quick_decode("draft", self._draft_cost, finished=self._draft_decoded, deliver=deliver)
 
     def _draft_decoded(self) -> None:
         self._draft_busy = False

@@ -281,7 +281,7 @@ class Endpointer:
             return self._ends_early(end, silence, speech_end, out)
         if self._sentence_ends(silence, speech_end, out):
             return True
-        heard_end = min(end, speech_end + self.heard_silence) if self.heard_silence else end
+        heard_end = self._heard_end(end, speech_end)
         # Judged again every judge_interval while what the model hears changes, and at once when it hears all it
         # will (heard_silence reached): that last judgement's input is the same whenever it runs, so it runs first.
         heard_all = bool(self.heard_silence) and heard_end == speech_end + self.heard_silence
@@ -318,13 +318,17 @@ class Endpointer:
         if not self.early_silence or silence < self.early_silence or self._early_judged == speech_end:
             return False
         self._early_judged = speech_end
-        heard_end = min(end, speech_end + self.heard_silence) if self.heard_silence else end
+        heard_end = self._heard_end(end, speech_end)
         p = self.judge(heard_end, speech_end)
         if p < self.early_threshold or (self.veto is not None and self.veto()):
             return False
         out.append(Transition("turn", end, probability=p, complete=True, silence=silence))
         out.append(Transition("end", speech_end, "turn_complete"))
         return True
+
+    def _heard_end(self, end: int, speech_end: int) -> int:
+        """The end of what the model hears: at most ``heard_silence`` after the end of speech (0 = all of it)."""
+        return min(end, speech_end + self.heard_silence) if self.heard_silence else end
 
     def _sentence_ends(self, silence: int, speech_end: int, out: list[Transition]) -> bool:
         """The pause's words read as a finished sentence and the silence reached sentence_end_silence_ms."""
