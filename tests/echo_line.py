@@ -24,6 +24,7 @@ from services.common import audio
 RATE = 16_000
 LEAD_S = 0.5  # the reply starts playing this far into the call
 NOISE_DBFS = -55.0
+TURN_TO_REPLY_S = 0.45  # the user's last word -> the reply's first audio (bench/results: p50 ~0.5 s)
 PLAYOUT_LEAD_S = 0.3  # moss_sts.playout_lead_ms: how far ahead of playback the caller gets reply chunks
 MIC_FRAMES_MS = (20, 25, 40, 30)
 
@@ -83,6 +84,7 @@ class Line:
     echo: np.ndarray  # float: the echo part of the mic
     user_start: int = 0  # mic sample where the user's speech starts (0: no user)
     user_end: int = 0
+    reply_start: int = 0  # mic sample where the reply starts playing
     cpu_ms_per_s: float = 0.0  # canceller CPU per second of mic audio
 
 
@@ -96,11 +98,16 @@ def call(
     cancel_echo: bool = True,
     room: bool = False,
     seed: int = 0,
+    said_before: np.ndarray | None = None,
 ) -> Line:
-    """One call: the reply echoed back (and the user speaking ``user_at_s`` into the reply), through a canceller."""
+    """One call: the reply echoed back (and the user speaking ``user_at_s`` into the reply), through a canceller.
+    ``said_before``: the user's turn that the reply answers, spoken from ``LEAD_S`` on and ending
+    ``TURN_TO_REPLY_S`` before the reply starts."""
     from services.conversation.echo import EchoCanceller
 
     start = int(LEAD_S * RATE)
+    if said_before is not None:
+        start += len(said_before) + int(TURN_TO_REPLY_S * RATE)
     user_start = start + int(user_at_s * RATE) if user is not None else 0
     stop = len(reply) if user is None or cut_s is None else min(len(reply), user_start - start + int(cut_s * RATE))
     played = reply[:stop].astype(np.float64)
@@ -113,6 +120,8 @@ def call(
     mic = echo + np.random.default_rng(seed).normal(0.0, 32768 * 10 ** (NOISE_DBFS / 20), total)
     if user is not None:
         mic[user_start : user_start + len(user)] += user
+    if said_before is not None:
+        mic[int(LEAD_S * RATE) : int(LEAD_S * RATE) + len(said_before)] += said_before
     mic16 = np.clip(np.round(mic), -32768, 32767).astype(np.int16)
 
     chunks, offset, size = [], 0, int(0.04 * RATE)
@@ -151,6 +160,7 @@ def call(
         echo=echo,
         user_start=user_start,
         user_end=user_start + (len(user) if user is not None else 0),
+        reply_start=start,
         cpu_ms_per_s=cpu * 1000 / (total / RATE),
     )
 

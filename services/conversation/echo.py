@@ -117,6 +117,10 @@ class EchoLine:
     processing of such a line only harms the caller's speech over the reply (it mangled "stop please" into nothing the
     recognizers knew). ``echo``: None (undecided: cancel), True (cancel), False (leave the caller's audio alone).
     A line judged without echo is judged again if it starts to follow the reply later (a speaker turned on).
+    The levels compared are those since the reply (this stretch of reply audio) began: the caller's own turn just
+    before it, in the window too, follows nothing the agent played, and with it the correlation of a line that
+    echoed at -20 dB read 0.0 at the decision (the echo then went to the recognizer uncancelled and interrupted
+    the reply in the bench's echo trials).
 
     A quiet line is decided sooner: if the caller's level has not risen since before the reply while the reply played
     ``QUIET_AFTER_FRAMES`` (longer than any echo delay), nothing came back. Until a line is decided AEC3 works on it,
@@ -125,6 +129,7 @@ class EchoLine:
 
     MAX_LAG_MS = 500
     WINDOW_FRAMES = 300  # 3 s of levels
+    REPLY_GAP_FRAMES = 100  # 1 s with no audible reply ends a stretch of reply audio (the next one starts afresh)
     DECIDE_AFTER_FRAMES = 80  # 0.8 s of reply audio played
     ECHO_CORRELATION = (
         0.75  # measured: echo 0.92-0.98 (room or not, 50-250 ms, -20..-6 dB); a user over the reply <= 0.52
@@ -140,6 +145,8 @@ class EchoLine:
         self.correlation = 0.0
         self._mic: list[float] = []
         self._ref: list[float] = []
+        self._stretch = 0  # frames since this stretch of reply audio began (0: none playing)
+        self._inaudible = 0  # frames since the reply was last audible
         self._active = 0  # frames of audible reply seen
         self._since_check = 0
         self._before: list[float] = []  # the caller's levels before the first audible reply frame (the last 0.5 s)
@@ -157,10 +164,13 @@ class EchoLine:
         self._ref.extend(ref.tolist())
         del self._mic[: -self.WINDOW_FRAMES], self._ref[: -self.WINDOW_FRAMES]
         self._active += int(np.count_nonzero(ref > self.AUDIBLE))
+        self._follow_stretch(ref)
         self._since_check += n
         self._observe_quiet(mic, ref)
         if self._active < self.DECIDE_AFTER_FRAMES or self._since_check < 25 or self.echo is True:
             return
+        if 0 < self._stretch < self.DECIDE_AFTER_FRAMES:
+            return  # a new stretch of reply audio: too few of its frames yet to say whether the line follows it
         self._since_check = 0
         self.correlation = self._best_correlation()
         if self.correlation >= self.ECHO_CORRELATION:
@@ -187,8 +197,19 @@ class EchoLine:
         ):
             self.echo = False
 
+    def _follow_stretch(self, ref: np.ndarray) -> None:
+        for audible in (ref > self.AUDIBLE).tolist():
+            self._inaudible = 0 if audible else self._inaudible + 1
+            if self._stretch:
+                self._stretch = 0 if self._inaudible >= self.REPLY_GAP_FRAMES else self._stretch + 1
+            elif audible:
+                self._stretch = 1
+
     def _best_correlation(self) -> float:
-        mic, ref = np.asarray(self._mic), np.asarray(self._ref)
+        """The best correlation of the caller's level with the reply's, at lags up to MAX_LAG_MS, over the frames
+        since this stretch of reply audio began."""
+        since = min(len(self._mic), self._stretch) if self._stretch else len(self._mic)
+        mic, ref = np.asarray(self._mic[len(self._mic) - since :]), np.asarray(self._ref[len(self._ref) - since :])
         best = 0.0
         for lag in range(0, min(self.MAX_LAG_MS // FRAME_MS, len(mic) - 20)):
             m, r = mic[lag:], ref[: len(ref) - lag]

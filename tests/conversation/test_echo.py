@@ -77,6 +77,22 @@ async def test_the_agents_echo_is_cancelled_so_nothing_is_heard(voices, engine, 
     assert is_own_words(raw_text, echo_line.REPLY), raw_text
 
 
+AFTER_A_TURN = [(50, -20), (120, -12), (250, -6)]
+
+
+@pytest.mark.parametrize(("delay_ms", "level_db"), AFTER_A_TURN, ids=[f"{d}ms-{-lv}dB" for d, lv in AFTER_A_TURN])
+async def test_the_echo_is_cancelled_when_the_reply_answers_a_turn_just_spoken(voices, engine, delay_ms, level_db):
+    """As in a conversation, the caller spoke just before the reply (0.45 s before its first audio): their speech is
+    in the levels the line is judged by. Judged on it too, a line echoing at -20 dB read no correlation with the
+    reply, was left uncancelled, and its echo interrupted the reply (the bench's echo trials, 2026-11-27)."""
+    reply, users = voices
+    line = echo_line.call(reply, delay_ms, level_db, said_before=users[echo_line.USER])
+    assert await heard(engine, line.out[line.reply_start :]) == (0, ""), "echo after the caller's turn was heard"
+    raw_utterances, raw_text = await heard(engine, line.mic[line.reply_start :])
+    assert raw_utterances >= 1
+    assert is_own_words(raw_text, echo_line.REPLY), raw_text
+
+
 ROOM_CASES = [(50, -6), (120, -12), (120, -6)]  # the room's loudest echoes (the quiet ones are held without a room)
 
 
