@@ -80,13 +80,13 @@ class MossStsConfig(TtsServiceConfig):
 
     # The cascade's reply (text streamed from the brain) cuts its first sentence sooner than the Synthesizer
     # (``chunking``) does: once this many characters came without a sentence end, at its first clause mark past
-    # reply_min_first_chars, else after reply_first_segment_words words; so the reply's first audio waits for 3 words
-    # of the brain, not a sentence (2 words: ~15-25 ms sooner, but the echo of the reply interrupted it in 2 of 6
-    # trials, docs/conversation.md#turn-taking-2026-11-27-e). Whole texts keep ``chunking``'s rule: a cut inside a short sentence is an audible
-    # break for little time when the text is all there (docs/conversation.md#turn-taking-2026-11-27).
+    # reply_min_first_chars, else after reply_first_segment_words words; so the reply's first audio waits for 2 words
+    # of the brain, not a sentence (3 words: ~30-45 ms later at the caller, docs/conversation.md#turn-taking-2026-11-27-f).
+    # Whole texts keep ``chunking``'s rule: a cut inside a short sentence is an audible break for little time when the
+    # text is all there (docs/conversation.md#turn-taking-2026-11-27).
     reply_first_segment_max_chars: int = bounded(12, ge=0)
     reply_min_first_chars: int = bounded(8, ge=1)
-    reply_first_segment_words: int = bounded(3, ge=0, le=50, says="must be 0 (clause marks only) or 1..50")
+    reply_first_segment_words: int = bounded(2, ge=0, le=50, says="must be 0 (clause marks only) or 1..50")
 
     # CPU cascade: the in-box TTS engine ("piper": the joe voice; "espeak": espeak-ng voices).
     tts_engine: Literal["piper", "espeak"] = "piper"
