@@ -105,9 +105,8 @@ def call(
     ``TURN_TO_REPLY_S`` before the reply starts."""
     from services.conversation.echo import EchoCanceller
 
-    start = int(LEAD_S * RATE)
-    if said_before is not None:
-        start += len(said_before) + int(TURN_TO_REPLY_S * RATE)
+    lead = int(LEAD_S * RATE)
+    start = lead if said_before is None else lead + len(said_before) + int(TURN_TO_REPLY_S * RATE)
     user_start = start + int(user_at_s * RATE) if user is not None else 0
     stop = len(reply) if user is None or cut_s is None else min(len(reply), user_start - start + int(cut_s * RATE))
     played = reply[:stop].astype(np.float64)
@@ -121,7 +120,7 @@ def call(
     if user is not None:
         mic[user_start : user_start + len(user)] += user
     if said_before is not None:
-        mic[int(LEAD_S * RATE) : int(LEAD_S * RATE) + len(said_before)] += said_before
+        mic[lead : lead + len(said_before)] += said_before
     mic16 = np.clip(np.round(mic), -32768, 32767).astype(np.int16)
 
     chunks, offset, size = [], 0, int(0.04 * RATE)

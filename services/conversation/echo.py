@@ -163,8 +163,9 @@ class EchoLine:
         self._mic.extend(mic.tolist())
         self._ref.extend(ref.tolist())
         del self._mic[: -self.WINDOW_FRAMES], self._ref[: -self.WINDOW_FRAMES]
-        self._active += int(np.count_nonzero(ref > self.AUDIBLE))
-        self._follow_stretch(ref)
+        audible = ref > self.AUDIBLE
+        self._active += int(np.count_nonzero(audible))
+        self._follow_stretch(audible)
         self._since_check += n
         self._observe_quiet(mic, ref)
         if self._active < self.DECIDE_AFTER_FRAMES or self._since_check < 25 or self.echo is True:
@@ -197,8 +198,8 @@ class EchoLine:
         ):
             self.echo = False
 
-    def _follow_stretch(self, ref: np.ndarray) -> None:
-        for audible in (ref > self.AUDIBLE).tolist():
+    def _follow_stretch(self, audible_frames: np.ndarray) -> None:
+        for audible in audible_frames.tolist():
             self._inaudible = 0 if audible else self._inaudible + 1
             if self._stretch:
                 self._stretch = 0 if self._inaudible >= self.REPLY_GAP_FRAMES else self._stretch + 1
