@@ -142,7 +142,8 @@ def _barge_ins(channel, say, n: int) -> tuple[list[float], list[float]]:
 
 @contextlib.contextmanager
 def cpu_fleet():
-    """brain + asr + moss_sts (listening through asr) + router on free loopback ports: a channel to the router.
+    """brain + asr + moss_sts (listening through asr) + router on free loopback ports: a channel to the router, and
+    the fleet.
     The brain is the fleet member itself, as a user's fleet has it (no recording pass-through: the tests' recorder
     is a Python HTTP proxy in this process, whose threads share the GIL with the callers' real-time pacing)."""
     import grpc
@@ -153,9 +154,27 @@ def cpu_fleet():
         )
         try:
             with grpc.insecure_channel(fleet.config.router.address) as channel:
-                yield channel
+                yield channel, fleet
         finally:
             fleet.stop()
+
+
+def segment_cache_lookups(fleet) -> dict[str, float]:
+    """moss_sts's segment cache lookups so far, by outcome (hit, miss), from its metrics endpoint."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = f"http://127.0.0.1:{fleet.config.moss_sts.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    counts = {"hit": 0.0, "miss": 0.0}
+    for family in text_string_to_metric_families(text):
+        if family.name == "voicefleet_tts_segment_cache":
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    counts[sample.labels["outcome"]] += sample.value
+    return counts
 
 
 def turn_set_counts() -> Counts:
@@ -172,14 +191,17 @@ def turn_set_counts() -> Counts:
 def run():
     counts = turn_set_counts()
     turn_set = build_turn_set(TURN_SET_SEED, counts)  # piper in this process, before the fleet (cached)
-    with cpu_fleet() as channel:
+    with cpu_fleet() as (channel, fleet):
         say = _speaker(channel)
         for line in LINES:
             say(line)
         server, client = _turns(channel, say, TURNS)
         concurrent = {k: _sessions(channel, say, k, SESSION_TURNS) for k in SESSIONS}
         to_silence, cut = _barge_ins(channel, say, BARGE_INS)
+        before = segment_cache_lookups(fleet)
         passes, trials = turn_taking.measure(channel, turn_set, TURN_SET_SEED)
+        after = segment_cache_lookups(fleet)
+    hits, misses = (after[k] - before[k] for k in ("hit", "miss"))
     turn_rows, turn_tables, raw = turn_taking.report(passes, trials, "semantic")
     RAW_TURNS.parent.mkdir(parents=True, exist_ok=True)
     RAW_TURNS.write_text(json.dumps({"seed": TURN_SET_SEED, "set": str(turn_set.directory), **raw}, indent=1))
@@ -205,6 +227,7 @@ def run():
         "barge_ins": BARGE_INS,
         "engine": "moss_sts/cascade (whisper tiny.en, SmolLM2-135M, piper)",
         "turn_set": f"seed {TURN_SET_SEED}, {counts}; raw records in bench/results/latest/raw/{RAW_TURNS.name}",
+        "turn_set_reply_openings_from_the_segment_cache": f"{hits} of {hits + misses} (docs/scheduling.md#segment-cache)",
         **turn_tables,
     }
     return rows, extra

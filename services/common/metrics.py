@@ -79,6 +79,15 @@ TTS_RTF = Histogram(
 TTS_AUDIO_SECONDS = Counter(
     "voicefleet_tts_audio_seconds_total", "Seconds of audio produced by engines.", ["service", "engine"]
 )
+TTS_SEGMENT_CACHE = Counter(
+    "voicefleet_tts_segment_cache_total",
+    "Streams' first segments looked up in the engine's segment cache (scheduling.segment_cache_mb): hit (its audio"
+    " reused, no synthesis) or miss (synthesized, then kept).",
+    ["service", "engine", "outcome"],
+)
+TTS_SEGMENT_CACHE_BYTES = Gauge(
+    "voicefleet_tts_segment_cache_bytes", "Audio bytes the segment cache holds now.", ["service", "engine"]
+)
 ENGINE_STEPS = Counter(
     "voicefleet_engine_steps_total",
     "Engine work units done (a sentence for piper). Stops growing when a cancelled stream stops its engine.",

@@ -34,6 +34,7 @@ from services.common.config.base import ChunkingConfig, SchedulingConfig
 from services.common.engines import AudioPiece, ScheduledTtsEngine, SynthesisOptions, VoiceInfo
 from services.common.errors import FailedPrecondition, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler, split_cores
+from services.common.segment_cache import SegmentCache
 from services.common.text import FirstSegment, speech_segments
 
 log = logging.getLogger("voicefleet.piper")
@@ -72,6 +73,8 @@ class PiperTtsEngine(ScheduledTtsEngine):
             self._first_executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="piper-first")
         self._voice = None
         self._info: VoiceInfo | None = None
+        # Streams' first segments, reused bit for bit (the noise comes from the request's seed).
+        self._first_segments = SegmentCache(service, self.name, scheduling.segment_cache_mb << 20)
         self._steps = metrics.ENGINE_STEPS.labels(service, self.name)
         self._audio_seconds = metrics.TTS_AUDIO_SECONDS.labels(service, self.name)
         self._cancel_to_stop = metrics.TTS_CANCEL_TO_STOP.labels(service, self.name)
@@ -142,32 +145,44 @@ class PiperTtsEngine(ScheduledTtsEngine):
         self._steps.inc()
         self._cancel_to_stop.observe(time.monotonic() - cancelled_at)
 
+    async def _synthesize_step(self, segment: str, options: SynthesisOptions, playback: Playback) -> bytes:
+        """One engine step: ``segment`` synthesized on a worker when it is due (first segments first)."""
+        loop = asyncio.get_running_loop()
+        run_options = onnxruntime.RunOptions()
+        async with playback.turn() as turn:
+            future = loop.run_in_executor(
+                self._first_executor if turn.first_lane else self._executor,
+                self._synthesize_segment,
+                segment,
+                options.speaking_rate,
+                options.seed,
+                run_options,
+            )
+            try:
+                pcm = await asyncio.shield(future)
+            except (asyncio.CancelledError, GeneratorExit):
+                # The caller went away mid-step: abort the graph run in flight (or the one about to start).
+                run_options.terminate = True
+                future.add_done_callback(functools.partial(self._step_done_after_cancel, time.monotonic()))
+                raise
+        self._steps.inc()
+        self._audio_seconds.inc(len(pcm) / 2 / self.native_sample_rate)
+        return pcm
+
     async def _speak(
         self, text: str, options: SynthesisOptions, playback: Playback, first_segment: FirstSegment | None
     ) -> AsyncIterator[AudioPiece]:
-        loop = asyncio.get_running_loop()
         segments = speech_segments(text, first_segment)
         rate = self.native_sample_rate
         for start, end in segments:
-            run_options = onnxruntime.RunOptions()
-            async with playback.turn() as turn:  # a worker, when this segment is due (first segments first)
-                future = loop.run_in_executor(
-                    self._first_executor if turn.first_lane else self._executor,
-                    self._synthesize_segment,
-                    text[start:end],
-                    options.speaking_rate,
-                    options.seed,
-                    run_options,
-                )
-                try:
-                    pcm = await asyncio.shield(future)
-                except (asyncio.CancelledError, GeneratorExit):
-                    # The caller went away mid-step: abort the graph run in flight (or the one about to start).
-                    run_options.terminate = True
-                    future.add_done_callback(functools.partial(self._step_done_after_cancel, time.monotonic()))
-                    raise
-            self._steps.inc()
-            self._audio_seconds.inc(len(pcm) / 2 / rate)
+            # The stream's first segment (of a whole text, or of a text stream's first call) may have been said before.
+            first = playback.started_at is None
+            key = (text[start:end], options.speaking_rate, options.seed)
+            pcm = self._first_segments.get(key) if first else None
+            if pcm is None:
+                pcm = await self._synthesize_step(text[start:end], options, playback)
+                if first:
+                    self._first_segments.put(key, pcm)
             playback.produced(len(pcm) / 2 / rate)
             try:
                 yield AudioPiece(pcm=pcm, sample_rate_hz=rate, text_start=start, text_end=end, served_by=self.served_by)

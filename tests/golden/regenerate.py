@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from services.common import audio
-from services.common.config.base import ChunkingConfig
+from services.common.config.base import ChunkingConfig, SchedulingConfig
 from services.common.engines import SynthesisOptions
 
 GOLDEN_DIR = Path(__file__).parent
@@ -35,7 +35,8 @@ CASES = {
 def make_piper():
     from services.engines.piper_engine import PiperTtsEngine
 
-    return PiperTtsEngine("golden", ChunkingConfig())
+    # No segment cache: every run synthesizes, so the determinism gate checks synthesis (which the cache relies on).
+    return PiperTtsEngine("golden", ChunkingConfig(), SchedulingConfig(segment_cache_mb=0))
 
 
 def make_espeak():

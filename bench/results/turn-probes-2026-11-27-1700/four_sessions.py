@@ -13,7 +13,7 @@ def summary(xs: list[float]) -> str:
 
 
 def main() -> None:
-    with c.cpu_fleet() as channel:
+    with c.cpu_fleet() as (channel, _fleet):
         say = c._speaker(channel)
         for line in c.LINES:
             say(line)

@@ -18,7 +18,7 @@ def summary(xs: list[float]) -> str:
 def main() -> None:
     turn_set = c.build_turn_set(c.TURN_SET_SEED, c.turn_set_counts())
     by_length: dict[str, list[float]] = {}
-    with c.cpu_fleet() as channel:
+    with c.cpu_fleet() as (channel, _fleet):
         say = c._speaker(channel)
         for line in c.LINES[:2]:
             say(line)  # warm the fleet

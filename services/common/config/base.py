@@ -276,6 +276,9 @@ class SchedulingConfig(Section):
     # Admission: while a continuation already waits this long past the end of its stream's audio (its listener
     # hears a gap), new streams are refused at once: more would lengthen the gap (0 = off).
     max_late_ms: int = bounded(300, ge=0, le=60_000)
+    # CPU engines: streams' first segments kept for reuse, up to this many MB of audio (0 = off): a segment is a pure
+    # function of text, rate and seed, and openings repeat ("I'm sorry,", a greeting). docs/scheduling.md#segment-cache
+    segment_cache_mb: int = bounded(8, ge=0, le=1024)
 
 
 class TtsServiceConfig(ServerConfig):
