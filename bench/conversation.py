@@ -201,7 +201,7 @@ def run():
         before = segment_cache_lookups(fleet)
         passes, trials = turn_taking.measure(channel, turn_set, TURN_SET_SEED)
         after = segment_cache_lookups(fleet)
-    hits, misses = (after[k] - before[k] for k in ("hit", "miss"))
+    hits, misses = (round(after[k] - before[k]) for k in ("hit", "miss"))
     turn_rows, turn_tables, raw = turn_taking.report(passes, trials, "semantic")
     RAW_TURNS.parent.mkdir(parents=True, exist_ok=True)
     RAW_TURNS.write_text(json.dumps({"seed": TURN_SET_SEED, "set": str(turn_set.directory), **raw}, indent=1))
@@ -224,6 +224,7 @@ def run():
     extra = {
         "turns": TURNS,
         "turns_without_reply_audio": len(SILENT_TURNS),
+        "replies_of_turns_without_audio": SILENT_TURNS,
         "barge_ins": BARGE_INS,
         "engine": "moss_sts/cascade (whisper tiny.en, SmolLM2-135M, piper)",
         "turn_set": f"seed {TURN_SET_SEED}, {counts}; raw records in bench/results/latest/raw/{RAW_TURNS.name}",

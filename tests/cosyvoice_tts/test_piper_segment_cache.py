@@ -8,7 +8,7 @@ from services.common.config.base import ChunkingConfig, SchedulingConfig
 from services.common.engines import BufferPolicy, SynthesisOptions, TextEvent
 from services.engines.piper_engine import PiperTtsEngine
 
-TEXT = "I'm sorry, I can't check the weather. Would you like me to set a reminder instead?"
+TEXT = "I'm sorry, I can't check that. Shall I try again?"
 
 
 async def started(cache_mb: int) -> tuple[PiperTtsEngine, list[str]]:
