@@ -14,10 +14,13 @@ import asyncio
 import statistics
 import time
 
-from services.common.config.base import ChunkingConfig
+from services.common.config.base import ChunkingConfig, SchedulingConfig
 from services.common.engines import SynthesisOptions, TextEvent
 from services.conversation.cascade import REPLY_BUFFERING
 from services.engines.piper_engine import PiperTtsEngine
+
+# Synthesis is measured: the segment cache would serve the repeated replies (docs/scheduling.md#segment-cache).
+UNCACHED = SchedulingConfig(segment_cache_mb=0)
 
 SYNTHESIZE_TEXT = "The weather service expects heavy rain over the northern hills tonight. Please stay safe."
 REPLIES = {
@@ -60,8 +63,8 @@ def _row(name: str, values: list[float]) -> str:
 
 async def main() -> None:
     engines = {
-        "before (clause marks only)": PiperTtsEngine("bench", ChunkingConfig(first_segment_words=0)),
-        "after (first_segment_words 5)": PiperTtsEngine("bench", ChunkingConfig()),
+        "before (clause marks only)": PiperTtsEngine("bench", ChunkingConfig(first_segment_words=0), UNCACHED),
+        "after (first_segment_words 5)": PiperTtsEngine("bench", ChunkingConfig(), UNCACHED),
     }
     for engine in engines.values():
         await engine.start()

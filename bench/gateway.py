@@ -27,7 +27,7 @@ import aiohttp
 import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.harness import Row
+from bench.harness import UNCACHED_TTS, Row
 from services.cli.fleet import LocalFleet
 from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
@@ -162,6 +162,7 @@ def run():
             services=("cosyvoice_tts", "asr", "brain", "moss_sts", "router", "gateway"),
             moss_sts={"max_concurrent_sessions": SESSIONS, "default_max_tokens": 32},
             gateway={"max_sessions": SESSIONS + 4},
+            cosyvoice_tts=UNCACHED_TTS,
         )
         try:
             url = f"http://{fleet.config.gateway.address}"

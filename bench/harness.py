@@ -59,6 +59,11 @@ def check_quiet(name: str, at: dict) -> None:
         )
 
 
+# The TTS benchmarks measure synthesis by saying one text many times; said again, its first segment would come from
+# the engine's segment cache (docs/scheduling.md#segment-cache), so their piper engines run without it.
+UNCACHED_TTS = {"scheduling": {"segment_cache_mb": 0}}
+
+
 @dataclass
 class Row:
     """One measured figure: samples in seconds (latencies) or plain values (RTF, counts)."""

@@ -30,7 +30,7 @@ import urllib.request
 import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.harness import Row
+from bench.harness import UNCACHED_TTS, Row
 from services.cli.fleet import LocalFleet
 from voice.v1 import fleet_pb2, fleet_pb2_grpc, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
@@ -198,6 +198,7 @@ def run():
             tmp,
             services=("cosyvoice_tts", "qwen_tts", "router"),
             router={"routes": {"realtime": ["qwen_tts", "cosyvoice_tts"]}},
+            cosyvoice_tts=UNCACHED_TTS,
         )
         try:
             with (

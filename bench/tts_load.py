@@ -31,7 +31,7 @@ import time
 
 import grpc
 
-from bench.harness import Row
+from bench.harness import UNCACHED_TTS, Row
 from services.cli.fleet import LocalFleet
 from voice.v1 import synthesizer_pb2 as pb
 from voice.v1 import synthesizer_pb2_grpc
@@ -155,7 +155,7 @@ def side_by_side(results: dict[tuple[int, str], dict]) -> str:
 def run():
     uptime_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        fleet = LocalFleet.on_free_ports(tmp)
+        fleet = LocalFleet.on_free_ports(tmp, cosyvoice_tts=UNCACHED_TTS)
         try:
             address = fleet.config.router.address
             level(address, 1, requests=3)  # warm the channels and the engine

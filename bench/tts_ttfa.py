@@ -8,9 +8,9 @@ import time
 
 import grpc
 
-from bench.harness import Row
+from bench.harness import UNCACHED_TTS, Row
 from services.cli.fleet import LocalFleet
-from services.common.config.base import ChunkingConfig
+from services.common.config.base import ChunkingConfig, SchedulingConfig
 from services.common.engines import SynthesisOptions
 from services.engines.piper_engine import PiperTtsEngine
 from voice.v1 import synthesizer_pb2, synthesizer_pb2_grpc
@@ -20,7 +20,7 @@ RUNS = 30
 
 
 async def _in_process(runs: int) -> tuple[list[float], list[float]]:
-    engine = PiperTtsEngine("bench", ChunkingConfig())
+    engine = PiperTtsEngine("bench", ChunkingConfig(), SchedulingConfig(segment_cache_mb=0))
     await engine.start()
     ttfa, rtf = [], []
     try:
@@ -60,7 +60,7 @@ def _through(address: str, runs: int) -> tuple[list[float], list[float]]:
 def run():
     local_ttfa, local_rtf = asyncio.run(_in_process(RUNS))
     with tempfile.TemporaryDirectory() as tmp:
-        fleet = LocalFleet.on_free_ports(tmp)
+        fleet = LocalFleet.on_free_ports(tmp, cosyvoice_tts=UNCACHED_TTS)
         try:
             direct_ttfa, _ = _through(fleet.config.cosyvoice_tts.address, RUNS)
             router_ttfa, router_rtf = _through(fleet.config.router.address, RUNS)
