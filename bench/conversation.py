@@ -29,7 +29,7 @@ import tempfile
 import time
 
 from bench import turn_taking
-from bench.harness import RESULTS, Row
+from bench.harness import RESULTS, Row, scrape, total
 from bench.turn_set import Counts
 from bench.turn_set import build as build_turn_set
 from services.cli.fleet import LocalFleet
@@ -161,20 +161,10 @@ def cpu_fleet():
 
 def segment_cache_lookups(fleet) -> dict[str, float]:
     """moss_sts's segment cache lookups so far, by outcome (hit, miss), from its metrics endpoint."""
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    url = f"http://127.0.0.1:{fleet.config.moss_sts.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    counts = {"hit": 0.0, "miss": 0.0}
-    for family in text_string_to_metric_families(text):
-        if family.name == "voicefleet_tts_segment_cache":
-            for sample in family.samples:
-                if sample.name.endswith("_total"):
-                    counts[sample.labels["outcome"]] += sample.value
-    return counts
+    samples = scrape(fleet.config.moss_sts.metrics_port)
+    return {
+        outcome: total(samples, "voicefleet_tts_segment_cache_total", outcome=outcome) for outcome in ("hit", "miss")
+    }
 
 
 def turn_set_counts() -> Counts:

@@ -14,13 +14,11 @@ import asyncio
 import statistics
 import time
 
-from services.common.config.base import ChunkingConfig, SchedulingConfig
+from bench.harness import UNCACHED_SCHEDULING
+from services.common.config.base import ChunkingConfig
 from services.common.engines import SynthesisOptions, TextEvent
 from services.conversation.cascade import REPLY_BUFFERING
 from services.engines.piper_engine import PiperTtsEngine
-
-# Synthesis is measured: the segment cache would serve the repeated replies (docs/scheduling.md#segment-cache).
-UNCACHED = SchedulingConfig(segment_cache_mb=0)
 
 SYNTHESIZE_TEXT = "The weather service expects heavy rain over the northern hills tonight. Please stay safe."
 REPLIES = {
@@ -63,8 +61,10 @@ def _row(name: str, values: list[float]) -> str:
 
 async def main() -> None:
     engines = {
-        "before (clause marks only)": PiperTtsEngine("bench", ChunkingConfig(first_segment_words=0), UNCACHED),
-        "after (first_segment_words 5)": PiperTtsEngine("bench", ChunkingConfig(), UNCACHED),
+        "before (clause marks only)": PiperTtsEngine(
+            "bench", ChunkingConfig(first_segment_words=0), UNCACHED_SCHEDULING
+        ),
+        "after (first_segment_words 5)": PiperTtsEngine("bench", ChunkingConfig(), UNCACHED_SCHEDULING),
     }
     for engine in engines.values():
         await engine.start()

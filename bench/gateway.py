@@ -21,13 +21,11 @@ import json
 import statistics
 import tempfile
 import time
-import urllib.request
 
 import aiohttp
 import grpc
-from prometheus_client.parser import text_string_to_metric_families
 
-from bench.harness import UNCACHED_TTS, Row
+from bench.harness import UNCACHED_TTS, Row, buckets, scrape
 from services.cli.fleet import LocalFleet
 from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
@@ -39,16 +37,6 @@ TALKERS = 2
 SESSION_SECONDS = 30
 FRAME_MS = 40
 RATE = 16_000
-
-
-def _histogram(port: int, metric: str, labels: dict) -> dict[float, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    buckets: dict[float, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == f"{metric}_bucket" and all(s.labels.get(k) == v for k, v in labels.items()):
-                buckets[float(s.labels["le"])] = s.value
-    return buckets
 
 
 def _quantile(before: dict, after: dict, q: float) -> tuple[float, int]:
@@ -167,12 +155,12 @@ def run():
         try:
             url = f"http://{fleet.config.gateway.address}"
             port = fleet.config.gateway.metrics_port
-            speech_before = _histogram(port, "voicefleet_gateway_added_seconds", {"endpoint": "speech"})
+            speech_before = buckets(scrape(port), "voicefleet_gateway_added_seconds", endpoint="speech")
             via_gateway, direct = asyncio.run(_first_audio(fleet, url))
-            speech_after = _histogram(port, "voicefleet_gateway_added_seconds", {"endpoint": "speech"})
-            talk_before = _histogram(port, "voicefleet_gateway_added_seconds", {"endpoint": "conversation"})
+            speech_after = buckets(scrape(port), "voicefleet_gateway_added_seconds", endpoint="speech")
+            talk_before = buckets(scrape(port), "voicefleet_gateway_added_seconds", endpoint="conversation")
             sessions = asyncio.run(_sessions(url))
-            talk_after = _histogram(port, "voicefleet_gateway_added_seconds", {"endpoint": "conversation"})
+            talk_after = buckets(scrape(port), "voicefleet_gateway_added_seconds", endpoint="conversation")
         finally:
             fleet.stop()
 

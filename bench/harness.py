@@ -17,8 +17,11 @@ import platform
 import statistics
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from services.common.config.base import SchedulingConfig
 
 RESULTS = Path(__file__).parent / "results" / "latest"
 ALLOW_BUSY_ENV = "BENCH_ALLOW_BUSY"
@@ -60,8 +63,32 @@ def check_quiet(name: str, at: dict) -> None:
 
 
 # The TTS benchmarks measure synthesis by saying one text many times; said again, its first segment would come from
-# the engine's segment cache (docs/scheduling.md#segment-cache), so their piper engines run without it.
+# the engine's segment cache (docs/scheduling.md#segment-cache), so their piper engines run without it: a fleet's
+# section takes UNCACHED_TTS, an engine made in process UNCACHED_SCHEDULING.
 UNCACHED_TTS = {"scheduling": {"segment_cache_mb": 0}}
+UNCACHED_SCHEDULING = SchedulingConfig(**UNCACHED_TTS["scheduling"])
+
+
+def scrape(port: int) -> list:
+    """Every sample a service's /metrics endpoint (on loopback) exposes now."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def total(samples: list, name: str, **labels) -> float:
+    """Sum of the samples named ``name`` (a counter's ``…_total``, a histogram's ``…_sum``) matching ``labels``."""
+    return sum(s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def buckets(samples: list, metric: str, **labels) -> dict[float, float]:
+    """A histogram's cumulative buckets (upper bound -> count) matching ``labels``."""
+    return {
+        float(s.labels["le"]): s.value
+        for s in samples
+        if s.name == f"{metric}_bucket" and all(s.labels.get(k) == v for k, v in labels.items())
+    }
 
 
 @dataclass

@@ -9,12 +9,10 @@ import statistics
 import tempfile
 import threading
 import time
-import urllib.request
 
 import grpc
-from prometheus_client.parser import text_string_to_metric_families
 
-from bench.harness import Row
+from bench.harness import Row, scrape, total
 from services.cli.fleet import LocalFleet
 from services.common.config.base import ChunkingConfig, EspeakConfig
 from services.common.engines import SynthesisOptions
@@ -76,16 +74,8 @@ def _through(address: str, runs: int) -> tuple[list[float], list[float]]:
 
 
 def _histogram_sum_count(port: int, name: str, **labels) -> tuple[float, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    total = count = 0.0
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if all(s.labels.get(k) == v for k, v in labels.items()):
-                if s.name == f"{name}_sum":
-                    total += s.value
-                elif s.name == f"{name}_count":
-                    count += s.value
-    return total, count
+    samples = scrape(port)
+    return total(samples, f"{name}_sum", **labels), total(samples, f"{name}_count", **labels)
 
 
 def _cancel_via_router(fleet: LocalFleet, runs: int) -> list[float]:

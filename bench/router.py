@@ -25,12 +25,10 @@ import statistics
 import tempfile
 import threading
 import time
-import urllib.request
 
 import grpc
-from prometheus_client.parser import text_string_to_metric_families
 
-from bench.harness import UNCACHED_TTS, Row
+from bench.harness import UNCACHED_TTS, Row, buckets, scrape
 from services.cli.fleet import LocalFleet
 from voice.v1 import fleet_pb2, fleet_pb2_grpc, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
@@ -127,16 +125,6 @@ def _failover_runs(fleet: LocalFleet, stub) -> tuple[list[float], list[float], l
     return to_audio, to_decision, baseline
 
 
-def _histogram(address_port: int, metric: str, labels: dict) -> dict[float, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{address_port}/metrics", timeout=5).read().decode()
-    buckets = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == f"{metric}_bucket" and all(s.labels.get(k) == v for k, v in labels.items()):
-                buckets[float(s.labels["le"])] = s.value
-    return buckets
-
-
 def _quantile(before: dict, after: dict, q: float) -> tuple[float, int]:
     """Quantile of the observations between two scrapes of a cumulative histogram (linear within a bucket)."""
     edges = sorted(after)
@@ -175,10 +163,10 @@ def _relay_pinned(fleet: LocalFleet, stub) -> tuple[float, float, int] | None:
     try:
         port = fleet.config.router.metrics_port
         labels = {"method": "Synthesize"}
-        before = _histogram(port, "voicefleet_router_chunk_relay_seconds", labels)
+        before = buckets(scrape(port), "voicefleet_router_chunk_relay_seconds", **labels)
         for _ in range(CHUNK_RUNS):
             _wall(stub, LONG_TEXT, BROADCAST)
-        after = _histogram(port, "voicefleet_router_chunk_relay_seconds", labels)
+        after = buckets(scrape(port), "voicefleet_router_chunk_relay_seconds", **labels)
     finally:
         os.sched_setaffinity(0, mine)
     p50, n = _quantile(before, after, 0.50)
@@ -215,14 +203,14 @@ def run():
 
                 port = fleet.config.router.metrics_port
                 labels = {"method": "Synthesize"}
-                before = _histogram(port, "voicefleet_router_chunk_relay_seconds", labels)
+                before = buckets(scrape(port), "voicefleet_router_chunk_relay_seconds", **labels)
                 walls_router, walls_direct, chunk_counts = [], [], []
                 for _ in range(CHUNK_RUNS):
                     w, n = _wall(router, LONG_TEXT, BROADCAST)
                     walls_router.append(w)
                     chunk_counts.append(n)
                     walls_direct.append(_wall(direct, LONG_TEXT)[0])
-                after = _histogram(port, "voicefleet_router_chunk_relay_seconds", labels)
+                after = buckets(scrape(port), "voicefleet_router_chunk_relay_seconds", **labels)
                 pinned = _relay_pinned(fleet, router)  # last: it pins the processes
         finally:
             fleet.stop()

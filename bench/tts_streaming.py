@@ -20,10 +20,10 @@ import time
 
 import grpc
 
-from bench.harness import UNCACHED_TTS, Row
+from bench.harness import UNCACHED_SCHEDULING, UNCACHED_TTS, Row
 from services.cli.fleet import LocalFleet
 from services.common import metrics
-from services.common.config.base import ChunkingConfig, SchedulingConfig
+from services.common.config.base import ChunkingConfig
 from services.common.engines import SynthesisOptions
 from services.engines.piper_engine import PiperTtsEngine
 from voice.v1 import synthesizer_pb2 as pb
@@ -90,7 +90,7 @@ def _concurrent(address: str, n: int) -> list[float]:
 
 
 async def _cancel_to_stop(runs: int) -> list[float]:
-    engine = PiperTtsEngine("bench", ChunkingConfig(), SchedulingConfig(segment_cache_mb=0))
+    engine = PiperTtsEngine("bench", ChunkingConfig(), UNCACHED_SCHEDULING)
     await engine.start()
     hist = metrics.TTS_CANCEL_TO_STOP.labels("bench", "piper")
     rng = random.Random(7)

@@ -8,9 +8,9 @@ import time
 
 import grpc
 
-from bench.harness import UNCACHED_TTS, Row
+from bench.harness import UNCACHED_SCHEDULING, UNCACHED_TTS, Row
 from services.cli.fleet import LocalFleet
-from services.common.config.base import ChunkingConfig, SchedulingConfig
+from services.common.config.base import ChunkingConfig
 from services.common.engines import SynthesisOptions
 from services.engines.piper_engine import PiperTtsEngine
 from voice.v1 import synthesizer_pb2, synthesizer_pb2_grpc
@@ -20,7 +20,7 @@ RUNS = 30
 
 
 async def _in_process(runs: int) -> tuple[list[float], list[float]]:
-    engine = PiperTtsEngine("bench", ChunkingConfig(), SchedulingConfig(segment_cache_mb=0))
+    engine = PiperTtsEngine("bench", ChunkingConfig(), UNCACHED_SCHEDULING)
     await engine.start()
     ttfa, rtf = [], []
     try:

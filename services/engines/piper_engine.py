@@ -175,13 +175,13 @@ class PiperTtsEngine(ScheduledTtsEngine):
         segments = speech_segments(text, first_segment)
         rate = self.native_sample_rate
         for start, end in segments:
+            segment = text[start:end]
             # The stream's first segment (of a whole text, or of a text stream's first call) may have been said before.
-            first = playback.started_at is None
-            key = (text[start:end], options.speaking_rate, options.seed)
-            pcm = self._first_segments.get(key) if first else None
+            key = (segment, options.speaking_rate, options.seed) if playback.started_at is None else None
+            pcm = self._first_segments.get(key) if key else None
             if pcm is None:
-                pcm = await self._synthesize_step(text[start:end], options, playback)
-                if first:
+                pcm = await self._synthesize_step(segment, options, playback)
+                if key:
                     self._first_segments.put(key, pcm)
             playback.produced(len(pcm) / 2 / rate)
             try:
