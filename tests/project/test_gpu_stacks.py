@@ -73,6 +73,7 @@ def test_the_gpu_compose_memory_plan_fits_the_cards_docs_leases_names():
     assert sum(gb.values()) <= 46
 
 
+@pytest.mark.registry  # about a minute of pip against PyPI: `make gpu-resolve`, which .ci/run runs after `make test`
 @pytest.mark.timeout(1800)
 @pytest.mark.skipif(sys.version_info[:2] != gpu_stacks.GPU_PYTHON, reason="the GPU images run Python 3.11")
 def test_every_gpu_stack_resolves_against_pypi():

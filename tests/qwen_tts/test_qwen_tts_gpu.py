@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from services.cli.fleet import free_port
 from services.common.config.base import ChunkingConfig
 from services.common.config.qwen_tts import QwenGpuConfig
 from services.common.engines import SynthesisOptions
@@ -56,12 +56,6 @@ def _skip_unless(*, module: str | None = None, sidecar: bool = False) -> None:
         probe = subprocess.run([SIDECAR_PYTHON, "-c", "import vllm_omni"], capture_output=True, timeout=120)
         if probe.returncode != 0:
             pytest.skip(f"vllm-omni not importable by {SIDECAR_PYTHON} (requirements-vllm-omni.txt)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def _speak(engine, text, **options):
@@ -160,7 +154,7 @@ async def test_vllm_omni_sidecar_sleeps_on_offload_and_wakes_on_reload():
     config = QwenGpuConfig(
         backend="vllm_omni",
         model_dir=str(MODEL_DIR),
-        base_url=f"http://127.0.0.1:{_free_port()}",
+        base_url=f"http://127.0.0.1:{free_port()}",
         launch_sidecar=True,
         sidecar_python=SIDECAR_PYTHON,
     )
@@ -188,7 +182,7 @@ async def test_vllm_omni_sidecar_streams_and_cancels():
     config = QwenGpuConfig(
         backend="vllm_omni",
         model_dir=str(MODEL_DIR),
-        base_url=f"http://127.0.0.1:{_free_port()}",
+        base_url=f"http://127.0.0.1:{free_port()}",
         launch_sidecar=True,
         sidecar_python=SIDECAR_PYTHON,
         initial_codec_chunk_frames=2,
