@@ -25,7 +25,7 @@ import time
 import aiohttp
 import grpc
 
-from bench.harness import UNCACHED_TTS, Row, buckets, scrape
+from bench.harness import UNCACHED_TTS, Row, bucket_quantile, buckets, scrape
 from services.cli.fleet import LocalFleet
 from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
@@ -37,22 +37,6 @@ TALKERS = 2
 SESSION_SECONDS = 30
 FRAME_MS = 40
 RATE = 16_000
-
-
-def _quantile(before: dict, after: dict, q: float) -> tuple[float, int]:
-    """Quantile of the observations between two scrapes of a cumulative histogram (linear within a bucket)."""
-    edges = sorted(after)
-    counts = [after[e] - before.get(e, 0.0) for e in edges]
-    total = counts[-1] if counts else 0
-    rank, lower, below = q * total, 0.0, 0.0
-    for edge, cum in zip(edges, counts, strict=True):
-        if cum >= rank:
-            if edge == float("inf"):
-                return lower, int(total)
-            inside = cum - below
-            return lower + (edge - lower) * ((rank - below) / inside if inside else 0.0), int(total)
-        lower, below = edge, cum
-    return lower, int(total)
 
 
 async def _http_first_audio(session: aiohttp.ClientSession, url: str) -> float:
@@ -164,10 +148,10 @@ def run():
         finally:
             fleet.stop()
 
-    speech_p50, n_speech = _quantile(speech_before, speech_after, 0.50)
-    speech_p95, _ = _quantile(speech_before, speech_after, 0.95)
-    talk_p50, n_chunks = _quantile(talk_before, talk_after, 0.50)
-    talk_p95, _ = _quantile(talk_before, talk_after, 0.95)
+    speech_p50, n_speech = bucket_quantile(speech_before, speech_after, 0.50)
+    speech_p95, _ = bucket_quantile(speech_before, speech_after, 0.95)
+    talk_p50, n_chunks = bucket_quantile(talk_before, talk_after, 0.50)
+    talk_p95, _ = bucket_quantile(talk_before, talk_after, 0.95)
     rows = [
         Row("speech first audio via gateway HTTP (pcm)", "s", via_gateway),
         Row("speech first audio direct gRPC Synthesize (router)", "s", direct),

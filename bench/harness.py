@@ -91,6 +91,23 @@ def buckets(samples: list, metric: str, **labels) -> dict[float, float]:
     }
 
 
+def bucket_quantile(before: dict, after: dict, q: float) -> tuple[float, int]:
+    """Quantile of the observations between two scrapes of a cumulative histogram (``buckets``; linear within a
+    bucket), and how many there were."""
+    edges = sorted(after)
+    counts = [after[e] - before.get(e, 0.0) for e in edges]
+    total = counts[-1] if counts else 0
+    rank, lower, below = q * total, 0.0, 0.0
+    for edge, cum in zip(edges, counts, strict=True):
+        if cum >= rank:
+            if edge == float("inf"):
+                return lower, int(total)
+            inside = cum - below
+            return lower + (edge - lower) * ((rank - below) / inside if inside else 0.0), int(total)
+        lower, below = edge, cum
+    return lower, int(total)
+
+
 @dataclass
 class Row:
     """One measured figure: samples in seconds (latencies) or plain values (RTF, counts)."""

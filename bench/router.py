@@ -28,7 +28,7 @@ import time
 
 import grpc
 
-from bench.harness import UNCACHED_TTS, Row, buckets, scrape
+from bench.harness import UNCACHED_TTS, Row, bucket_quantile, buckets, scrape
 from services.cli.fleet import LocalFleet
 from voice.v1 import fleet_pb2, fleet_pb2_grpc, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
@@ -125,23 +125,6 @@ def _failover_runs(fleet: LocalFleet, stub) -> tuple[list[float], list[float], l
     return to_audio, to_decision, baseline
 
 
-def _quantile(before: dict, after: dict, q: float) -> tuple[float, int]:
-    """Quantile of the observations between two scrapes of a cumulative histogram (linear within a bucket)."""
-    edges = sorted(after)
-    counts = [after[e] - before.get(e, 0.0) for e in edges]
-    total = counts[-1]
-    rank = q * total
-    lower, below = 0.0, 0.0
-    for edge, cum in zip(edges, counts, strict=True):
-        if cum >= rank:
-            if edge == float("inf"):
-                return lower, int(total)
-            inside = cum - below
-            return lower + (edge - lower) * ((rank - below) / inside if inside else 0.0), int(total)
-        lower, below = edge, cum
-    return lower, int(total)
-
-
 def _pin(pid: int, cpus: set[int]) -> None:
     """Every thread of a process onto ``cpus`` (Linux)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
@@ -169,8 +152,8 @@ def _relay_pinned(fleet: LocalFleet, stub) -> tuple[float, float, int] | None:
         after = buckets(scrape(port), "voicefleet_router_chunk_relay_seconds", **labels)
     finally:
         os.sched_setaffinity(0, mine)
-    p50, n = _quantile(before, after, 0.50)
-    p99, _ = _quantile(before, after, 0.99)
+    p50, n = bucket_quantile(before, after, 0.50)
+    p99, _ = bucket_quantile(before, after, 0.99)
     return p50, p99, n
 
 
@@ -217,8 +200,8 @@ def run():
 
     base = statistics.median(ttfa_router)
     added = [s - b for s, b in zip(kill_to_audio, paired, strict=True)]
-    p50, n_chunks = _quantile(before, after, 0.50)
-    p99, _ = _quantile(before, after, 0.99)
+    p50, n_chunks = bucket_quantile(before, after, 0.50)
+    p99, _ = bucket_quantile(before, after, 0.99)
     chunks = statistics.median(chunk_counts)
     per_chunk_e2e = [(r - d) / chunks * 1000 for r, d in zip(walls_router, walls_direct, strict=True)]
     rows = [

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from bench.harness import scrape, total
 from services.cli.fleet import LocalFleet
 from voice.v1 import synthesizer_pb2_grpc
 
@@ -27,16 +27,7 @@ class RunningFleet:
 
     def metric(self, name: str, metric: str, **labels) -> float:
         """Sum of a metric's samples matching ``labels``, scraped from the service's real /metrics endpoint."""
-        import urllib.request
-
-        port = getattr(self.config, name).metrics_port
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-        total = 0.0
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == metric and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    total += sample.value
-        return total
+        return total(scrape(getattr(self.config, name).metrics_port), metric, **labels)
 
 
 def start_fleet(directory: Path, services=("cosyvoice_tts", "router"), **sections) -> RunningFleet:

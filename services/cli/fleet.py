@@ -5,6 +5,7 @@ Used by ``voicefleet up`` and by the integration tests, so tests start the fleet
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -49,6 +50,7 @@ MODULES = {"lease_authority": "services.residency"}
 _HANDED_OUT: set[int] = set()
 
 
+@functools.cache
 def _ephemeral_floor() -> int:
     """The lowest port the kernel gives to outgoing connections (Linux: net.ipv4.ip_local_port_range)."""
     try:

@@ -282,6 +282,12 @@ class Talk:
         assert self.wait(lambda: self.ended(0)), self.events[-5:]
         return self.complete(0), [e.end_of_turn for _, e in self.of("end_of_turn", 0)]
 
+    def reply_began_after(self, label: str, turn: int = 0) -> bool:
+        """Whether ``turn``'s first reply audio came after the last frame of what was sent as ``label`` (no audio:
+        False)."""
+        _, _, said_at = next(s for s in self.sent if s[0] == label)
+        return min((t for t, _ in self.of("reply_audio", turn)), default=0.0) > said_at
+
     def ended(self, turn: int) -> bool:
         return bool(self.of("turn_complete", turn) or self.of("turn_error", turn))
 
@@ -508,8 +514,7 @@ def test_semantic_end_of_turn_waits_through_a_pause_and_commits_a_finished_turn_
         # The pause is not the end: no reply began before the whole sentence was said. (The turn model's own word on
         # the pause differs by CPU: unfinished on an Intel Xeon; 0.88, "complete", on an AVX2-only AMD EPYC
         # (2026-11-27), where the reply started on the half sentence was dropped unheard when the user went on.)
-        _, _, said_at = next(s for s in talk.sent if s[0] == "paused")
-        assert min(t for t, _ in talk.of("reply_audio", 0)) > said_at
+        assert talk.reply_began_after("paused")
         assert judged[-1].complete and judged[-1].silence_ms < 400, judged  # the end: finished, before a hangover
         assert len(talk.of("turn_complete")) == 1  # one turn, no reply to the half sentence
     finally:
@@ -533,8 +538,7 @@ def test_a_pause_after_to_is_one_turn_though_the_turn_model_hears_it_complete(co
         done, judged = talk.one_turn(line.pcm, "paused")
         assert done is not None and wer(line.text, done.user_text) <= 0.15, done
         assert len(talk.of("turn_complete")) == 1  # one turn, no reply to the half sentence
-        _, _, said_at = next(s for s in talk.sent if s[0] == "paused")
-        assert min(t for t, _ in talk.of("reply_audio", 0)) > said_at
+        assert talk.reply_began_after("paused")
         vetoed = [j for j in judged if j.vetoed_by_word]
         assert all(j.vetoed_by_word == "to" and not j.complete and not j.sentence_end for j in vetoed), judged
         if vetoed:
@@ -584,8 +588,7 @@ def test_a_reply_started_at_a_sentence_end_is_dropped_when_the_user_goes_on(conv
         # Nothing of the dropped reply reached the caller: the reply text is the kept reply's, and its audio began
         # only after the whole was said.
         assert talk.reply_text(0).strip() == done.reply_text.strip()
-        _, _, said_at = next(s for s in talk.sent if s[0] == "two sentences")
-        assert min(t for t, _ in talk.of("reply_audio", 0)) > said_at
+        assert talk.reply_began_after("two sentences")
     finally:
         close(talk)
     asked = conv.recorder.asked(asked_before)
