@@ -554,10 +554,11 @@ def test_a_pause_after_to_is_one_turn_though_the_turn_model_hears_it_complete(co
     asked = conv.recorder.asked(asked_before)
     assert asked[-1] == done.user_text, asked  # the reply heard answers the whole sentence
     # The text check kept the pause open: the brain was asked once, about the whole sentence. Where the pause's decode
-    # lost the weak "to" (an AVX2-only AMD EPYC, 2026-11-27, in 3 runs of 4: the early judgement, 96 ms into the
-    # pause, decoded audio that ended inside it), nothing was vetoed: the half sentence ended an utterance, the reply
-    # started on it was dropped unheard when the user went on, and the turn is still one (asserted above). The text
-    # check alone is tests/asr/test_asr_turn.py's twin of this test, which held there.
+    # lost the weak "to" (an AVX2-only AMD EPYC, 2026-11-27, not in every run: the early judgement, 96 ms into the
+    # pause, decoded audio that ended inside it; bench/results/cpu-probes-2026-11-28-amd/), nothing was vetoed: the
+    # half sentence ended an utterance, the reply started on it was dropped unheard when the user went on, and the
+    # turn is still one (asserted above). The text check alone is tests/asr/test_asr_turn.py's twin of this test,
+    # which held there.
     assert not vetoed or asked == [done.user_text], asked
     vetoed_after = conv.metric("moss_sts", "voicefleet_sts_end_of_turn_decisions_total", decision="vetoed")
     assert vetoed_after == vetoed_before + len(vetoed)
