@@ -208,7 +208,7 @@ class WhisperFinals:
     def warm(self, audio: np.ndarray) -> None:
         """One fitted-window decode per model, and base's language detection, on ``audio``: the paths every final
         takes. Not ``recognize``: on warm-up noise its decode looks degenerate and falls back to the full 30 s window,
-        which cost 2.3 s more of every start and is no faster for having run once (0.77 s cold, 0.73 s warm; AMD
+        which made the warm-up 2.57 s against 0.43 s and is no faster for having run once (0.65 s cold and warm; AMD
         EPYC, bench/results/cpu-probes-2026-11-28-amd/warmup.log)."""
         self._fitted_window(audio, "en", ())
         encoded = self._encode(self.base, audio)
