@@ -90,6 +90,21 @@ def test_mandarin_tags_are_whisper_zh_and_finals_take_the_configured_script():
     assert in_script("Ça va", "fr", "simplified") == "Ça va"
 
 
+class DecodeCounter:
+    """Counts CTranslate2's Whisper.generate calls (the decodes) and passes everything through to the real model."""
+
+    def __init__(self, model):
+        self._model = model
+        self.generated = 0
+
+    def generate(self, *args, **kwargs):
+        self.generated += 1
+        return self._model.generate(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
 def test_gpu_engine_prompts_a_detected_or_given_language_and_writes_simplified():
     """WhisperGpu (the GPU engine's pass 2) with asr.gpu.device=cpu and the multilingual base model: the same calls
     it makes on CUDA. The language's prompt (asr.language_prompts) goes to whisper whether the language was given or
@@ -111,7 +126,12 @@ def test_gpu_engine_prompts_a_detected_or_given_language_and_writes_simplified()
     assert whisper.prompt(x, None, ()) == ("zh", prompt)  # detected, then prompted
     assert whisper.prompt(x, "zh", ("交易",)) == ("zh", f"{prompt} Vocabulary: 交易.")
     assert whisper.prompt(x, "en", ()) == ("en", None)
+    decodes = DecodeCounter(whisper.model.model)
+    whisper.model.model = decodes
     final = whisper.recognize(x, None, ())
+    # One decode for the utterance: the clip's 0.7 s after its last word is not decoded again as a window of its
+    # own (there whisper heard "我认认认论论…", and five fallback temperatures followed: 20 s on this CPU).
+    assert decodes.generated == 1
     assert final.language == "zh"
     assert mandarin.cer(clip.text, final.text) <= 0.15, final.text
     assert not [c for c in final.text if c in TRADITIONAL_ONLY], final.text

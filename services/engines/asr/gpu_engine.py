@@ -73,6 +73,10 @@ def preload_cuda_libraries() -> list[str]:
 
 
 UNLOAD_WAIT_S = 10.0
+# Utterances shorter than whisper's window are decoded as one window (WhisperGpu._one_window), unless the text repeats
+# itself as a hallucination does (faster-whisper's own compression_ratio_threshold).
+ONE_WINDOW_SAMPLES = 30 * 16000
+REPEATING_COMPRESSION_RATIO = 2.4
 
 
 class ModelGate:
@@ -170,8 +174,7 @@ class WhisperGpu:
 
     def _recognize(self, audio: np.ndarray, language: str | None, hints: tuple[str, ...]) -> FinalText:
         language, prompt = self.prompt(audio, language, hints)
-        segments, info = self.model.transcribe(
-            audio,
+        options = dict(
             language=language,
             beam_size=self.gpu.beam_size,
             vad_filter=False,
@@ -179,7 +182,35 @@ class WhisperGpu:
             word_timestamps=True,
             initial_prompt=prompt,
         )
+        decoded = self._one_window(audio, options) if len(audio) < ONE_WINDOW_SAMPLES else None
+        if decoded is None:
+            segments, info = self.model.transcribe(audio, **options)
+            decoded = list(segments), info
+        return self._final(*decoded, language)
+
+    def _one_window(self, audio: np.ndarray, options: dict) -> tuple[list, object] | None:
+        """An utterance (< 30 s) decoded as one window, or None when that decode repeats itself (then the sequential
+        decode with its temperature fallback runs). faster-whisper's sequential ``transcribe`` with word timestamps
+        seeks to the last word's end when a window's text does not close with a single timestamp, and decodes what
+        is left: the pause after the utterance (PAD_AFTER and the silence before the end of speech). Whisper hears
+        text in it ("我认认认论论论…" after a Mandarin prompt), each of the five fallback temperatures fails the
+        compression check, and the "no speech" rule drops it at the end: six decodes for nothing, 9–27 s per final
+        on the CPU with whisper base (2026-11-28). The batched pipeline decodes the given clip once."""
+        from faster_whisper import BatchedInferencePipeline
+
+        segments, info = BatchedInferencePipeline(self.model).transcribe(  # one per call: it keeps per-call state
+            audio,
+            **options,
+            batch_size=1,
+            without_timestamps=True,
+        )
         segments = list(segments)
+        if any(s.compression_ratio > REPEATING_COMPRESSION_RATIO for s in segments):
+            log.info("a one-window final repeated itself; decoding it again with the temperature fallback")
+            return None
+        return segments, info
+
+    def _final(self, segments: list, info, language: str | None) -> FinalText:
         words = tuple(
             WordTiming(w.word.strip(), int(w.start * 1000), int(w.end * 1000), round(float(w.probability), 3))
             for s in segments
