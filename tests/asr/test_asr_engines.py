@@ -108,6 +108,31 @@ def test_endpointer_judges_early_only_a_turn_the_model_is_sure_of_and_once_more_
     assert run(0.1) == ([96, 160, 200], [(False, 160), (False, 224)], ["max_silence"])
 
 
+def test_the_early_judgement_waits_for_as_much_quiet_after_a_weak_last_sound():
+    """A last sound 37 dB under the peak (a weak "to"): the end of speech is moved back over it, but the level is not
+    quiet there. The early judgement (and the pause's decode it starts) waits until the level has been quiet for the
+    early silence too: at 128 ms after the end of speech with one such window, never before the sound has 96 ms of
+    quiet after it."""
+
+    def run(weak_windows):
+        heard = []
+
+        def judge(heard_end, speech_end):
+            heard.append((heard_end - speech_end) * 1000 // 16000)
+            return 0.95
+
+        ep = Endpointer(Endpointing(mode="semantic", max_silence_ms=1000), judge, 200, 200)
+        levels = [(0.0, -90.0)] * 5 + [(0.9, -20.0)] * 20 + [(0.9, -57.0)] * weak_windows + [(0.0, -90.0)] * 40
+        out = []
+        for i, (prob, level) in enumerate(levels):
+            out += ep.push(prob, i * WINDOW, level)
+        return heard, [t.reason for t in out if t.kind == "end"]
+
+    assert run(0) == ([96], ["turn_complete"])
+    assert run(1) == ([128], ["turn_complete"])
+    assert run(2) == ([160], ["turn_complete"])  # by then it is the judgement at min_silence
+
+
 def test_silero_is_found_without_importing_its_package():
     vad = SileroVad("test")
     assert vad.path.name == "silero_vad.onnx" and "silero_vad" in str(vad.path)
