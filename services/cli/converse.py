@@ -87,6 +87,8 @@ def run(args, address: str) -> int:
     files = list(args.turns or []) or ([args.input] if args.input else [])
     if not files:
         sys.exit("error: give a WAV file (voicefleet converse in.wav) or --turns a.wav b.wav ...")
+    if args.max_tokens is not None and not 1 <= args.max_tokens < 2**32:
+        sys.exit(f"error: --max-tokens must be a positive number of tokens, not {args.max_tokens}")
     turns = []
     rate = None
     for path in files:
@@ -105,6 +107,7 @@ def run(args, address: str) -> int:
         system_prompt=args.system or "",
         language=args.language or "",
         routing=routing_pb2.Routing(engine=args.engine or ""),
+        sampling=conversation_pb2.SamplingConfig(max_tokens=args.max_tokens or 0),
     )
     stop = threading.Event()
     realtime = not args.fast
@@ -198,6 +201,7 @@ def add_parser(sub, address_of) -> None:
     p.add_argument("--language", default="en-US", help="BCP-47 language of the dialogue (default en-US)")
     p.add_argument("--rate", type=int, help="reply audio sample rate in Hz (default 16000)")
     p.add_argument("--engine", help="routing: pin a backend (moss_sts)")
+    p.add_argument("--max-tokens", type=int, help="longest reply in tokens (default: the service's)")
     p.add_argument("--interim", action="store_true", help="print interim transcripts and reply text deltas")
     p.add_argument("--fast", action="store_true", help="send each file as fast as possible, then end the turn")
     p.add_argument("--timeout", type=float, help="deadline in seconds (default: generous, from the audio)")

@@ -337,7 +337,7 @@ def trim(pcm: bytes) -> bytes:
 # --- the 3-turn conversation -------------------------------------------------------------------------------------
 def test_three_turn_conversation_carries_context(conv, router_channel, say):
     lines = ["Hello, my name is Alice.", "What is two plus two?", "What is my name?"]
-    talk = Talk(router_channel)
+    talk = Talk(router_channel, sampling=SHORT_REPLY)  # each reply is played at the pace of real time
     asked_before = len(conv.recorder.requests)
     try:
         for turn, line in enumerate(lines):
@@ -705,7 +705,7 @@ def test_end_of_turn_answers_without_waiting_for_the_endpointer(conv, router_cha
 
 
 def test_brain_unreachable_is_a_turn_error_and_the_session_survives(conv, router_channel, say):
-    talk = Talk(router_channel)
+    talk = Talk(router_channel, sampling=SHORT_REPLY)
     brain = conv.fleet.members["brain"]
     try:
         brain.process.terminate()
@@ -735,7 +735,7 @@ def test_ten_minute_monologue_hits_the_turn_bound_not_memory(conv, router_channe
     session answers as usual."""
     clip = trim(say("I keep talking about my garden and the roses and the tomatoes and the weather"))
     monologue = clip * (int(600 * RATE * 2 / len(clip)) + 1)
-    talk = Talk(router_channel)
+    talk = Talk(router_channel, sampling=SHORT_REPLY)
     talk.silence = False
     try:
         talk.send(monologue, label="monologue")
@@ -886,7 +886,8 @@ def test_cli_converse_and_speak_realtime(conv, say, tmp_path):
 
     # Three users at once (moss_sts takes 4 sessions): each command is its own call, and each reply is paced to
     # playback, so one after another they would mostly wait on the clock.
-    one = start("converse", str(tmp_path / "u0.wav"), "-o", str(tmp_path / "reply.wav"), "--fast")
+    # Short replies (--max-tokens): each is played at the pace of real time before the command ends.
+    one = start("converse", str(tmp_path / "u0.wav"), "-o", str(tmp_path / "reply.wav"), "--fast", "--max-tokens", "16")
     turns = start(
         "converse",
         "--turns",
@@ -895,6 +896,8 @@ def test_cli_converse_and_speak_realtime(conv, say, tmp_path):
         "-o",
         str(tmp_path / "r.wav"),
         "--fast",
+        "--max-tokens",
+        "16",
     )
     speak = start("speak", "Hello from the real time route.", "--mode", "realtime", "-o", str(tmp_path / "s.wav"))
     try:
