@@ -304,11 +304,15 @@ class WhisperFinals:
             encoding,
             [prompt],
             beam_size=self.config.beam_size,
+            num_hypotheses=self.config.beam_size,  # the others for the text check (FinalText.alternatives)
             return_scores=True,
             max_length=min(model.max_length, 16 + int(10 * len(audio) / extractor.sampling_rate)),
         )[0]
         tokens = [t for t in result.sequences_ids[0] if t < tokenizer.eot]
         text = tokenizer.decode(tokens).strip()
+        alternatives = tuple(
+            tokenizer.decode([t for t in ids if t < tokenizer.eot]).strip() for ids in result.sequences_ids[1:]
+        )
         # ctranslate2's score is the length-normalised log-probability (length_penalty 1), as faster-whisper reads it.
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
         if text and (get_compression_ratio(text) > 2.4 or avg_logprob < -1.0 or repeats_itself(text)):
@@ -316,7 +320,12 @@ class WhisperFinals:
                 "final looked degenerate with a %d s window (%r, logprob %.2f): full window", seconds, text, avg_logprob
             )
             return None
-        return FinalText(text=text, confidence=round(math.exp(avg_logprob), 3) if text else 0.0, language=language)
+        return FinalText(
+            text=text,
+            confidence=round(math.exp(avg_logprob), 3) if text else 0.0,
+            language=language,
+            alternatives=alternatives,
+        )
 
     def quick(self, audio: np.ndarray, language: str | None) -> str:
         """Spotting (RecognitionConfig.spot_phrases): a young utterance so far (at most ~1.5 s), greedy, no hints,

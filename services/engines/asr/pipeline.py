@@ -92,6 +92,9 @@ class FinalText:
     confidence: float
     language: str
     words: tuple[WordTiming, ...] = ()  # offsets relative to the audio given
+    # The beam's other texts, best first, where the decode keeps them (the CPU engine's fitted window): only the text
+    # check reads them (TwoPassStream._text_veto).
+    alternatives: tuple[str, ...] = ()
 
 
 class FinalRecognizer(Protocol):
@@ -837,9 +840,15 @@ class TwoPassStream(AsrStream):
         return text if is_english(text.language or self._language or "") else None
 
     def _text_veto(self) -> str:
-        """The word before the pause that keeps the turn open when the model said complete ("" when none)."""
+        """The word before the pause that keeps the turn open when the model said complete ("" when none): the
+        decode's, or one of the beam's other texts'. A weak last word sits on a knife's edge in whisper tiny.en: on an
+        AVX2-only AMD EPYC "... how long it takes to" came out "... takes it?" with 128 ms of the pause and "... takes
+        to" with 96, 160 or 200 ms, with "to" the runner-up then; on the turn-taking set's 18 complete lines none of
+        the beam's five texts ended on such a word (bench/results/cpu-probes-2026-11-28-amd/)."""
         words = self._pause_words()
-        return self._turn_text.veto(words.text) if words is not None else ""
+        if words is None:
+            return ""
+        return next(filter(None, map(self._turn_text.veto, (words.text, *words.alternatives))), "")
 
     def _sentence_check(self) -> str:
         """When the model said incomplete: the words before the pause if they read as a finished sentence, else ""."""
