@@ -271,6 +271,20 @@ async def test_recognize_sends_the_judgements_too(joe, asr_fleet, target):
 
 
 # --- the text check -----------------------------------------------------------------------------------------------
+def test_the_text_check_reads_the_beams_other_texts_of_as_many_words_only():
+    """The pause decode's beam (tiny.en, beam 5, on an AVX2-only AMD EPYC): a text that differs in its last word
+    vetoes; one that stops sooner does not (the beam weighing an early stop beside a finished sentence)."""
+    check = TextCheck()
+    takes = "Can you tell me how long it takes"
+    assert check.veto_beam(f"{takes} it", (takes, f"{takes}?", f"{takes} to", "Can you tell me how long it")) == "to"
+    assert check.veto_beam(f"{takes} it?", (f"{takes} to", f"{takes} to...")) == "to"
+    assert check.veto_beam(f"{takes} to", (takes,)) == "to"  # the best text's own veto first
+    assert check.veto_beam("Thank you very much for your help", ("Thank you very much for",)) == ""
+    assert check.veto_beam("What is my name?", ("What is", "what is")) == ""
+    assert check.veto_beam("I would like a table for two", ("I would like a table for",)) == ""
+    assert check.veto_beam("Yes, I can.", ()) == ""
+
+
 def test_the_text_check_keeps_a_turn_open_after_closed_class_words_only():
     check = TextCheck()
     for text, word in [

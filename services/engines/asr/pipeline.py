@@ -841,14 +841,12 @@ class TwoPassStream(AsrStream):
 
     def _text_veto(self) -> str:
         """The word before the pause that keeps the turn open when the model said complete ("" when none): the
-        decode's, or one of the beam's other texts'. A weak last word sits on a knife's edge in whisper tiny.en: on an
-        AVX2-only AMD EPYC "... how long it takes to" came out "... takes it?" with 128 ms of the pause and "... takes
-        to" with 96, 160 or 200 ms, with "to" the runner-up then; on the turn-taking set's 18 complete lines none of
-        the beam's five texts ended on such a word (bench/results/cpu-probes-2026-11-28-amd/)."""
+        decode's, or that of another text of its beam with as many words (TextCheck.veto_beam). A weak last word sits
+        on a knife's edge in whisper tiny.en: on an AVX2-only AMD EPYC "... how long it takes to" came out "... takes
+        it?" with 128 ms of the pause and "... takes to" with 96, 160 or 200 ms, "to" among the beam's others then
+        (bench/results/cpu-probes-2026-11-28-amd/)."""
         words = self._pause_words()
-        if words is None:
-            return ""
-        return next(filter(None, map(self._turn_text.veto, (words.text, *words.alternatives))), "")
+        return self._turn_text.veto_beam(words.text, words.alternatives) if words is not None else ""
 
     def _sentence_check(self) -> str:
         """When the model said incomplete: the words before the pause if they read as a finished sentence, else ""."""
