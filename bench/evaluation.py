@@ -281,26 +281,38 @@ async def cpu_engine(**config):
     return engine
 
 
+async def stream_through(engine, options, pcm16: bytes, on_event, pause_s: float = 0.0) -> None:
+    """Feed 16 kHz ``pcm16`` into a stream of an in-process asr engine in 100 ms pieces (``pause_s`` after each: 0.1
+    is real time), calling ``on_event`` with every event until the stream has ended and is closed."""
+    stream = await engine.open_stream(options)
+
+    async def consume():
+        async for event in stream.events():
+            on_event(event)
+
+    task = asyncio.create_task(consume())
+    for i in range(0, len(pcm16), 3200):
+        await stream.feed(pcm16[i : i + 3200])
+        if pause_s:
+            await asyncio.sleep(pause_s)
+    await stream.finish()
+    await task
+    await stream.close()
+
+
 async def recognize(engine, pcm: bytes, rate: int) -> str:
     """Every final an in-process asr engine gives for ``pcm`` (resampled to 16 kHz as the servicer does), joined;
     interim results off."""
     from services.common.engines import RecognitionOptions
 
-    pcm16 = audio.resample(pcm, rate, 16000)
-    stream = await engine.open_stream(RecognitionOptions(language="en-US", interim_results=False))
     finals: list[str] = []
 
-    async def consume():
-        async for event in stream.events():
-            if event.result is not None and event.result.is_final:
-                finals.append(event.result.transcript)
+    def keep_final(event) -> None:
+        if event.result is not None and event.result.is_final:
+            finals.append(event.result.transcript)
 
-    task = asyncio.create_task(consume())
-    for i in range(0, len(pcm16), 3200):
-        await stream.feed(pcm16[i : i + 3200])
-    await stream.finish()
-    await task
-    await stream.close()
+    options = RecognitionOptions(language="en-US", interim_results=False)
+    await stream_through(engine, options, audio.resample(pcm, rate, 16000), keep_final)
     return " ".join(f for f in finals if f)
 
 

@@ -175,12 +175,8 @@ class TextCheck:
         one is the beam weighing an early stop ("Thank you very much for", "I need a taxi to" beside the whole
         sentences): read, it held 11 of 144 finished sentences open (docs/asr.md#the-text-check)."""
         count = len(_CASED_TOKEN.findall(best))
-        for text in (best, *others):
-            if text is best or len(_CASED_TOKEN.findall(text)) == count:
-                word = self.veto(text)
-                if word:
-                    return word
-        return ""
+        alike = (text for text in others if len(_CASED_TOKEN.findall(text)) == count)
+        return next(filter(None, map(self.veto, (best, *alike))), "")
 
     def finished(self, text: str) -> bool:
         """Ends with a sentence end (not an ellipsis, not a cut word like "f-") after a word that may end one."""

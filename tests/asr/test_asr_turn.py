@@ -339,7 +339,7 @@ def paused_after_to() -> tuple[np.ndarray, tuple[float, float], str]:
     line = paused_line(TO_PAUSED, int(PAUSE_S * 1000))
     # After 0.5 s of silence (as the `make run` check sends it): on an AVX2-only AMD EPYC the pause's decode then
     # wrote "... it takes it" as its best text, with "... it takes to" among the beam's others (the text check reads
-    # them all: docs/asr.md#the-text-check).
+    # those with as many words: docs/asr.md#the-text-check).
     samples = np.concatenate([silence(0.5), np.frombuffer(line.pcm, dtype=np.int16), silence(2.0)])
     start = 500 + line.pause_at_ms
     return samples, (start, start + line.pause_ms), line.text

@@ -1,13 +1,13 @@
 """The turn-taking set's "Can you tell me how long it takes to | drive ..." (800 ms pause) into the asr CPU engine in
-process, semantic endpointing, fed in 200 ms pieces every 100 ms, after 0 or 0.3 s of silence: every judgement and
-final. ``argv[1]``: PAD_BEFORE in seconds (default: the engine's 0.2); env EARLY: early_silence_ms (default 96)."""
+process, semantic endpointing, fed in 100 ms pieces every 100 ms (real time), after 0 or 0.3 s of silence: every
+judgement and final. ``argv[1]``: PAD_BEFORE in seconds (default: the engine's 0.2); env EARLY: early_silence_ms (default 96)."""
 
 import asyncio
 import os
 import sys
 
 import services.engines.asr.pipeline as pipeline
-from bench.evaluation import cpu_engine
+from bench.evaluation import cpu_engine, stream_through
 from bench.turn_set import paused_line
 from services.common.engines import SEMANTIC_MODE, Endpointing, RecognitionOptions
 
@@ -17,23 +17,15 @@ LINE = "Can you tell me how long it takes to | drive from Boston to New York in 
 async def run(engine, pcm: bytes, lead: float) -> list:
     pcm = bytes(2 * int(16000 * lead)) + pcm + bytes(2 * 16000 * 2)
     endpointing = Endpointing(mode=SEMANTIC_MODE, early_silence_ms=int(os.environ.get("EARLY", "96")))
-    stream = await engine.open_stream(RecognitionOptions(language="en-US", endpointing=endpointing))
     out = []
 
-    async def consume():
-        async for event in stream.events():
-            if event.turn is not None:
-                out.append(("turn", event.offset_ms, event.turn))
-            elif event.result is not None and event.result.is_final:
-                out.append(("final", event.result.transcript))
+    def keep(event) -> None:
+        if event.turn is not None:
+            out.append(("turn", event.offset_ms, event.turn))
+        elif event.result is not None and event.result.is_final:
+            out.append(("final", event.result.transcript))
 
-    task = asyncio.create_task(consume())
-    for i in range(0, len(pcm), 3200):
-        await stream.feed(pcm[i : i + 3200])
-        await asyncio.sleep(0.1)
-    await stream.finish()
-    await task
-    await stream.close()
+    await stream_through(engine, RecognitionOptions(language="en-US", endpointing=endpointing), pcm, keep, 0.1)
     return out
 
 

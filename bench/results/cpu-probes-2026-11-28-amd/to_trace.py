@@ -8,7 +8,7 @@ import os
 
 import services.engines.asr.pipeline as pipeline
 import services.engines.asr.vad as vad
-from bench.evaluation import cpu_engine
+from bench.evaluation import cpu_engine, stream_through
 from bench.turn_set import paused_line
 from services.common.engines import SEMANTIC_MODE, Endpointing, RecognitionOptions
 
@@ -70,22 +70,15 @@ pipeline.TwoPassStream._judge = traced_judge(pipeline.TwoPassStream._judge)
 
 async def run(engine, pcm: bytes, lead: float) -> None:
     pcm = bytes(2 * int(16000 * lead)) + pcm + bytes(2 * 16000 * 2)
-    stream = await engine.open_stream(RecognitionOptions(language="en-US", endpointing=Endpointing(mode=SEMANTIC_MODE)))
 
-    async def consume():
-        async for event in stream.events():
-            if event.turn is not None:
-                LOG.append(f"END OF TURN at {event.offset_ms} ms: {event.turn}")
-            elif event.result is not None and event.result.is_final:
-                LOG.append(f"FINAL {event.result.transcript!r}")
+    def log_event(event) -> None:
+        if event.turn is not None:
+            LOG.append(f"END OF TURN at {event.offset_ms} ms: {event.turn}")
+        elif event.result is not None and event.result.is_final:
+            LOG.append(f"FINAL {event.result.transcript!r}")
 
-    task = asyncio.create_task(consume())
-    for i in range(0, len(pcm), 3200):
-        await stream.feed(pcm[i : i + 3200])
-        await asyncio.sleep(0.1)
-    await stream.finish()
-    await task
-    await stream.close()
+    options = RecognitionOptions(language="en-US", endpointing=Endpointing(mode=SEMANTIC_MODE))
+    await stream_through(engine, options, pcm, log_event, 0.1)
 
 
 async def main() -> None:

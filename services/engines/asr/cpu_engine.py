@@ -61,6 +61,11 @@ def hint_prompt(hints: tuple[str, ...], language_prompt: str = "") -> str | None
     return " ".join(parts) or None
 
 
+# A decoded text whose gzip compression ratio is above this repeats itself (faster-whisper's own
+# compression_ratio_threshold): the CPU engine's fitted-window final and the GPU engine's one-window final then decode
+# again the way that cannot repeat.
+REPEATING_COMPRESSION_RATIO = 2.4
+
 # Spotting decodes (WhisperFinals.quick): the encoder window's floor, and the least mean log-probability of what they
 # heard (measured on piper joe, docs/asr.md#spot-phrases).
 SPOT_WINDOW_SECONDS = 3
@@ -315,7 +320,9 @@ class WhisperFinals:
         )
         # ctranslate2's score is the length-normalised log-probability (length_penalty 1), as faster-whisper reads it.
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
-        if text and (get_compression_ratio(text) > 2.4 or avg_logprob < -1.0 or repeats_itself(text)):
+        if text and (
+            get_compression_ratio(text) > REPEATING_COMPRESSION_RATIO or avg_logprob < -1.0 or repeats_itself(text)
+        ):
             log.info(
                 "final looked degenerate with a %d s window (%r, logprob %.2f): full window", seconds, text, avg_logprob
             )

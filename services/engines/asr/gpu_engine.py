@@ -34,6 +34,7 @@ from services.common.config.asr import AsrServiceConfig
 from services.common.engines import AsrEngine, AsrStream, Offloadable, RecognitionOptions, WordTiming
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.engines.asr.cpu_engine import (
+    REPEATING_COMPRESSION_RATIO,
     draft_budget,
     final_in_script,
     hint_prompt,
@@ -74,9 +75,8 @@ def preload_cuda_libraries() -> list[str]:
 
 UNLOAD_WAIT_S = 10.0
 # Utterances shorter than whisper's window are decoded as one window (WhisperGpu._one_window), unless the text repeats
-# itself as a hallucination does (faster-whisper's own compression_ratio_threshold).
+# itself as a hallucination does (REPEATING_COMPRESSION_RATIO).
 ONE_WINDOW_SAMPLES = 30 * 16000
-REPEATING_COMPRESSION_RATIO = 2.4
 
 
 class ModelGate:
@@ -194,7 +194,7 @@ class WhisperGpu:
         seeks to the last word's end when a window's text does not close with a single timestamp, and decodes what
         is left: the pause after the utterance (PAD_AFTER and the silence before the end of speech). Whisper hears
         text in it ("我认认认论论论…" after a Mandarin prompt), each of the five fallback temperatures fails the
-        compression check, and the "no speech" rule drops it at the end: six decodes for nothing, 9–27 s per final
+        compression check, and the "no speech" rule drops it at the end: six decodes for nothing, 9–29 s per final
         on the CPU with whisper base (2026-11-28). The batched pipeline decodes the given clip once."""
         from faster_whisper import BatchedInferencePipeline
 

@@ -318,7 +318,7 @@ class Endpointer:
         if not self.early_silence or silence < self.early_silence or self._early_judged == speech_end:
             return False
         # ... and as much quiet by level: where the end of speech was moved back over a weak last sound ("takes to",
-        # its "to" 36 dB under the peak), the judgement waits until that sound has that much quiet after it too. The
+        # its "to" 37 dB under the peak), the judgement waits until that sound has that much quiet after it too. The
         # pause's decode (the text check's words, and the final) starts here; started 64 ms after the level fell,
         # whisper tiny.en wrote "... how long it takes?" on an AVX2-only CPU, 96 ms after it "... takes to".
         if self.quiet_since is not None and end - self.quiet_since < self.early_silence:
