@@ -90,8 +90,14 @@ GATE_QUIET_DBFS = -45.0  # a window below this is a pause for the level gate
 RESUME_DBFS = -40.0
 RESUME_QUIET_MS = 160
 # A recognizer in another process (the asr service) reports on audio a little after it was fed: a commit waits for
-# its word on sound fed less than this long ago that it has not reported on yet (its position: its events' offsets).
+# its word on sound fed less than this long ago that it has not reported on yet (its position: its events' offsets),
+# or, when it runs further behind (a loaded asr; a caller that sent its words at once), RECOGNIZER_LAG_MARGIN times
+# the lag its last report showed, at most RECOGNIZER_LAG_MAX_S. With 0.5 s alone, on a 2-core machine with two busy
+# loops beside the fleet "Hello, my name is Alice." sent at once committed as "Hello?" at that final, the recognizer
+# ~1 s behind and "my name is Alice" fed long before (bench/results/cpu-probes-2026-11-28-amd/under_load-three_turn.log).
 RECOGNIZER_LAG_S = 0.5
+RECOGNIZER_LAG_MARGIN = 2.0
+RECOGNIZER_LAG_MAX_S = 5.0
 # A draft that arrives when the caller has been quiet this long is not read ahead (see _on_draft).
 READ_AHEAD_QUIET_MS = 64
 USER_AUDIO_PAD_MS = 200  # audio kept before a user turn's start for engines that answer audio
@@ -371,6 +377,7 @@ class DialogueSession(StsSession):
         self._candidate_speech_end_ms = 0
         self._last_loud_ms = -1  # stream ms where the last loud window of the caller's audio ended
         self._heard_ms = 0  # stream ms up to which the recognizer has reported (its events' offsets)
+        self._recognizer_lag_s = 0.0  # how long after it was fed the audio of the recognizer's last report came
         self._discarded = 0  # candidates of the turn being heard that were dropped (the user went on)
         self._labels = (service, served_by.rsplit("/", 1)[-1])
         # The reply leaking back into the caller's microphone is cancelled before anything listens to it.
@@ -598,6 +605,14 @@ class DialogueSession(StsSession):
         if event.result is not None:
             reported = max(reported, event.result.audio_processed_ms)
         self._heard_ms = max(self._heard_ms, self._abs_ms(reported))
+        if event.kind == TURN_ESTIMATE or (
+            event.kind == RESULT and event.result is not None and not event.result.is_final
+        ):
+            # Reports made where the stream's step was (a judgement, an interim): its pace, not a decode's (finals,
+            # drafts, spotting) nor the VAD's (a speech start or end is placed before the audio that confirmed it).
+            fed_at = self._arrival_wall(self._abs_ms(reported))
+            if fed_at is not None:
+                self._recognizer_lag_s = max(0.0, time.monotonic() - fed_at)
         if event.kind == PHRASE_SPOTTED and event.spotted is not None:
             self._on_spotted(event.spotted)
             return
@@ -794,7 +809,8 @@ class DialogueSession(StsSession):
         if self._last_loud_ms <= self._heard_ms:
             return False
         fed_at = self._arrival_wall(self._last_loud_ms)
-        return fed_at is not None and time.monotonic() - fed_at < RECOGNIZER_LAG_S
+        wait = min(RECOGNIZER_LAG_MAX_S, max(RECOGNIZER_LAG_S, RECOGNIZER_LAG_MARGIN * self._recognizer_lag_s))
+        return fed_at is not None and time.monotonic() - fed_at < wait
 
     def _commit(self) -> None:
         """The held reply's turn is over: its text and audio go out (from where generation got to)."""
