@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import queue
+import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -393,6 +395,33 @@ def test_three_turn_conversation_carries_context(conv, router_channel, say):
     assert conv.metric("moss_sts", "voicefleet_sts_turns_total", outcome="complete") >= 3
     assert conv.metric("moss_sts", "voicefleet_sts_speech_end_to_first_audio_seconds_count") >= 3
     assert conv.metric("router", "voicefleet_sts_turns_total", outcome="complete") >= 3
+
+
+def test_a_turn_waits_for_a_recognizer_that_runs_behind(conv, router_channel, say):
+    """A recognizer far behind the caller (a loaded asr service; here its process stopped for 1.5 s while a sentence
+    with a pause arrives at once): the first clause's final ("Hello?") comes when the rest of the sentence was fed long
+    ago and not yet reported on. The turn waits for the recognizer's word on it: one turn with the whole sentence.
+    With a flat 0.5 s wait it committed "Hello?" (docs/conversation.md, Preemptive reply)."""
+    line = "Hello, my name is Alice."
+    pcm = say(line)
+    asr = conv.fleet.members["asr"].process
+    asked_before = len(conv.recorder.requests)
+    talk = Talk(router_channel, sampling=SHORT_REPLY)
+    try:
+        assert talk.wait(lambda: talk.states()), "the session never said LISTENING"
+        os.kill(asr.pid, signal.SIGSTOP)
+        try:
+            talk.send(pcm, label="line")
+            time.sleep(1.5)
+        finally:
+            os.kill(asr.pid, signal.SIGCONT)
+        assert talk.wait(lambda: talk.ended(0)), f"the turn never completed: {talk.events[-5:]}"
+        done = talk.complete(0)
+        assert done is not None, f"the turn failed: {talk.of('turn_error', 0)}"
+        assert wer(line, done.user_text) <= 0.25, f"committed {done.user_text!r} for {line!r}"
+        assert done.user_text in conv.recorder.asked(asked_before), "the reply answers the whole sentence"
+    finally:
+        close(talk)
 
 
 def test_the_brain_reads_the_users_words_while_they_speak(conv, router_channel, say):
