@@ -7,12 +7,10 @@ import asyncio
 import statistics
 import time
 
-import numpy as np
+from complete_lines import complete_line_clips
 from faster_whisper import WhisperModel
 
-from bench.conversation import TURN_SET_SEED
 from bench.evaluation import cpu_engine
-from bench.turn_set import Counts, build
 from services.engines.asr.models import tiny_en_dir
 
 TYPES = ("int8", "float32", "int8_float32")  # int16: "the target device or backend do not support efficient int16" here
@@ -20,12 +18,7 @@ TYPES = ("int8", "float32", "int8_float32")  # int16: "the target device or back
 
 async def main() -> None:
     engine = await cpu_engine()
-    turn_set = build(TURN_SET_SEED, Counts(6, 4, 6, 6, 2))
-    lines = [line for line in turn_set.lines.values() if line.kind == "complete"]
-    clips = []
-    for line in lines:
-        pcm = np.frombuffer(line.pcm, dtype="<i2").astype(np.float32) / 32768.0
-        clips.append(pcm[max(0, line.speech_start_ms * 16 - 3200) : (line.speech_end_ms + 96) * 16])
+    _, clips = complete_line_clips()
     models = {
         t: WhisperModel(str(tiny_en_dir()), device="cpu", compute_type=t, cpu_threads=1, local_files_only=True)
         for t in TYPES

@@ -9,10 +9,9 @@ import statistics
 import time
 
 import numpy as np
+from complete_lines import complete_line_clips
 
-from bench.conversation import TURN_SET_SEED
 from bench.evaluation import cpu_engine
-from bench.turn_set import Counts, build
 
 
 class Hypotheses:
@@ -30,12 +29,7 @@ class Hypotheses:
 
 async def main() -> None:
     engine = await cpu_engine()
-    turn_set = build(TURN_SET_SEED, Counts(6, 4, 6, 6, 2))
-    lines = [line for line in turn_set.lines.values() if line.kind == "complete"]
-    clips = []
-    for line in lines:
-        pcm = np.frombuffer(line.pcm, dtype="<i2").astype(np.float32) / 32768.0
-        clips.append(pcm[max(0, line.speech_start_ms * 16 - 3200) : (line.speech_end_ms + 96) * 16])
+    lines, clips = complete_line_clips()
     whisper = engine.final.tiny.model
     took: dict[int, list[float]] = {1: [], 5: []}
     for _ in range(3):
