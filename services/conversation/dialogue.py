@@ -465,6 +465,11 @@ class DialogueSession(StsSession):
                 now = time.monotonic()
                 if reply.first_audio_wall is None:
                     reply.first_audio_wall = now
+                    log.debug(
+                        "turn %d's reply starts playing at %d ms of the caller's audio",
+                        reply.turn.index,
+                        self._fed_ms(),
+                    )
                 piece.sent_samples += samples
                 reply.sent_s += samples / event.audio.sample_rate_hz
                 reply.last_audio_wall = now
@@ -630,6 +635,7 @@ class DialogueSession(StsSession):
         if event.kind == SPEECH_START:
             utt = self._utterances
             self._utterances += 1
+            log.debug("speech start at %d ms: utterance %d (%s)", self._abs_ms(event.offset_ms), utt, self.state)
             self._speech_active = True
             start = self._abs_ms(event.offset_ms)
             if self._drop_results and not self._skipping:
@@ -646,6 +652,7 @@ class DialogueSession(StsSession):
                     self._ignored.add(utt)
             return
         if event.kind == SPEECH_END:
+            log.debug("speech end at %d ms (%s)", self._abs_ms(event.offset_ms), self.state)
             self._speech_active = False
             self._last_speech_end_ms = self._abs_ms(event.offset_ms)
             if self._overlap_utt is not None and self.state != LISTENING:
@@ -662,6 +669,14 @@ class DialogueSession(StsSession):
                 return
             start = self._overlap_final.pop(r.utterance_index)
             verdict = self._word_rule.judge(r.transcript)
+            log.info(
+                "speech over the reply (utterance %d, turn %d, %s): final %r -> %s",
+                r.utterance_index,
+                self.turn,
+                self.state,
+                r.transcript,
+                verdict.why,
+            )
             if verdict.interrupt and self.state != LISTENING and self._own_words(r.transcript):
                 return  # the agent's own voice heard back
             # Speech that ended without interrupting: only a stop word in its final still does. Whisper writes words
@@ -690,6 +705,7 @@ class DialogueSession(StsSession):
             self._emit(StsEvent(USER_TRANSCRIPT, turn, transcript=in_stream_time))
             return
         text = r.transcript.strip()
+        log.debug("final of utterance %d (turn %d, %s): %r", r.utterance_index, turn, self.state, text)
         if text:
             room = self.limits.max_user_turn_chars - self._pending_chars
             if room > 0:
@@ -961,6 +977,7 @@ class DialogueSession(StsSession):
 
     def _barge_in(self, why: str) -> None:
         start, utt = self._overlap_start_ms, self._overlap_utt
+        log.info("barge-in (%s): utterance %s interrupts turn %d's reply", why, utt, self.turn)
         self._overlap_start_ms = self._overlap_utt = None
         self._barged_utt = utt
         metrics.STS_BARGE_IN_DECISIONS.labels(*self._labels, why).inc()
@@ -1021,6 +1038,7 @@ class DialogueSession(StsSession):
             return False
         if is_own_words(transcript, heard_text(reply.text, reply.pieces) or reply.text):
             metrics.STS_BARGE_IN_REFUSED.labels(*self._labels, "own_words").inc()
+            log.info("speech over the reply %r is the reply's own words (echo): no barge-in", transcript)
             return True
         return False
 

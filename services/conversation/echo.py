@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import difflib
 import functools
+import logging
 import math
 import re
 
 import numpy as np
+
+log = logging.getLogger("voicefleet.conversation.echo")
 
 PACKAGE = "pywebrtc-audio"
 PIN = "pywebrtc-audio==0.2.0"
@@ -178,6 +181,7 @@ class EchoLine:
             self.echo = True
         elif self.echo is None:
             self.echo = False
+        log.debug("echo line: correlation %.2f -> echo %s", self.correlation, self.echo)
 
     def _observe_quiet(self, mic: np.ndarray, ref: np.ndarray) -> None:
         """The quiet-line rule (see the class): decided False once the reply played QUIET_AFTER_FRAMES with the
@@ -197,6 +201,7 @@ class EchoLine:
             and self._peak <= max(self.QUIET_FLOOR, self.QUIET_RISE * self._baseline)
         ):
             self.echo = False
+            log.debug("echo line: quiet while the reply played %d frames -> no echo", self._playing)
 
     def _follow_stretch(self, audible_frames: np.ndarray) -> None:
         for audible in audible_frames.tolist():
