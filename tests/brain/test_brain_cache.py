@@ -16,6 +16,9 @@ import pytest
 from services.brain.server import server_command
 from services.common.config import load_config
 
+# CPU work with no clock in it: `make test` runs it in its background lane (scripts/test-lanes.sh).
+pytestmark = pytest.mark.background
+
 llama_cpp = pytest.importorskip(
     "llama_cpp", reason="llama-cpp-python is not installed (services/brain/requirements-cpu.txt)"
 )

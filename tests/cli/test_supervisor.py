@@ -21,7 +21,7 @@ import pytest
 from tests.supervised import FULL_FLEET, SpeakingCaller, UpProcess
 from voice.v1 import synthesizer_pb2, synthesizer_pb2_grpc
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.resilience]
 
 # Generous "it came back" bound for one member on a loaded 2-core machine (measured: bench/supervisor.py).
 BACK_WITHIN_SECONDS = 120

@@ -36,6 +36,7 @@ def test_health_per_service_and_reflection(cpu_fleet):
         assert {"voice.v1.Synthesizer", "grpc.health.v1.Health"} <= names
 
 
+@pytest.mark.resilience
 def test_sigterm_drains_in_flight_streams_then_exits(tmp_path):
     fleet = start_fleet(tmp_path, services=("cosyvoice_tts",))
     member = fleet.fleet.members["cosyvoice_tts"]
@@ -93,6 +94,7 @@ def test_env_override_reaches_the_process(tmp_path):
     assert "cosyvoice_tts.engine: must be 'cpu' or 'gpu', got 'tpu'" in result.stderr
 
 
+@pytest.mark.resilience
 def test_aged_connections_are_replaced_without_cutting_streams(tmp_path):
     """max_connection_age_seconds: after it, the server asks the client to reconnect (so a router balancing over DNS
     resolves again and finds replicas a scale-up added); a stream open across it is not cut."""

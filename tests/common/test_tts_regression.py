@@ -18,6 +18,9 @@ from services.common.errors import VoiceError
 from tests.golden.regenerate import CASES, ENGINES, GOLDEN_DIR, MANIFEST, SEED, sha256, synthesize
 from tests.speech import INTELLIGIBLE, intelligible, speech_like, words
 
+# CPU work with no clock in it: `make test` runs it in its background lane (scripts/test-lanes.sh).
+pytestmark = pytest.mark.background
+
 RUNS = 3
 # Same machine and build: identical PCM (SNR infinite). Another CPU may round differently in onnxruntime/espeak;
 # 25 dB still means the same rendition (a different seed or model gives ~0 dB).

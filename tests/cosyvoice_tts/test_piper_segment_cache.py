@@ -10,6 +10,9 @@ from services.common.config.base import ChunkingConfig, SchedulingConfig
 from services.common.engines import BufferPolicy, SynthesisOptions, TextEvent
 from services.engines.piper_engine import PiperTtsEngine
 
+# CPU work with no clock in it: `make test` runs it in its background lane (scripts/test-lanes.sh).
+pytestmark = pytest.mark.background
+
 TEXT = "I'm sorry, I can't check that. Shall I try again?"
 
 

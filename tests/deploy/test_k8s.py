@@ -48,6 +48,9 @@ from services.common.config.base import MODEL_SERVICES
 from services.common.health import LIVENESS
 from services.moss_sts.service import asr_address
 
+# CPU work with no clock in it: `make test` runs it in its background lane (scripts/test-lanes.sh).
+pytestmark = pytest.mark.background
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"

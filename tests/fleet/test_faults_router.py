@@ -37,7 +37,7 @@ from voice.v1 import (
     synthesizer_pb2_grpc,
 )
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.resilience]
 
 REALTIME = routing_pb2.Routing(mode=routing_pb2.ROUTE_MODE_REALTIME)
 BROADCAST = routing_pb2.Routing(mode=routing_pb2.ROUTE_MODE_BROADCAST)

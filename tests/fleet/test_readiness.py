@@ -209,6 +209,7 @@ def test_calls_during_warm_up_eject_no_backend(launch):
     assert " ejected for " not in log
 
 
+@pytest.mark.resilience
 def test_router_health_per_service_name_follows_its_backends(launch):
     running, fleet = launch.running, launch.running.fleet
     router = running.address("router")
@@ -255,6 +256,7 @@ def test_router_health_per_service_name_follows_its_backends(launch):
     assert error <= INTELLIGIBLE, finals
 
 
+@pytest.mark.resilience
 def test_a_wedged_engine_turns_not_serving_the_router_fails_over_and_it_comes_back(launch):
     running = launch.running
     router, cosyvoice = running.address("router"), running.address("cosyvoice_tts")

@@ -162,6 +162,7 @@ def test_status_shows_every_cards_table(cluster):
         )
 
 
+@pytest.mark.resilience
 def test_a_dead_node_is_dropped_by_both_routers(cluster):
     nodes, routers = cluster
     alive, dead = nodes

@@ -12,7 +12,7 @@ import pytest
 from bench import soak
 from voice.v1 import recognizer_pb2_grpc
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.resilience]
 
 
 def test_soak_smoke_mixed_traffic_through_the_router(tmp_path):

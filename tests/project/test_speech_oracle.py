@@ -10,6 +10,9 @@ import pytest
 from services.common import audio
 from tests.speech import INTELLIGIBLE, intelligible, wer
 
+# CPU work with no clock in it: `make test` runs it in its background lane (scripts/test-lanes.sh).
+pytestmark = pytest.mark.background
+
 # (voice, test sentence, near misses): the sentences the tests use, each with its one- and two-word near misses.
 CASES = [
     (

@@ -16,7 +16,8 @@ from tests.speech import INTELLIGIBLE, intelligible
 TINY = Counts(
     complete_per_length=1, paused_per_pause=1, backchannels=0, stop_words=0, echo=0, lengths=("long",), pauses_ms=(800,)
 )
-pytestmark = pytest.mark.timeout(300)
+# CPU work with no clock in it: `make test` runs it in its background lane (scripts/test-lanes.sh).
+pytestmark = [pytest.mark.timeout(300), pytest.mark.background]
 
 
 def ms_to_bytes(ms: int) -> int:

@@ -224,6 +224,7 @@ def worker_pids(fleet) -> list[int]:
 
 
 @needs_venv
+@pytest.mark.resilience
 def test_a_worker_killed_mid_stream_fails_that_stream_and_the_next_call_works(fleet, direct):
     (pid,) = worker_pids(fleet)
     request = synthesizer_pb2.SynthesizeRequest(text=LONG, config=synthesizer_pb2.SynthesisConfig(voice="zh-baker"))

@@ -10,6 +10,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from services.common.errors import VoiceError
 from services.residency.lease_table import Ended, Granted, LeaseManager, LeasePolicy, LeaseRequest, Revoke
 
+# CPU work with no clock in it: `make test` runs it in its background lane (scripts/test-lanes.sh).
+pytestmark = pytest.mark.background
+
 GB = 1 << 30
 CAPACITY = 24 * GB
 STREAMS = [f"s{i}" for i in range(6)]
