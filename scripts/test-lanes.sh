@@ -6,7 +6,7 @@
 # `background` lane (tests marked so: CPU work with no clock in it, e.g. golden audio, promtool's rule tests,
 # kustomize renders) runs beside them under SCHED_IDLE, so it only takes CPU the main lane leaves idle and never
 # starves a real-time test. Its output goes to build/test-background.log and is printed after the main lane's.
-# Plain `pytest` (no VOICEFLEET_TEST_LANE) still runs everything in one process.
+# Plain `pytest` (no TEST_LANE) still runs everything in one process.
 set -u
 python=${1:?usage: scripts/test-lanes.sh PYTHON [pytest args]}
 shift
@@ -17,10 +17,10 @@ if command -v chrt >/dev/null && chrt --idle 0 true 2>/dev/null; then
 else
   idle=(nice -n 19)  # no SCHED_IDLE here (not Linux): the lowest nice value instead
 fi
-VOICEFLEET_TEST_LANE=background "${idle[@]}" "$python" -m pytest -p no:cacheprovider "$@" >"$log" 2>&1 &
+TEST_LANE=background "${idle[@]}" "$python" -m pytest -p no:cacheprovider "$@" >"$log" 2>&1 &
 background=$!
 trap 'kill "$background" 2>/dev/null' INT TERM
-VOICEFLEET_TEST_LANE=main "$python" -m pytest "$@"
+TEST_LANE=main "$python" -m pytest "$@"
 main=$?
 echo "=== waiting for the background lane (build/test-background.log) ==="
 wait "$background"

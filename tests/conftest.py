@@ -136,9 +136,9 @@ def settled_steps(fleet: RunningFleet, service: str, quiet: float = 0.5, timeout
 
 
 def pytest_collection_modifyitems(config, items):
-    """`make test` runs two lanes at once (scripts/test-lanes.sh): VOICEFLEET_TEST_LANE=background keeps only the
+    """`make test` runs two lanes at once (scripts/test-lanes.sh): TEST_LANE=background keeps only the
     tests marked ``background``, =main only the others. Unset (plain pytest): every test, one after another."""
-    lane = os.environ.get("VOICEFLEET_TEST_LANE", "")
+    lane = os.environ.get("TEST_LANE", "")
     if lane not in ("background", "main"):
         return
     keep, drop = [], []
