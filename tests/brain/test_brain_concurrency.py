@@ -17,7 +17,8 @@ from services.common.engines import Sampling
 from services.common.errors import Unavailable
 from services.conversation.brain import ChatBrain
 
-pytestmark = pytest.mark.timeout(240)
+# CPU work with no clock in it: `make test` runs it in its background lane (scripts/test-lanes.sh).
+pytestmark = [pytest.mark.timeout(240), pytest.mark.background]
 
 QUESTIONS = [
     "What is the capital of France?",

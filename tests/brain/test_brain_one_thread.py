@@ -25,6 +25,8 @@ llama_cpp = pytest.importorskip(
     "llama_cpp", reason="llama-cpp-python is not installed (services/brain/requirements-cpu.txt)"
 )
 pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server extra is not installed")
+# CPU work with no clock in it: `make test` runs it in its background lane (scripts/test-lanes.sh).
+pytestmark = pytest.mark.background
 
 
 @contextlib.contextmanager
