@@ -105,9 +105,10 @@ def rpc(service: str, method: str, handler, request_streaming: bool):
     handling and its request id (``request_id()``)."""
     active = metrics.ACTIVE_STREAMS.labels(service, method)
 
-    def finish(code: grpc.StatusCode) -> None:
+    def finish(code: grpc.StatusCode) -> bool:
         active.dec()
         metrics.REQUESTS.labels(service, method, code.name).inc()
+        return True
 
     def begin(request) -> tuple[_Request, object]:
         """The call's request id, in the context: a unary request's own, a stream's from its first message (taken
@@ -142,7 +143,7 @@ def rpc(service: str, method: str, handler, request_streaming: bool):
             global _last_output
             current, request = begin(request)
             active.inc()
-            code = grpc.StatusCode.OK
+            code, counted = grpc.StatusCode.OK, False
             try:
                 async with contextlib.aclosing(handler(request, context)) as items:
                     async for item in items:
@@ -156,9 +157,11 @@ def rpc(service: str, method: str, handler, request_streaming: bool):
                 raise
             except Exception as exc:  # noqa: BLE001 - mapped to a status here, once
                 code = exc.code if isinstance(exc, VoiceError) else grpc.StatusCode.INTERNAL
+                counted = finish(code)  # before the status goes out: a scrape after the caller's error shows it
                 await fail(context, exc, current)
             finally:
-                finish(code)
+                if not counted:
+                    finish(code)
 
         return stream_handler
 
@@ -166,7 +169,7 @@ def rpc(service: str, method: str, handler, request_streaming: bool):
     async def unary_handler(request, context):
         current, request = begin(request)
         active.inc()
-        code = grpc.StatusCode.OK
+        code, counted = grpc.StatusCode.OK, False
         try:
             return await handler(request, context)
         except asyncio.CancelledError:
@@ -177,9 +180,11 @@ def rpc(service: str, method: str, handler, request_streaming: bool):
             raise
         except Exception as exc:  # noqa: BLE001
             code = exc.code if isinstance(exc, VoiceError) else grpc.StatusCode.INTERNAL
+            counted = finish(code)  # before the status goes out (as above)
             await fail(context, exc, current)
         finally:
-            finish(code)
+            if not counted:
+                finish(code)
 
     return unary_handler
 
