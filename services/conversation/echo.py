@@ -142,6 +142,8 @@ class EchoLine:
     QUIET_AFTER_FRAMES = 45  # 450 ms: past the longest echo delay AEC3 finds (400 ms, tests/echo_line.py)
     QUIET_RISE = 2.0  # the caller's level rose less than 6 dB over its level before the reply started ...
     QUIET_FLOOR = 30.0  # ... or stayed below about -61 dBFS (digital silence, a quiet line's noise)
+    REJUDGE_FRAMES = 150  # a no-echo line is judged again on 1.5 s of audible reply at least ...
+    REJUDGE_COVERAGE = 0.6  # ... through 60 % of which the caller's level stood raised (echo is wherever the reply is)
 
     def __init__(self) -> None:
         self.echo: bool | None = None
@@ -176,8 +178,8 @@ class EchoLine:
         if 0 < self._stretch < self.DECIDE_AFTER_FRAMES:
             return  # a new stretch of reply audio: too few of its frames yet to say whether the line follows it
         self._since_check = 0
-        self.correlation = self._best_correlation()
-        if self.correlation >= self.ECHO_CORRELATION:
+        self.correlation, lag = self._best_correlation()
+        if self.correlation >= self.ECHO_CORRELATION and (self.echo is None or self._follows_throughout(lag)):
             self.echo = True
         elif self.echo is None:
             self.echo = False
@@ -211,18 +213,38 @@ class EchoLine:
             elif audible:
                 self._stretch = 1
 
-    def _best_correlation(self) -> float:
-        """The best correlation of the caller's level with the reply's, at lags up to MAX_LAG_MS, over the frames
-        since this stretch of reply audio began."""
+    def _window(self) -> tuple[np.ndarray, np.ndarray]:
+        """The caller's and the reply's levels since this stretch of reply audio began."""
         since = min(len(self._mic), self._stretch) if self._stretch else len(self._mic)
-        mic, ref = np.asarray(self._mic[len(self._mic) - since :]), np.asarray(self._ref[len(self._ref) - since :])
-        best = 0.0
+        return np.asarray(self._mic[len(self._mic) - since :]), np.asarray(self._ref[len(self._ref) - since :])
+
+    def _best_correlation(self) -> tuple[float, int]:
+        """The best correlation of the caller's level with the reply's, at lags up to MAX_LAG_MS (in frames), over the
+        frames since this stretch of reply audio began; and its lag."""
+        mic, ref = self._window()
+        best, best_lag = 0.0, 0
         for lag in range(0, min(self.MAX_LAG_MS // FRAME_MS, len(mic) - 20)):
             m, r = mic[lag:], ref[: len(ref) - lag]
             if np.std(m) < 1e-6 or np.std(r) < 1e-6:
                 continue
-            best = max(best, float(np.corrcoef(m, r)[0, 1]))
-        return best
+            c = float(np.corrcoef(m, r)[0, 1])
+            if c > best:
+                best, best_lag = c, lag
+        return best, best_lag
+
+    def _follows_throughout(self, lag: int) -> bool:
+        """A line judged without echo is judged an echo line again only if the caller's level stood above where it
+        was before the reply through most of the reply's audible frames (at the echo's lag), over at least
+        REJUDGE_FRAMES of them: echo comes back wherever the reply is heard. A user's own short speech over the reply
+        (a backchannel) can follow it closely for a moment: "Mm-hm." read 0.85 on a digitally silent line, and the
+        line's AEC3 then took apart the "Stop please." after it (docs/conversation.md, Echo)."""
+        mic, ref = self._window()
+        m, r = mic[lag:], ref[: len(ref) - lag]
+        audible = r > self.AUDIBLE
+        if np.count_nonzero(audible) < self.REJUDGE_FRAMES:
+            return False
+        raised = m[audible] > max(self.QUIET_FLOOR, self.QUIET_RISE * self._baseline)
+        return float(np.mean(raised)) >= self.REJUDGE_COVERAGE
 
 
 class EchoCanceller:

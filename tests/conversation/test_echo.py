@@ -287,3 +287,53 @@ async def test_a_quiet_line_is_left_alone_soon_after_the_reply_starts(voices, en
     assert np.array_equal(line.out[spoken], line.mic[spoken])
     said = listen(line.out[echo_line.user_span(line)].tobytes(), echo_line.RATE)
     assert wer(echo_line.USER, said) <= INTELLIGIBLE, said
+
+
+def _speech_like(seconds: float, seed: int) -> np.ndarray:
+    """Noise under a syllable-like envelope (4 Hz bursts, some louder than others), int16 at 16 kHz, RMS ~ -20 dBFS."""
+    rng = np.random.default_rng(seed)
+    n = int(16000 * seconds)
+    syllables = np.repeat(rng.uniform(0.1, 1.0, n // 4000 + 1), 4000)[:n]
+    envelope = syllables * np.abs(np.sin(np.pi * np.arange(n) / 4000))
+    return (rng.normal(0.0, 1.0, n) * envelope * 6000).astype(np.int16)
+
+
+def _line_after(mic: np.ndarray, ref: np.ndarray):
+    """An EchoLine that saw ``mic`` against ``ref`` in 10 ms frames; its decision after each frame."""
+    from services.conversation.echo import EchoLine
+
+    line, decisions = EchoLine(), []
+    for i in range(0, len(ref), 160):
+        line.observe(mic[i : i + 160], ref[i : i + 160], 160)
+        decisions.append(line.echo)
+    return decisions
+
+
+def test_a_backchannel_that_follows_the_reply_for_a_moment_does_not_make_a_quiet_line_an_echo_line():
+    """A quiet line (digital silence) is judged without echo soon after the reply starts. The reply then stalls for
+    1.2 s (a late sentence: its level judgement starts afresh) and a 0.7 s "Mm-hm." said as it resumes follows its
+    level as closely as echo would: the line must stay without echo, or AEC3 takes the user's next words apart (the
+    conversation fleet test's "Stop please." after "Mm-hm.", 2026-11-28)."""
+    speech = _speech_like(4.0, seed=1)
+    gap = np.zeros(16000 * 6 // 5, dtype=np.int16)
+    ref = np.concatenate([speech[: 16000 * 2], gap, speech[16000 * 2 :]])
+    mic = np.zeros_like(ref)
+    resume = 16000 * 2 + len(gap)
+    burst = slice(resume + 1600, resume + 1600 + 11200)
+    mic[burst] = ref[burst] // 4
+    decisions = _line_after(mic, ref)
+    assert decisions[60] is False  # the quiet rule, 0.45 s into the reply
+    assert True not in decisions
+
+
+def test_a_speaker_turned_on_later_makes_a_quiet_line_an_echo_line():
+    """The same quiet line, where from 1.5 s on the reply comes back all the time (a speakerphone switched on): it is
+    judged again, as an echo line."""
+    ref = _speech_like(5.0, seed=1)
+    mic = np.zeros_like(ref)
+    on = 16000 * 3 // 2
+    delay = 800  # 50 ms
+    mic[on + delay :] = ref[on : len(ref) - delay] // 10
+    decisions = _line_after(mic, ref)
+    assert decisions[60] is False
+    assert decisions[-1] is True
