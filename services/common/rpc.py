@@ -105,10 +105,9 @@ def rpc(service: str, method: str, handler, request_streaming: bool):
     handling and its request id (``request_id()``)."""
     active = metrics.ACTIVE_STREAMS.labels(service, method)
 
-    def finish(code: grpc.StatusCode) -> bool:
+    def finish(code: grpc.StatusCode) -> None:
         active.dec()
         metrics.REQUESTS.labels(service, method, code.name).inc()
-        return True
 
     def begin(request) -> tuple[_Request, object]:
         """The call's request id, in the context: a unary request's own, a stream's from its first message (taken
@@ -157,7 +156,8 @@ def rpc(service: str, method: str, handler, request_streaming: bool):
                 raise
             except Exception as exc:  # noqa: BLE001 - mapped to a status here, once
                 code = exc.code if isinstance(exc, VoiceError) else grpc.StatusCode.INTERNAL
-                counted = finish(code)  # before the status goes out: a scrape after the caller's error shows it
+                finish(code)  # before the status goes out: a scrape after the caller's error shows it
+                counted = True
                 await fail(context, exc, current)
             finally:
                 if not counted:
@@ -180,7 +180,8 @@ def rpc(service: str, method: str, handler, request_streaming: bool):
             raise
         except Exception as exc:  # noqa: BLE001
             code = exc.code if isinstance(exc, VoiceError) else grpc.StatusCode.INTERNAL
-            counted = finish(code)  # before the status goes out (as above)
+            finish(code)  # before the status goes out (as above)
+            counted = True
             await fail(context, exc, current)
         finally:
             if not counted:

@@ -197,13 +197,14 @@ class EchoLine:
                 self._baseline = float(np.median(self._before)) if self._before else 0.0
             self._playing += 1
             self._peak = max(self._peak, level)
-        if (
-            self.echo is None
-            and self._playing >= self.QUIET_AFTER_FRAMES
-            and self._peak <= max(self.QUIET_FLOOR, self.QUIET_RISE * self._baseline)
-        ):
+        if self.echo is None and self._playing >= self.QUIET_AFTER_FRAMES and self._peak <= self._raised_above:
             self.echo = False
             log.debug("echo line: quiet while the reply played %d frames -> no echo", self._playing)
+
+    @property
+    def _raised_above(self) -> float:
+        """The caller's level above which it has risen since before the reply (QUIET_RISE, QUIET_FLOOR)."""
+        return max(self.QUIET_FLOOR, self.QUIET_RISE * self._baseline)
 
     def _follow_stretch(self, audible_frames: np.ndarray) -> None:
         for audible in audible_frames.tolist():
@@ -243,7 +244,7 @@ class EchoLine:
         audible = r > self.AUDIBLE
         if np.count_nonzero(audible) < self.REJUDGE_FRAMES:
             return False
-        raised = m[audible] > max(self.QUIET_FLOOR, self.QUIET_RISE * self._baseline)
+        raised = m[audible] > self._raised_above
         return float(np.mean(raised)) >= self.REJUDGE_COVERAGE
 
 
