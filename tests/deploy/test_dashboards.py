@@ -126,7 +126,7 @@ def fleet(tmp_path_factory):
         # turn_commit_ms 600: every turn's reply starts at its final and is held until the commit, so the preemptive
         # replies panel has data (at the default 250 ms the final, ~250-300 ms after speech end on 2 cores, now often
         # comes after the commit time and the reply is not preemptive at all).
-        moss_sts={"idle_timeout_seconds": 5, "default_max_tokens": 48, "turn_commit_ms": 600},
+        moss_sts={"idle_timeout_seconds": 5, "default_max_tokens": 48, "turn_commit_ms": 600, "log_level": "DEBUG"},
     )
     yield running
     running.fleet.stop()
@@ -320,31 +320,38 @@ def run_mixed_load(fleet) -> None:
         try:
             talk.send(say["What is two plus two?"])
             assert talk.wait(lambda: talk.ended(0), timeout=120), talk.events[-5:]
+
             # The story's length is the brain's choice (seeded, but its prompt is what the recognizer heard): a reply
-            # that ends before the barge-in is sent, or while it is said, leaves nothing to interrupt (the stop words
-            # are then a turn of their own), so the story is asked again (a new turn), at most three times.
+            # that ends before the backchannel or the barge-in is sent, or while it is said, leaves nothing to speak
+            # over (the words are then a turn of their own), so the story is asked again (a new turn), at most four
+            # times, until a backchannel was refused and a barge-in interrupted.
+            def refused() -> float:
+                return fleet.metric("moss_sts", "voicefleet_sts_barge_in_refused_total")
+
             story_turn = 1
-            for _attempt in range(3):
+            for _attempt in range(4):
                 talk.send(say[story], label="story")
                 assert talk.wait(lambda t=story_turn: bool(talk.of("reply_audio", t)), timeout=120), talk.events[-5:]
                 time.sleep(0.5)
                 if talk.ended(story_turn):
                     story_turn += 1
                     continue
-                talk.send(say["Mm-hm."], label="backchannel")  # over the reply: not a barge-in (counted as refused)
-                time.sleep(2.0)
-                if talk.ended(story_turn):
-                    story_turn += 1
-                    continue
+                if not refused():
+                    talk.send(say["Mm-hm."], label="backchannel")  # over the reply: not a barge-in (counted as refused)
+                    wait_until(lambda t=story_turn: refused() > 0 or talk.ended(t), timeout=3.0, interval=0.2)
+                    if talk.ended(story_turn):
+                        story_turn += 1
+                        continue
                 talk.send(say["Stop. Thank you."], label="barge-in")
                 talk.wait(lambda t=story_turn: bool(talk.of("interrupted")) or talk.ended(t), timeout=60)
-                if talk.of("interrupted"):
+                if talk.of("interrupted") and refused():
                     break
                 # The reply ended while the stop words were said: whether they became a turn of their own (and got a
                 # reply) depends on when; let that settle, then ask again in the turn after the last one seen.
                 time.sleep(6.0)
                 story_turn = 1 + max(e.turn_index for _, e in talk.events)
-            assert talk.of("interrupted"), "three story replies ended before the barge-in could interrupt them"
+            assert refused(), "no backchannel over a story reply was refused in four tries"
+            assert talk.of("interrupted"), "four story replies ended before the barge-in could interrupt them"
             talk.wait(lambda: talk.ended(story_turn + 1), timeout=120)  # the data: let the last reply finish
         finally:
             close(talk)
