@@ -179,11 +179,13 @@ class EchoLine:
             return  # a new stretch of reply audio: too few of its frames yet to say whether the line follows it
         self._since_check = 0
         self.correlation, lag = self._best_correlation()
+        judged = self.echo
         if self.correlation >= self.ECHO_CORRELATION and (self.echo is None or self._follows_throughout(lag)):
             self.echo = True
         elif self.echo is None:
             self.echo = False
-        log.debug("echo line: correlation %.2f -> echo %s", self.correlation, self.echo)
+        if self.echo != judged:  # a decision, not every check (~4 a second while the reply plays)
+            log.debug("echo line: correlation %.2f -> echo %s", self.correlation, self.echo)
 
     def _observe_quiet(self, mic: np.ndarray, ref: np.ndarray) -> None:
         """The quiet-line rule (see the class): decided False once the reply played QUIET_AFTER_FRAMES with the
