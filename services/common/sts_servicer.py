@@ -225,6 +225,7 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
             routing=routing_from_proto(config.routing),
             request_id=request_id(),
             time_remaining=remaining,
+            client_cancels_echo=config.client_cancels_echo,
         )
         return options, in_fmt, out_fmt
 

@@ -380,8 +380,10 @@ class DialogueSession(StsSession):
         self._recognizer_lag_s = 0.0  # how long after it was fed the audio of the recognizer's last report came
         self._discarded = 0  # candidates of the turn being heard that were dropped (the user went on)
         self._labels = (service, served_by.rsplit("/", 1)[-1])
-        # The reply leaking back into the caller's microphone is cancelled before anything listens to it.
-        self._echo = EchoCanceller(RATE) if limits.echo_cancellation else None
+        # The reply leaking back into the caller's microphone is cancelled before anything listens to it, unless the
+        # caller's own canceller did that already.
+        cancel = limits.echo_cancellation and not options.client_cancels_echo
+        self._echo = EchoCanceller(RATE) if cancel else None
         self._echo_resampler: audio.StreamResampler | None = None
         # Over-long turn: recognition off until the user pauses.
         self._skipping = False

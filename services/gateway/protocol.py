@@ -102,6 +102,7 @@ CONFIG_FIELDS = (
     "max_tokens",
     "endpointing",
     "barge_in",
+    "client_cancels_echo",
 )
 ENDPOINTING_FIELDS = (
     "mode",
@@ -180,6 +181,7 @@ def conversation_config(message: dict, max_text_chars: int = 5000) -> tuple[str,
             backchannels=_take(barge_in, "config.barge_in.", "backchannels", *words),
         ),
         routing=routing_pb2.Routing(engine=engine),
+        client_cancels_echo=_take(message, "config.", "client_cancels_echo", bool, False, None, "true or false"),
     )
     return request_id, config
 

@@ -10,12 +10,25 @@ The same holds with a room's reverberation on the echo path (tests/echo_line.py 
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 import numpy as np
 import pytest
 
-from services.common.engines import SPEECH_START, RecognitionOptions
+from services.common.engines import (
+    INTERRUPTED,
+    REPLY_AUDIO,
+    SPEECH_START,
+    USER_TRANSCRIPT,
+    AsrEngine,
+    AsrStream,
+    AudioPiece,
+    BargeIn,
+    RecognitionOptions,
+    SessionOptions,
+)
+from services.conversation.dialogue import DialogueLimits, DialogueSession, ReplySink, UserTurn
 from services.conversation.echo import (
     EchoCanceller,
     EchoCancellerUnavailable,
@@ -337,3 +350,111 @@ def test_a_speaker_turned_on_later_makes_a_quiet_line_an_echo_line():
     decisions = _line_after(mic, ref)
     assert decisions[60] is False
     assert decisions[-1] is True
+
+
+# --- a caller that cancels its own echo (ConversationConfig.client_cancels_echo) -----------------------------------
+
+
+class _Recorded(AsrEngine):
+    """The real asr CPU engine, with every byte the dialogue feeds it kept in ``heard``."""
+
+    service = "asr"
+    name = "recorded"
+
+    def __init__(self, inner: AsrEngine, heard: bytearray):
+        self.inner, self.heard = inner, heard
+
+    @property
+    def native_sample_rate(self) -> int:
+        return self.inner.native_sample_rate
+
+    async def open_stream(self, options: RecognitionOptions) -> AsrStream:
+        return _RecordedStream(await self.inner.open_stream(options), self.heard)
+
+
+class _RecordedStream(AsrStream):
+    def __init__(self, inner: AsrStream, heard: bytearray):
+        self.inner, self.heard = inner, heard
+
+    async def feed(self, pcm: bytes) -> None:
+        self.heard += pcm
+        await self.inner.feed(pcm)
+
+    async def finish(self) -> None:
+        await self.inner.finish()
+
+    def events(self):
+        return self.inner.events()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class _SpokenReply(DialogueSession):
+    """Answers every turn with piper's reply (``reply``, 16 kHz int16) in 0.3 s pieces: no brain, no TTS."""
+
+    reply = np.zeros(0, dtype=np.int16)
+
+    async def generate_reply(self, turn: UserTurn, sink: ReplySink) -> None:
+        await sink.text(echo_line.REPLY)
+        step, n, chars = int(0.3 * echo_line.RATE), len(self.reply), len(echo_line.REPLY)
+        for i in range(0, n, step):
+            span = (chars * i // n, chars * min(n, i + step) // n)
+            await sink.audio(AudioPiece(self.reply[i : i + step].tobytes(), echo_line.RATE, *span, "test_echo/spoken"))
+
+
+async def test_a_caller_that_cancels_its_own_echo_is_heard_as_sent_from_the_replys_first_moment(voices, engine):
+    """A user who speaks as the reply starts, on a line without echo: the server's canceller has not decided the line
+    yet (it needs 450 ms of the reply with the caller quiet), so it works on their words. Without the setting (the
+    service's canceller on this session) the sentence came out as "children." and "We can the garden." and interrupted
+    nothing (2026-11-28). A client that cancels its own echo says so (``client_cancels_echo``), and its audio reaches
+    the recognizer byte for byte, so the barge-in is heard as said."""
+    reply, users = voices
+    user = users[echo_line.USER].tobytes()
+    spoken = users[echo_line.USER][np.argmax(np.abs(users[echo_line.USER]) > 1000) :].tobytes()  # from its first word
+    heard = bytearray()
+    session_type = type("Session", (_SpokenReply,), {"reply": reply})
+    options = SessionOptions(language="en-US", barge_in=BargeIn(), request_id="client-aec", client_cancels_echo=True)
+    limits = DialogueLimits()  # the service cancels echo (moss_sts.echo_cancellation's default)
+    session = session_type("test_echo", "test_echo/spoken", _Recorded(engine, heard), options, limits)
+    await session.start()
+    events = []
+
+    async def read() -> None:
+        async for event in session.events():
+            events.append(event)
+
+    async def say(pcm: bytes) -> None:
+        frame = echo_line.RATE * 20 // 1000 * 2
+        for i in range(0, len(pcm), frame):
+            await session.feed(pcm[i : i + frame])
+            await asyncio.sleep(0.02)
+
+    reader = asyncio.create_task(read())
+    quiet = bytes(int(0.3 * echo_line.RATE) * 2)
+    try:
+        await say(quiet + user + quiet)
+        for _ in range(1500):  # silence until the reply's first audio reaches the caller (30 s at most)
+            if any(e.kind == REPLY_AUDIO for e in events):
+                break
+            await say(bytes(640))
+        assert any(e.kind == REPLY_AUDIO for e in events), [e.kind for e in events]
+        await say(spoken + quiet * 7)  # the user's voice from the reply's first moment on
+    finally:
+        await session.close()
+        reader.cancel()
+    assert [e.kind for e in events].count(INTERRUPTED) == 1, [e.kind for e in events]
+    # Both sayings reach the recognizer untouched (AEC3's output would differ: no echo path learned yet).
+    assert bytes(heard).count(user) == 1 and bytes(heard).count(spoken) == 2
+    finals = [e for e in events if e.kind == USER_TRANSCRIPT and e.transcript.is_final]
+    barge_in = " ".join(e.transcript.transcript for e in finals if e.turn_index == 1)  # the interrupting turn's words
+    assert wer(echo_line.USER, barge_in) <= INTELLIGIBLE, [(e.turn_index, e.transcript.transcript) for e in finals]
+
+
+def test_the_router_passes_the_callers_echo_setting_on_to_moss_sts():
+    """The router's remote session sends moss_sts the session's options as a ConversationConfig
+    (services/common/convert/sts.py): the setting must survive it, or moss_sts would cancel again."""
+    from services.common.convert.sts import config_to_proto
+
+    assert config_to_proto(SessionOptions(client_cancels_echo=True)).client_cancels_echo is True
+    assert config_to_proto(SessionOptions()).client_cancels_echo is False

@@ -338,7 +338,8 @@ def run_mixed_load(fleet) -> None:
                     continue
                 if not refused():
                     talk.send(say["Mm-hm."], label="backchannel")  # over the reply: not a barge-in (counted as refused)
-                    wait_until(lambda t=story_turn: refused() > 0 or talk.ended(t), timeout=3.0, interval=0.2)
+                    if not wait_until(lambda t=story_turn: refused() > 0 or talk.ended(t), timeout=3.0, interval=0.2):
+                        print("\nthe backchannel was not counted as refused within 3 s: the story is asked again")
                     if talk.ended(story_turn):
                         story_turn += 1
                         continue

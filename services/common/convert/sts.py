@@ -82,6 +82,7 @@ def config_to_proto(options: SessionOptions) -> conversation_pb2.ConversationCon
             engine=options.routing.engine,
             latency_budget_ms=options.routing.latency_budget_ms,
         ),
+        client_cancels_echo=options.client_cancels_echo,
     )
 
 

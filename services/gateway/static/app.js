@@ -110,6 +110,8 @@ async function startTalking() {
       output_sample_rate: ctx.sampleRate,
       language: "en-US",
       system_prompt: $("system").value,
+      // The browser says it cancels the reply's echo in the microphone: the server then leaves the audio alone.
+      client_cancels_echo: mic.getAudioTracks()[0]?.getSettings().echoCancellation === true,
     };
     if ($("talk-voice").value) config.voice = $("talk-voice").value;
     socket.send(JSON.stringify(config));

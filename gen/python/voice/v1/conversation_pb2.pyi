@@ -48,7 +48,7 @@ class BargeInConfig(_message.Message):
     def __init__(self, disabled: _Optional[bool] = ..., min_speech_ms: _Optional[int] = ..., stop_words: _Optional[_Iterable[str]] = ..., min_words: _Optional[int] = ..., backchannels: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ConversationConfig(_message.Message):
-    __slots__ = ("input_format", "output_format", "voice", "system_prompt", "sampling", "language", "endpointing", "barge_in", "routing")
+    __slots__ = ("input_format", "output_format", "voice", "system_prompt", "sampling", "language", "endpointing", "barge_in", "routing", "client_cancels_echo")
     INPUT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class ConversationConfig(_message.Message):
     ENDPOINTING_FIELD_NUMBER: _ClassVar[int]
     BARGE_IN_FIELD_NUMBER: _ClassVar[int]
     ROUTING_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_CANCELS_ECHO_FIELD_NUMBER: _ClassVar[int]
     input_format: _audio_pb2.AudioFormat
     output_format: _audio_pb2.AudioFormat
     voice: str
@@ -67,7 +68,8 @@ class ConversationConfig(_message.Message):
     endpointing: _recognizer_pb2.EndpointingConfig
     barge_in: BargeInConfig
     routing: _routing_pb2.Routing
-    def __init__(self, input_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., output_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., voice: _Optional[str] = ..., system_prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingConfig, _Mapping]] = ..., language: _Optional[str] = ..., endpointing: _Optional[_Union[_recognizer_pb2.EndpointingConfig, _Mapping]] = ..., barge_in: _Optional[_Union[BargeInConfig, _Mapping]] = ..., routing: _Optional[_Union[_routing_pb2.Routing, _Mapping]] = ...) -> None: ...
+    client_cancels_echo: bool
+    def __init__(self, input_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., output_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., voice: _Optional[str] = ..., system_prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingConfig, _Mapping]] = ..., language: _Optional[str] = ..., endpointing: _Optional[_Union[_recognizer_pb2.EndpointingConfig, _Mapping]] = ..., barge_in: _Optional[_Union[BargeInConfig, _Mapping]] = ..., routing: _Optional[_Union[_routing_pb2.Routing, _Mapping]] = ..., client_cancels_echo: _Optional[bool] = ...) -> None: ...
 
 class ConversationControl(_message.Message):
     __slots__ = ("action",)
