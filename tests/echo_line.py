@@ -86,6 +86,8 @@ class Line:
     user_end: int = 0
     reply_start: int = 0  # mic sample where the reply starts playing
     cpu_ms_per_s: float = 0.0  # canceller CPU per second of mic audio
+    # (seconds after the reply started, echo?) when the canceller's EchoLine first decided; None: never
+    decided: tuple[float, bool] | None = None
 
 
 def call(
@@ -99,10 +101,11 @@ def call(
     room: bool = False,
     seed: int = 0,
     said_before: np.ndarray | None = None,
+    noise_dbfs: float | None = NOISE_DBFS,
 ) -> Line:
     """One call: the reply echoed back (and the user speaking ``user_at_s`` into the reply), through a canceller.
     ``said_before``: the user's turn that the reply answers, spoken from ``LEAD_S`` on and ending
-    ``TURN_TO_REPLY_S`` before the reply starts."""
+    ``TURN_TO_REPLY_S`` before the reply starts. ``noise_dbfs`` None: a digitally silent line."""
     from services.conversation.echo import EchoCanceller
 
     lead = int(LEAD_S * RATE)
@@ -116,7 +119,9 @@ def call(
     delay = int(delay_ms * RATE / 1000)
     echo = np.zeros(total)
     echo[start + delay : start + delay + len(played)] = played * 10 ** (level_db / 20)
-    mic = echo + np.random.default_rng(seed).normal(0.0, 32768 * 10 ** (NOISE_DBFS / 20), total)
+    mic = echo.copy()
+    if noise_dbfs is not None:
+        mic += np.random.default_rng(seed).normal(0.0, 32768 * 10 ** (noise_dbfs / 20), total)
     if user is not None:
         mic[user_start : user_start + len(user)] += user
     if said_before is not None:
@@ -129,7 +134,7 @@ def call(
         offset, size = offset + size, int(0.1 * RATE)
     canceller = EchoCanceller(RATE) if cancel_echo else None
     out: list[bytes] = []
-    position, frame, taken, stopped, cpu = 0, 0, 0, False, 0.0
+    position, frame, taken, stopped, cpu, decided = 0, 0, 0, False, 0.0, None
     while position < total:
         # The caller takes the next chunks once they are due within the playout lead (the first when playback starts).
         while taken < len(chunks) and position >= start + chunks[taken][0] - (PLAYOUT_LEAD_S * RATE if taken else 0):
@@ -149,6 +154,8 @@ def call(
         t0 = time.process_time()
         out.append(canceller.process(pcm))
         cpu += time.process_time() - t0
+        if decided is None and canceller.line.echo is not None:
+            decided = (round((position - start) / RATE, 2), canceller.line.echo)
     if canceller is not None:
         canceller.close()
     cleaned = np.frombuffer(b"".join(out), dtype=np.int16)
@@ -161,6 +168,7 @@ def call(
         user_end=user_start + (len(user) if user is not None else 0),
         reply_start=start,
         cpu_ms_per_s=cpu * 1000 / (total / RATE),
+        decided=decided,
     )
 
 
