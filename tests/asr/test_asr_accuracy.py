@@ -14,7 +14,12 @@ import grpc
 import pytest
 
 from bench import evaluation as ev
+from tests.conftest import start_fleet
 from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
+
+# Streams sent as fast as they are read, and bounds on words and stream offsets, not on time: the second lane
+# (scripts/test-lanes.sh), with room for the idle priority's waits.
+pytestmark = [pytest.mark.timeout(600), pytest.mark.background]
 
 TOLERANCE_MS = 100
 # Corpus WER bounds: measured 2026-11-25 (2 cores AMD EPYC, three runs) plus a margin of about five words of the
@@ -45,6 +50,17 @@ def sentences_for(rate: int) -> list[str]:
 def recognize(stub, stream: ev.PaddedStream, **config) -> list[recognizer_pb2.StreamingRecognizeResponse]:
     cfg = ev.config(stream.rate, **config)
     return list(stub.StreamingRecognize(ev.requests(stream.pcm, stream.rate, cfg, request_id="acc"), timeout=120))
+
+
+@pytest.fixture(scope="module")
+def asr_fleet(tmp_path_factory):
+    """This module's own asr (the session's has a 2 s idle timeout): at idle priority a stream may wait its turn for
+    the CPU longer than that between two messages, which is not what these tests are about."""
+    running = start_fleet(
+        tmp_path_factory.mktemp("asr-accuracy-fleet"), services=("asr",), asr={"max_stream_seconds": 60}
+    )
+    yield running
+    running.fleet.stop()
 
 
 @pytest.fixture(scope="module")
