@@ -21,7 +21,6 @@ from services.common.engines import (
     REPLY_AUDIO,
     SPEECH_START,
     USER_TRANSCRIPT,
-    AsrEngine,
     AsrStream,
     AudioPiece,
     BargeIn,
@@ -37,6 +36,7 @@ from services.conversation.echo import (
     is_own_words,
 )
 from tests import echo_line
+from tests.asr_wrap import PassThroughStream, WrappedAsr
 from tests.speech import INTELLIGIBLE, listen, wer, words
 
 # Every delay at the loudest echo, and the quieter levels at a delay each: 6 of the grid's 9 cases.
@@ -355,39 +355,16 @@ def test_a_speaker_turned_on_later_makes_a_quiet_line_an_echo_line():
 # --- a caller that cancels its own echo (ConversationConfig.client_cancels_echo) -----------------------------------
 
 
-class _Recorded(AsrEngine):
-    """The real asr CPU engine, with every byte the dialogue feeds it kept in ``heard``."""
+class _Recorded(PassThroughStream):
+    """The real asr CPU engine's stream, with every byte the dialogue feeds it kept in ``heard``."""
 
-    service = "asr"
-    name = "recorded"
-
-    def __init__(self, inner: AsrEngine, heard: bytearray):
-        self.inner, self.heard = inner, heard
-
-    @property
-    def native_sample_rate(self) -> int:
-        return self.inner.native_sample_rate
-
-    async def open_stream(self, options: RecognitionOptions) -> AsrStream:
-        return _RecordedStream(await self.inner.open_stream(options), self.heard)
-
-
-class _RecordedStream(AsrStream):
     def __init__(self, inner: AsrStream, heard: bytearray):
-        self.inner, self.heard = inner, heard
+        super().__init__(inner)
+        self.heard = heard
 
     async def feed(self, pcm: bytes) -> None:
         self.heard += pcm
         await self.inner.feed(pcm)
-
-    async def finish(self) -> None:
-        await self.inner.finish()
-
-    def events(self):
-        return self.inner.events()
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 class _SpokenReply(DialogueSession):
@@ -413,10 +390,11 @@ async def test_a_caller_that_cancels_its_own_echo_is_heard_as_sent_from_the_repl
     user = users[echo_line.USER].tobytes()
     spoken = users[echo_line.USER][np.argmax(np.abs(users[echo_line.USER]) > 1000) :].tobytes()  # from its first word
     heard = bytearray()
+    recognizer = WrappedAsr(engine, lambda stream: _Recorded(stream, heard), "recorded")
     session_type = type("Session", (_SpokenReply,), {"reply": reply})
     options = SessionOptions(language="en-US", barge_in=BargeIn(), request_id="client-aec", client_cancels_echo=True)
     limits = DialogueLimits()  # the service cancels echo (moss_sts.echo_cancellation's default)
-    session = session_type("test_echo", "test_echo/spoken", _Recorded(engine, heard), options, limits)
+    session = session_type("test_echo", "test_echo/spoken", recognizer, options, limits)
     await session.start()
     events = []
 

@@ -4,7 +4,7 @@ listening to a real asr service over gRPC on loopback, as moss_sts does; the cal
 time.
 
 The reply is a test double (quiet audio with its text: no brain, no TTS) so each test takes seconds. The recognizer's
-interim results are held back from the dialogue (``FinalsAndSpots``): pocketsphinx sometimes hears "stop" too, and
+interim results are held back from the dialogue (``FinalsOnly``): pocketsphinx sometimes hears "stop" too, and
 these tests are about the spot path, so only spots and finals reach the dialogue here.
 """
 
@@ -25,17 +25,15 @@ from services.common.engines import (
     STATE,
     TURN_COMPLETE,
     USER_TRANSCRIPT,
-    AsrEngine,
     AsrEvent,
-    AsrStream,
     AudioPiece,
     BargeIn,
-    RecognitionOptions,
     SessionOptions,
 )
 from services.conversation.dialogue import DialogueLimits, DialogueSession, ReplySink, UserTurn
 from services.remote.asr import RemoteAsrEngine
 from services.remote.direct import DirectBackend
+from tests.asr_wrap import PassThroughStream, WrappedAsr
 
 RATE = 16000
 FRAME = RATE * 20 // 1000  # samples per 20 ms message
@@ -43,41 +41,14 @@ WORD_S = 0.3  # reply audio per word of its text
 SERVICE, ENGINE = "test_spotting", "long"
 
 
-class FinalsAndSpots(AsrEngine):
-    """The real (remote) recognizer with its interim results held back."""
-
-    service = "asr"
-    name = "finals-and-spots"
-
-    def __init__(self, inner: AsrEngine):
-        self.inner = inner
-
-    @property
-    def native_sample_rate(self) -> int:
-        return self.inner.native_sample_rate
-
-    async def open_stream(self, options: RecognitionOptions) -> AsrStream:
-        return _Filtered(await self.inner.open_stream(options))
-
-
-class _Filtered(AsrStream):
-    def __init__(self, inner: AsrStream):
-        self.inner = inner
-
-    async def feed(self, pcm: bytes) -> None:
-        await self.inner.feed(pcm)
-
-    async def finish(self) -> None:
-        await self.inner.finish()
+class FinalsOnly(PassThroughStream):
+    """The real recognizer's stream with its interim results held back (finals, spots and VAD events pass)."""
 
     async def events(self) -> AsyncIterator[AsrEvent]:
         async for event in self.inner.events():
             if event.kind == RESULT and not event.result.is_final:
                 continue
             yield event
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 class LongReply(DialogueSession):
@@ -108,7 +79,7 @@ def joe(speakers):
 @pytest.fixture
 async def recognizer(asr_fleet):
     engine = RemoteAsrEngine(DirectBackend("asr", asr_fleet.address("asr")), deadline_margin_s=0.0)
-    yield FinalsAndSpots(engine)
+    yield WrappedAsr(engine, FinalsOnly, "finals-and-spots")
     await engine.backend.channel.close()
 
 
