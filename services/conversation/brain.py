@@ -53,10 +53,17 @@ class ChatBrain:
         connect_timeout_s: float = 2.0,
         read_timeout_s: float = 30.0,
         languages: tuple[str, ...] = (),
+        examples: tuple[tuple[str, str], ...] = (),
     ):
-        """``languages``: the languages the reply model writes; () = any (a multilingual model)."""
+        """``languages``: the languages the reply model writes; () = any (a multilingual model). ``examples``:
+        (user, assistant) exchanges sent after the system prompt of every request (brain.reply_examples)."""
         self.base_url = base_url.rstrip("/")
         self.languages = languages
+        self.examples = [
+            message
+            for user, assistant in examples
+            for message in ({"role": "user", "content": user}, {"role": "assistant", "content": assistant})
+        ]
         self.model = model
         self.api_key = api_key
         self.connect_timeout_s = connect_timeout_s
@@ -94,13 +101,20 @@ class ChatBrain:
             " again (start it: `voicefleet up` runs it as fleet member brain; or set brain.base_url)"
         )
 
+    def prompt(self, messages: list[dict]) -> list[dict]:
+        """``messages`` with the example exchanges after the system prompt (before the first turn without one)."""
+        if not self.examples:
+            return messages
+        system = 1 if messages and messages[0].get("role") == "system" else 0
+        return messages[:system] + self.examples + messages[system:]
+
     async def stream_chat(
         self, messages: list[dict], sampling: Sampling, max_tokens: int, request_id: str = ""
     ) -> AsyncIterator[str]:
         """Text deltas of the reply to ``messages`` (OpenAI chat format)."""
         body = {
             "model": self.model,
-            "messages": messages,
+            "messages": self.prompt(messages),
             "stream": True,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
@@ -155,7 +169,13 @@ class ChatBrain:
         under way a read-ahead would wait in its queue and then hold up the turns behind it."""
         if self._in_flight:
             return False
-        body = {"model": self.model, "messages": messages, "stream": False, "temperature": 0.0, "max_tokens": 1}
+        body = {
+            "model": self.model,
+            "messages": self.prompt(messages),
+            "stream": False,
+            "temperature": 0.0,
+            "max_tokens": 1,
+        }
         async with self._request():
             response = await self._http().post(
                 f"{self.base_url}/chat/completions", json=body, headers=request_headers(request_id)

@@ -74,7 +74,14 @@ def make_engines(config: Config) -> tuple[StsEngine, TtsEngine]:
 
     b = config.brain
     brain = ChatBrain(
-        b.url, b.model, SERVICE, b.api_key, b.connect_timeout_seconds, b.read_timeout_seconds, b.reply_languages
+        b.url,
+        b.model,
+        SERVICE,
+        b.api_key,
+        b.connect_timeout_seconds,
+        b.read_timeout_seconds,
+        b.reply_languages,
+        b.example_turns,
     )
     tts = make_tts(config)
     return CascadeStsEngine(SERVICE, make_asr(config), brain, tts, limits), tts

@@ -7,6 +7,16 @@ from pydantic import field_validator
 
 from services.common.config.base import Section, bounded
 
+# Shown to the in-box model (SmolLM2-135M-Instruct) after the system prompt, as if they were earlier turns. Without
+# them it often answers a question about a country in that country's language, which the English voice then reads:
+# 13 of 48 replies (16 questions x 3 seeds) were French, German, Spanish, Italian or Portuguese by py3langid; with
+# them 0 of 48, and an instruction ("Always answer in English.") changed nothing (docs/conversation.md#languages).
+# Two short exchanges with nothing foreign in them: a shot that names another language primed it.
+IN_BOX_REPLY_EXAMPLES = (
+    ("Hi, can you hear me?", "Yes, I can hear you. How can I help?"),
+    ("What is the capital of Canada?", "The capital of Canada is Ottawa."),
+)
+
 
 class BrainConfig(Section):
     """The reply model of the CPU cascade: an OpenAI-compatible chat endpoint (docs/conversation.md#the-brain).
@@ -44,6 +54,10 @@ class BrainConfig(Section):
     connect_timeout_seconds: float = bounded(2.0, gt=0)
     # Longest wait for the next streamed token before the turn fails with UNAVAILABLE.
     read_timeout_seconds: float = bounded(30.0, gt=0)
+    # Example exchanges ([user, assistant] pairs) put before every conversation's turns, after its system prompt;
+    # they are never part of the conversation's context. null = the in-box model's own (it writes English only when
+    # shown English turns), none for a model of your own (base_url or model_path set); [] = none.
+    reply_examples: list[tuple[str, str]] | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -57,6 +71,12 @@ class BrainConfig(Section):
         """The languages the reply model writes: the local server's default model (SmolLM2-135M-Instruct) writes
         English; a model of your own (``base_url`` or ``model_path`` set) is taken to write any."""
         return () if self.base_url or self.model_path else ("en",)
+
+    @property
+    def example_turns(self) -> tuple[tuple[str, str], ...]:
+        if self.reply_examples is not None:
+            return tuple(self.reply_examples)
+        return () if self.base_url or self.model_path else IN_BOX_REPLY_EXAMPLES
 
     @property
     def address(self) -> str:
