@@ -569,9 +569,13 @@ def report(passes: dict[str, list[dict]], trials: list[dict], trials_mode: str):
     backchannels = [t for t in done if t["kind"] == "backchannel" and not t["reply_ended_before_cue_end"]]
     echoes = [t for t in done if t["kind"] == "echo"]
     to_event = [t["cue_start_to_interrupted_s"] for t in stopped]
-    to_audio = [
+    # Reply audio received after the stop word began; 0 when the last of it came before (a gap between segments, or
+    # all of it sent ahead of playback): nothing was left to stop. The raw record keeps the negative figure.
+    last_audio = [
         t["cue_start_to_last_reply_audio_s"] for t in stopped if t["cue_start_to_last_reply_audio_s"] is not None
     ]
+    to_audio = [max(0.0, s) for s in last_audio]
+    none_after = sum(s <= 0 for s in last_audio)
     rows += [
         Row(
             f"barge-in ({trials_mode}): stop word start -> interrupted event (caller)",
@@ -579,7 +583,12 @@ def report(passes: dict[str, list[dict]], trials: list[dict], trials_mode: str):
             to_event,
             "the caller's player stops there; 1.0-1.5 s into the reply",
         ),
-        Row(f"barge-in ({trials_mode}): stop word start -> last reply audio received (caller)", "s", to_audio),
+        Row(
+            f"barge-in ({trials_mode}): stop word start -> last reply audio received (caller)",
+            "s",
+            to_audio,
+            f"0 where none came after the stop word began ({none_after} of {len(last_audio)})",
+        ),
     ]
     barge_in = {
         "stop word start -> interrupted p50 / p95": _p50_p95(to_event),
