@@ -101,6 +101,22 @@ class ChatBrain:
             " again (start it: `voicefleet up` runs it as fleet member brain; or set brain.base_url)"
         )
 
+    @classmethod
+    def from_config(cls, b, service: str, *, check_languages: bool = True) -> ChatBrain:
+        """The cascade's client of the brain section ``b`` (BrainConfig). ``check_languages`` False: any session
+        language is let through (the router's fallback: moss_sts decides, and GPU MOSS-Speech speaks Chinese)."""
+        languages = b.reply_languages if check_languages else ()
+        return cls(
+            b.url,
+            b.model,
+            service,
+            b.api_key,
+            b.connect_timeout_seconds,
+            b.read_timeout_seconds,
+            languages=languages,
+            examples=b.example_turns,
+        )
+
     def prompt(self, messages: list[dict]) -> list[dict]:
         """``messages`` with the example exchanges after the system prompt (before the first turn without one)."""
         if not self.examples:

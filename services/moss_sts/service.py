@@ -72,17 +72,7 @@ def make_engines(config: Config) -> tuple[StsEngine, TtsEngine]:
     from services.conversation.brain import ChatBrain
     from services.conversation.cascade import CascadeStsEngine
 
-    b = config.brain
-    brain = ChatBrain(
-        b.url,
-        b.model,
-        SERVICE,
-        b.api_key,
-        b.connect_timeout_seconds,
-        b.read_timeout_seconds,
-        b.reply_languages,
-        b.example_turns,
-    )
+    brain = ChatBrain.from_config(config.brain, SERVICE)
     tts = make_tts(config)
     return CascadeStsEngine(SERVICE, make_asr(config), brain, tts, limits), tts
 

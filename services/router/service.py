@@ -48,16 +48,9 @@ def conversation_fallback(config: Config, asr_backend: Backend | None, tts: dict
     from services.conversation.cascade import CascadeStsEngine
     from services.conversation.dialogue import DialogueLimits, check_echo_cancellation
 
-    b, margin = config.brain, config.router.deadline_margin_ms / 1000
-    brain = ChatBrain(
-        b.url,
-        b.model,
-        SERVICE,
-        b.api_key,
-        b.connect_timeout_seconds,
-        b.read_timeout_seconds,
-        examples=b.example_turns,  # not languages: moss_sts decides a session's language (GPU MOSS speaks Chinese)
-    )
+    margin = config.router.deadline_margin_ms / 1000
+    # Any session language: moss_sts decides it (GPU MOSS-Speech speaks Chinese), not its fallback.
+    brain = ChatBrain.from_config(config.brain, SERVICE, check_languages=False)
     check_echo_cancellation(SERVICE, config.moss_sts)
     limits = DialogueLimits.from_config(config.moss_sts)
     cascade = CascadeStsEngine(SERVICE, RemoteAsrEngine(asr_backend, margin), brain, tts[tts_name], limits)

@@ -42,6 +42,13 @@ def test_the_in_box_model_is_shown_english_examples_and_a_model_of_your_own_none
     assert BrainConfig(base_url="http://x/v1", reply_examples=[["Hi.", "Hello."]]).example_turns == (("Hi.", "Hello."),)
 
 
+def test_the_cascades_client_sends_the_examples_and_only_moss_sts_checks_languages():
+    in_box = ChatBrain.from_config(BrainConfig(), "test")
+    assert in_box.languages == ("en",) and len(in_box.examples) == 2 * len(IN_BOX_REPLY_EXAMPLES)
+    assert ChatBrain.from_config(BrainConfig(), "test", check_languages=False).languages == ()
+    assert ChatBrain.from_config(BrainConfig(base_url="http://10.0.0.7:8000/v1"), "test").examples == []
+
+
 def test_examples_come_after_the_system_prompt_and_before_the_turns():
     brain = ChatBrain("http://127.0.0.1:1/v1", "m", "test", examples=(("Hi.", "Hello."),))
     turns = [{"role": "user", "content": "What is two plus two?"}]

@@ -1,10 +1,16 @@
 """A conversation in a language the CPU reply model does not write (asr + moss_sts, the CPU cascade, default brain
 config: SmolLM2-135M-Instruct writes English): the session is refused with FAILED_PRECONDITION naming
-brain.base_url, before any audio; an English session is not (docs/conversation.md#languages)."""
+brain.base_url, before any audio; an English session is not, and its replies are English even about other countries
+(brain.reply_examples; docs/conversation.md#languages)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import grpc
+import py3langid
 import pytest
 
 from services.common import audio
@@ -14,7 +20,7 @@ from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    running = start_fleet(tmp_path_factory.mktemp("conversation-language"), services=("asr", "moss_sts"))
+    running = start_fleet(tmp_path_factory.mktemp("conversation-language"), services=("asr", "brain", "moss_sts"))
     yield running
     running.fleet.stop()
 
@@ -44,3 +50,30 @@ def test_an_english_session_opens(fleet):
         # The config, then half-close: the session opens and ends with no turn (the brain is never asked).
         responses = list(stub.Converse(iter([config("en-US")]), timeout=30))
     assert not [r for r in responses if r.WhichOneof("event") == "turn_error"]
+
+
+def test_a_spoken_question_about_france_is_answered_in_english(fleet, tmp_path):
+    """Through the CLI, as a user would: piper says the question, the cascade answers it. Without the in-box
+    examples this question got "Le Grand Paris, est le cité de la France." (2026-11-28), read by the English voice."""
+    moss = fleet.fleet.config.moss_sts
+    cli = [sys.executable, "-m", "services.cli.main", "--router", f"{moss.host}:{moss.port}"]
+    question = tmp_path / "question.wav"
+    spoken = subprocess.run(
+        [*cli, "speak", "What is the capital of France?", "-o", str(question), "--rate", "16000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert spoken.returncode == 0, spoken.stderr
+    out = subprocess.run(
+        [*cli, "converse", str(question), "--fast", "-o", str(tmp_path / "reply.wav")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "france" in out.stdout.lower(), out.stdout  # the question was heard
+    replies = re.findall(r"reply:\s+(['\"])(.*)\1$", out.stdout, re.MULTILINE)
+    assert replies and len(replies[0][1].split()) >= 3, out.stdout
+    py3langid.set_languages(["en", "fr", "de", "es", "it", "pt", "nl"])
+    assert py3langid.classify(replies[0][1])[0] == "en", replies
