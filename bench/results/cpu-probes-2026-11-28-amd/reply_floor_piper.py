@@ -15,7 +15,7 @@ for threads in (1, 2):
         v.session.use(1, None)
         b"".join(c.audio_int16_bytes for c in v.synthesize(s, SynthesisConfig()))
     times = []
-    for rep in range(3):
+    for _rep in range(3):
         for s in segs:
             v.session.use(1, None)
             t = time.perf_counter()
