@@ -340,6 +340,23 @@ def test_a_final_that_repeats_itself_is_decoded_again_with_the_full_window():
     assert not repeats_itself("no no no, the cat and the dog and the bird")
 
 
+def test_a_final_said_twice_faster_than_speech_takes_the_beams_once_said_hypothesis():
+    """Through the fleet, piper's "What is the capital of France?" (1.76 s) came back from the fitted window as the
+    sentence twice, three times out of three (2026-11-28, 2-core AMD EPYC), and the full-window decode that followed
+    put the reply 1.25-1.47 s after the file ended, against ~0.4 s for the same question about Germany. Twelve words
+    in ~2 s of audio cannot have been spoken; the beam holds the sentence said once: that is the final."""
+    from services.engines.asr.cpu_engine import repeats_itself, said_once
+
+    twice = "What is the capital of France? What is the capital of France?"
+    beam = ("What is the capital of friends?", "What is the capital of France?", "what is the capital of France?")
+    assert said_once(twice, beam, 2.0, repeats_itself) == "What is the capital of France?"
+    # Said twice at a pace the audio holds: a caller may repeat themselves; decode again with the full window.
+    assert said_once(twice, beam, 3.5, repeats_itself) is None
+    # No hypothesis is the text's beginning (the beam went elsewhere), or the only one repeats too: decode again.
+    assert said_once(twice, ("Where is the capital of France?",), 2.0, repeats_itself) is None
+    assert said_once(twice, (twice, "What is the capital of France? What"), 2.0, repeats_itself) is None
+
+
 def test_pass1_process_that_dies_is_replaced_and_interims_come_back(monkeypatch, asr_speakers):
     """Pass 1 runs in a child process (services/engines/asr/pass1_process.py). Killed mid-utterance: that call gets no
     hypothesis (no error reaches the stream), and the next utterance is decoded by a new child."""

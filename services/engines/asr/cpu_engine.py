@@ -18,6 +18,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -101,6 +102,41 @@ def final_in_script(final: FinalText, script: str) -> FinalText:
 INTERIM_SEARCH = dict(
     fwdflat=False, bestpath=False, topn=2, maxhmmpf=3000, maxwpf=5, beam=1e-40, wbeam=1e-30, pbeam=1e-40
 )
+
+
+# Whisper's fitted-window final sometimes says a short utterance twice ("What is the capital of France? What is the
+# capital of France?") while its beam also holds it said once. More words than this a second of audio could not
+# have been spoken at a conversational pace (~2.5-3.5 words/s; piper joe ~3), so the longer text is the repetition.
+MAX_WORDS_PER_SECOND = 4.5
+
+
+def said_once(
+    text: str, alternatives: tuple[str, ...], seconds: float, looks_degenerate: Callable[[str], bool]
+) -> str | None:
+    """The beam's hypothesis that is ``text`` with its repeat left off, when ``text`` holds more words than
+    ``seconds`` of audio could at a conversational pace: the hypothesis is ``text``'s beginning, what follows it in
+    ``text`` begins as it does (the repeat), and it does not look degenerate itself; else None (decode again with the
+    full window). A caller who really says a phrase twice says it at a pace the audio holds, and keeps the
+    full-window decode."""
+    words = spoken_words(text)
+    if not seconds or len(words) <= MAX_WORDS_PER_SECOND * seconds:
+        return None
+    for alternative in alternatives:
+        once = spoken_words(alternative)
+        rest = words[len(once) :]
+        if (
+            once
+            and rest
+            and words[: len(once)] == once
+            and rest[:2] == once[: len(rest[:2])]
+            and not looks_degenerate(alternative)
+        ):
+            return alternative
+    return None
+
+
+def spoken_words(text: str) -> list[str]:
+    return [w for w in (w.strip(".,!?;:\"'").lower() for w in text.split()) if w]
 
 
 def repeats_itself(text: str, min_words: int = 3) -> bool:
@@ -320,9 +356,17 @@ class WhisperFinals:
         )
         # ctranslate2's score is the length-normalised log-probability (length_penalty 1), as faster-whisper reads it.
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
-        if text and (
-            get_compression_ratio(text) > REPEATING_COMPRESSION_RATIO or avg_logprob < -1.0 or repeats_itself(text)
-        ):
+
+        def looks_degenerate(said: str) -> bool:
+            return get_compression_ratio(said) > REPEATING_COMPRESSION_RATIO or repeats_itself(said)
+
+        if text and avg_logprob >= -1.0 and looks_degenerate(text):
+            once = said_once(text, alternatives, len(audio) / extractor.sampling_rate, looks_degenerate)
+            if once is not None:
+                # No second decode (the full window costs ~0.5-0.8 s more on a 2-core CPU, at the end of a turn).
+                log.info("final said itself twice with a %d s window (%r): the beam's %r", seconds, text, once)
+                text, alternatives = once, tuple(a for a in alternatives if a != once)
+        if text and (avg_logprob < -1.0 or looks_degenerate(text)):
             log.info(
                 "final looked degenerate with a %d s window (%r, logprob %.2f): full window", seconds, text, avg_logprob
             )
