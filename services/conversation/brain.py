@@ -17,10 +17,14 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from services.common import metrics
 from services.common.engines import Sampling
 from services.common.errors import Unavailable, VoiceError
+
+if TYPE_CHECKING:
+    from services.common.config.brain import BrainConfig
 
 log = logging.getLogger("voicefleet.conversation.brain")
 
@@ -102,7 +106,7 @@ class ChatBrain:
         )
 
     @classmethod
-    def from_config(cls, b, service: str, *, check_languages: bool = True) -> ChatBrain:
+    def from_config(cls, b: BrainConfig, service: str, *, check_languages: bool = True) -> ChatBrain:
         """The cascade's client of the brain section ``b`` (BrainConfig). ``check_languages`` False: any session
         language is let through (the router's fallback: moss_sts decides, and GPU MOSS-Speech speaks Chinese)."""
         languages = b.reply_languages if check_languages else ()

@@ -142,7 +142,7 @@ def spoken_words(text: str) -> list[str]:
 def repeats_itself(text: str, min_words: int = 3) -> bool:
     """True when a run of at least ``min_words`` words comes twice in a row: whisper's repetition failure. (A caller
     who really says a phrase twice only costs a decode with the full window.)"""
-    words = [w.strip(".,!?;:\"'").lower() for w in text.split()]
+    words = spoken_words(text)
     for n in range(min_words, len(words) // 2 + 1):
         for start in range(len(words) - 2 * n + 1):
             if words[start : start + n] == words[start + n : start + 2 * n]:
