@@ -360,17 +360,24 @@ class WhisperFinals:
         def looks_degenerate(said: str) -> bool:
             return get_compression_ratio(said) > REPEATING_COMPRESSION_RATIO or repeats_itself(said)
 
-        if text and avg_logprob >= -1.0 and looks_degenerate(text):
-            once = said_once(text, alternatives, len(audio) / extractor.sampling_rate, looks_degenerate)
-            if once is not None:
-                # No second decode (the full window costs ~0.5-0.8 s more on a 2-core CPU, at the end of a turn).
-                log.info("final said itself twice with a %d s window (%r): the beam's %r", seconds, text, once)
-                text, alternatives = once, tuple(a for a in alternatives if a != once)
-        if text and (avg_logprob < -1.0 or looks_degenerate(text)):
-            log.info(
-                "final looked degenerate with a %d s window (%r, logprob %.2f): full window", seconds, text, avg_logprob
+        unsure = avg_logprob < -1.0
+        if text and (unsure or looks_degenerate(text)):
+            once = (
+                None
+                if unsure
+                else said_once(text, alternatives, len(audio) / extractor.sampling_rate, looks_degenerate)
             )
-            return None
+            if once is None:
+                log.info(
+                    "final looked degenerate with a %d s window (%r, logprob %.2f): full window",
+                    seconds,
+                    text,
+                    avg_logprob,
+                )
+                return None
+            # No second decode (the full window costs ~0.5-0.8 s more on a 2-core CPU, at the end of a turn).
+            log.info("final said itself twice with a %d s window (%r): the beam's %r", seconds, text, once)
+            text, alternatives = once, tuple(a for a in alternatives if a != once)
         return FinalText(
             text=text,
             confidence=round(math.exp(avg_logprob), 3) if text else 0.0,
