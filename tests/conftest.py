@@ -31,6 +31,16 @@ class RunningFleet:
         return total(scrape(getattr(self.config, name).metrics_port), metric, **labels)
 
 
+def cli_replies(stdout: str) -> list[str]:
+    """The reply texts ``voicefleet converse`` reports, one per turn ("        reply:      'text'")."""
+    import ast
+    import re
+
+    replies = [ast.literal_eval(m) for m in re.findall(r"^\s+reply:\s+('.*'|\".*\")", stdout, re.MULTILINE)]
+    assert replies, stdout
+    return replies
+
+
 def start_fleet(directory: Path, services=("cosyvoice_tts", "router"), **sections) -> RunningFleet:
     fleet = LocalFleet.on_free_ports(directory, services, **sections)
     return RunningFleet(fleet, Path(fleet.config_path))

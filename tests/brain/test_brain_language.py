@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 
-import py3langid
 import pytest
 
 from services.cli.fleet import LocalFleet
@@ -17,11 +16,10 @@ from services.common.config import load_config
 from services.common.config.brain import IN_BOX_REPLY_EXAMPLES, BrainConfig
 from services.common.engines import Sampling
 from services.conversation.brain import ChatBrain
+from tests.text_language import language_of
 
 pytestmark = [pytest.mark.timeout(300)]
 
-# The languages SmolLM2 drifted into, and English: the identifier chooses among these alone.
-CANDIDATES = ["en", "fr", "de", "es", "it", "pt", "nl"]
 COUNTRY_QUESTIONS = [
     "What is the capital of France?",
     "What is the capital of Germany?",
@@ -83,8 +81,7 @@ def test_questions_about_countries_are_answered_in_english(tmp_path):
         replies = asyncio.run(ask_all())
     finally:
         fleet.stop()
-    py3langid.set_languages(CANDIDATES)
-    judged = [(q, seed, text, py3langid.classify(text)[0]) for q, seed, text in replies]
+    judged = [(q, seed, text, language_of(text)) for q, seed, text in replies]
     empty = [(q, seed) for q, seed, text, _ in judged if len(text.split()) < 2]
     assert not empty, f"replies of fewer than two words: {empty}"
     foreign = [(q, seed, text, lang) for q, seed, text, lang in judged if lang != "en"]

@@ -26,7 +26,7 @@ import pytest
 from services.cli.fleet import free_port
 from services.common import audio
 from services.common.text import spoken_words
-from tests.conftest import start_fleet, wait_until
+from tests.conftest import cli_replies, start_fleet, wait_until
 from tests.speech import INTELLIGIBLE, intelligible
 from tests.speech import wer as _wer
 from voice.v1 import (
@@ -961,16 +961,6 @@ def test_cli_converse_and_speak_realtime(conv, say, tmp_path):
             if process.poll() is None:
                 process.kill()
                 process.wait()
-
-
-def cli_replies(stdout: str) -> list[str]:
-    """The reply texts ``voicefleet converse`` reports, one per turn ("        reply:      'text'")."""
-    import ast
-    import re
-
-    replies = [ast.literal_eval(m) for m in re.findall(r"^\s+reply:\s+('.*'|\".*\")", stdout, re.MULTILINE)]
-    assert replies, stdout
-    return replies
 
 
 def test_status_lists_moss_sts_serving(conv):

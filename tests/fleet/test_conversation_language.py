@@ -5,16 +5,16 @@ brain.base_url, before any audio; an English session is not, and its replies are
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 
 import grpc
-import py3langid
 import pytest
 
 from services.common import audio
-from tests.conftest import start_fleet
+from tests.conftest import cli_replies, start_fleet
+from tests.speech import INTELLIGIBLE, intelligible
+from tests.text_language import language_of
 from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc
 
 
@@ -65,15 +65,18 @@ def test_a_spoken_question_about_france_is_answered_in_english(fleet, tmp_path):
         timeout=60,
     )
     assert spoken.returncode == 0, spoken.stderr
+    answer = tmp_path / "reply.wav"
     out = subprocess.run(
-        [*cli, "converse", str(question), "--fast", "-o", str(tmp_path / "reply.wav")],
+        [*cli, "converse", str(question), "--fast", "-o", str(answer)],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert out.returncode == 0, out.stderr + out.stdout
     assert "france" in out.stdout.lower(), out.stdout  # the question was heard
-    replies = re.findall(r"reply:\s+(['\"])(.*)\1$", out.stdout, re.MULTILINE)
-    assert replies and len(replies[0][1].split()) >= 3, out.stdout
-    py3langid.set_languages(["en", "fr", "de", "es", "it", "pt", "nl"])
-    assert py3langid.classify(replies[0][1])[0] == "en", replies
+    reply = cli_replies(out.stdout)[0]
+    assert len(reply.split()) >= 3, out.stdout
+    assert language_of(reply) == "en", reply
+    # and the voice said it: the strict listener hears the reply text in the reply's audio
+    error, heard = intelligible(reply, *audio.read_wav(str(answer)))
+    assert error <= INTELLIGIBLE, f"{reply!r} heard as {heard!r} (WER {error:.2f})"
