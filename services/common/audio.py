@@ -135,3 +135,55 @@ def read_wav(path_or_bytes) -> tuple[bytes, int]:
         x = np.frombuffer(frames, dtype=np.int16).reshape(-1, channels).astype(np.int32).mean(axis=1)
         frames = x.astype(np.int16).tobytes()
     return frames, rate
+
+
+# --- G.711 (ITU-T): 8-bit mu-law and A-law, the phone line's codecs (the OpenAI Realtime route's audio/pcmu, pcma) ---
+def _ulaw_table() -> np.ndarray:
+    u = ~np.arange(256, dtype=np.int32) & 0xFF
+    exponent, mantissa = (u >> 4) & 0x07, u & 0x0F
+    magnitude = (((mantissa << 3) + 0x84) << exponent) - 0x84
+    return np.where(u & 0x80, -magnitude, magnitude).astype(np.int16)
+
+
+def _alaw_table() -> np.ndarray:
+    a = np.arange(256, dtype=np.int32) ^ 0x55
+    exponent, mantissa = (a >> 4) & 0x07, a & 0x0F
+    magnitude = np.where(exponent == 0, (mantissa << 4) + 8, ((mantissa << 4) + 0x108) << np.maximum(exponent - 1, 0))
+    return np.where(a & 0x80, magnitude, -magnitude).astype(np.int16)
+
+
+_ULAW_TO_PCM = _ulaw_table()
+_ALAW_TO_PCM = _alaw_table()
+# floor(log2(i)) for i in 0..255 (0 for 0): the segment of a magnitude's top bits.
+_SEGMENT = np.array([0] + [int(np.log2(i)) for i in range(1, 256)], dtype=np.int32)
+
+
+def ulaw_decode(data: bytes) -> bytes:
+    """G.711 mu-law bytes to s16le PCM (same rate, one sample per byte)."""
+    return _ULAW_TO_PCM[np.frombuffer(data, dtype=np.uint8)].tobytes()
+
+
+def alaw_decode(data: bytes) -> bytes:
+    """G.711 A-law bytes to s16le PCM (same rate, one sample per byte)."""
+    return _ALAW_TO_PCM[np.frombuffer(data, dtype=np.uint8)].tobytes()
+
+
+def ulaw_encode(pcm: bytes) -> bytes:
+    """s16le PCM to G.711 mu-law bytes (the 14-bit code: bias 0x21, clip 8159)."""
+    v = np.frombuffer(pcm, dtype=np.int16).astype(np.int32) >> 2
+    mask = np.where(v < 0, 0x7F, 0xFF)
+    v = np.minimum(np.abs(v), 8159) + 0x21
+    segment = np.where(v >= 8192, 8, _SEGMENT[(v >> 5) & 0xFF])
+    value = np.where(segment >= 8, 0x7F, (segment << 4) | ((v >> (np.minimum(segment, 7) + 1)) & 0x0F))
+    return ((value ^ mask) & 0xFF).astype(np.uint8).tobytes()
+
+
+def alaw_encode(pcm: bytes) -> bytes:
+    """s16le PCM to G.711 A-law bytes (13-bit magnitude, even bits inverted)."""
+    x = np.frombuffer(pcm, dtype=np.int16).astype(np.int32)
+    mask = np.where(x >= 0, 0xD5, 0x55)
+    magnitude = np.where(x >= 0, x, -x - 1) >> 3  # 12 bits of magnitude (A-law is a 13-bit code)
+    segment = np.where(magnitude < 32, 0, _SEGMENT[(magnitude >> 4) & 0xFF])
+    shift = np.maximum(segment, 1)
+    value = np.where(segment == 0, magnitude >> 1, (segment << 4) | ((magnitude >> shift) & 0x0F))
+    return ((value ^ mask) & 0xFF).astype(np.uint8).tobytes()

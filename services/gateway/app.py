@@ -4,6 +4,7 @@ voice list, health, and the page. Every call goes to the router over gRPC (docs/
 Routes:
   GET  /                          the page (static/index.html): Talk and Speak
   GET  /v1/conversation           WebSocket, one voice.v1.Conversation session (session.py, protocol.py)
+  GET  /v1/realtime               WebSocket, the OpenAI Realtime protocol onto one Converse stream (realtime.py)
   POST /v1/audio/speech           OpenAI-compatible text to speech, streamed (pcm or wav)
   POST /v1/audio/transcriptions   OpenAI-compatible transcription of an uploaded WAV
   GET  /v1/audio/voices           the fleet's voices
@@ -37,6 +38,7 @@ from services.common.metrics import (
 )
 from services.gateway import protocol
 from services.gateway.protocol import ProtocolError
+from services.gateway.realtime import RealtimeConnection
 from services.gateway.session import Session, close_socket
 from voice.v1 import (
     audio_pb2,
@@ -53,6 +55,7 @@ TTS_BACKENDS = ("cosyvoice_tts", "qwen_tts", "moss_sts")
 # OpenAI's pcm is 24 kHz s16le mono; wav here is the same samples with a header.
 OPENAI_RATE = 24_000
 SPEECH_FIELDS = ("model", "input", "voice", "response_format", "speed", "instructions", "stream_format", "sample_rate")
+VOICES_TTL_S = 30.0  # the Realtime route checks a session's voice against the fleet's list, kept this long
 HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.OUT_OF_RANGE: 400,
@@ -104,6 +107,7 @@ class Gateway:
         self.router_address = self.section.router or config.router.address
         self.channel: grpc.aio.Channel | None = None
         self.sessions: set[web.WebSocketResponse] = set()
+        self._voices: tuple[float, list[str]] = (0.0, [])
 
     # --- life ----------------------------------------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -111,6 +115,7 @@ class Gateway:
         app.router.add_get("/", self.page)
         app.router.add_static("/static/", STATIC_DIR, show_index=False)
         app.router.add_get("/v1/conversation", self.conversation)
+        app.router.add_get("/v1/realtime", self.realtime)
         app.router.add_post("/v1/audio/speech", self.speech)
         app.router.add_post("/v1/audio/transcriptions", self.transcriptions)
         app.router.add_get("/v1/audio/voices", self.voices)
@@ -417,4 +422,56 @@ class Gateway:
             self.sessions.discard(ws)
             GATEWAY_SESSIONS.dec()
         GATEWAY_REQUESTS.labels("conversation", str(code)).inc()
+        return ws
+
+    # --- GET /v1/realtime (WebSocket, OpenAI Realtime) --------------------------------------------------------------
+    async def voice_ids(self, metadata: tuple) -> list[str]:
+        """The fleet's voice ids (ListVoices through the router), kept VOICES_TTL_S; [] when the router cannot say."""
+        at, ids = self._voices
+        if ids and time.monotonic() - at < VOICES_TTL_S:
+            return ids
+        try:
+            reply = await synthesizer_pb2_grpc.SynthesizerStub(self.channel).ListVoices(
+                synthesizer_pb2.ListVoicesRequest(), timeout=10, metadata=metadata
+            )
+        except grpc.aio.AioRpcError as e:
+            log.warning("realtime: could not list voices to check a session's voice: %s", e.code().name)
+            return ids
+        ids = sorted({v.id for v in reply.voices})
+        self._voices = (time.monotonic(), ids)
+        return ids
+
+    async def realtime(self, request: web.Request) -> web.StreamResponse:
+        if (refused := self.refuse(request)) is not None:
+            return self._count("realtime", refused)
+        # Browsers offer the "realtime" subprotocol (OpenAI's browser snippet); the SDKs send none.
+        ws = web.WebSocketResponse(max_msg_size=self.section.max_message_bytes, autoping=True, protocols=("realtime",))
+        await ws.prepare(request)
+        if len(self.sessions) >= self.section.max_sessions:
+            GATEWAY_REFUSALS.labels("max_sessions").inc()
+            message = f"gateway at capacity (max_sessions={self.section.max_sessions}); retry shortly"
+            error = {"type": "server_error", "code": "at_capacity", "message": message, "param": None}
+            await ws.send_json({"type": "error", "event_id": f"event_{uuid.uuid4().hex[:20]}", "error": error})
+            await close_socket(ws, protocol.AT_CAPACITY, message)
+            return ws
+        self.sessions.add(ws)
+        GATEWAY_SESSIONS.inc()
+        metadata = self.metadata(request)
+        try:
+            connection = RealtimeConnection(
+                self.section,
+                self.channel,
+                metadata,
+                ws,
+                request.query.get("model", ""),
+                lambda: self.voice_ids(metadata),
+            )
+            code = await connection.run()
+        except Exception:  # a bug of ours: this session ends, the gateway and the other sessions go on
+            log.exception("realtime session failed")
+            code = await close_socket(ws, 1011, "gateway error (logged)")
+        finally:
+            self.sessions.discard(ws)
+            GATEWAY_SESSIONS.dec()
+        GATEWAY_REQUESTS.labels("realtime", str(code)).inc()
         return ws

@@ -106,6 +106,7 @@ CONFIG_FIELDS = (
 )
 ENDPOINTING_FIELDS = (
     "mode",
+    "threshold",
     "hangover_ms",
     "turn_threshold",
     "min_silence_ms",
@@ -165,6 +166,7 @@ def conversation_config(message: dict, max_text_chars: int = 5000) -> tuple[str,
         sampling=conversation_pb2.SamplingConfig(temperature=float(temperature), max_tokens=max_tokens),
         endpointing=recognizer_pb2.EndpointingConfig(
             mode=ENDPOINTING_MODES[mode],
+            threshold=float(_take(endpointing, where, "threshold", *fraction)),
             hangover_ms=_take(endpointing, where, "hangover_ms", *ms),
             turn_threshold=float(_take(endpointing, where, "turn_threshold", *fraction)),
             min_silence_ms=_take(endpointing, where, "min_silence_ms", *ms),

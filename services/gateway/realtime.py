@@ -1,0 +1,959 @@
+"""``/v1/realtime``: one OpenAI Realtime WebSocket (the GA protocol as the official SDKs speak it) <-> one Converse
+stream on the router (docs/gateway.md#the-openai-realtime-websocket).
+
+A converter, not a second dialogue: the Converse stream does the listening, endpointing, barge-in, replying and
+context; this module turns client events into Converse requests and Converse events into Realtime server events.
+
+- The Converse stream opens at the first audio (or response.create), with the session's settings then
+  (realtime_config.RealtimeSession.converse_config); the settings it carries are fixed from there on.
+- Audio: the client's format (pcm 24 kHz, pcmu / pcma 8 kHz) is decoded and resampled to 16 kHz for the stream;
+  reply audio comes at 24 kHz and is converted to the output format per response.
+- While the client sends no audio the gateway feeds the stream silence at the pace of a live microphone, so the
+  stream's own idle timeout only ends it when the client is gone, and its endpointer sees time pass.
+- turn_detection null: appended audio is held here; input_audio_buffer.commit makes it a user item, response.create
+  feeds it and ends the turn (ACTION_END_OF_TURN). With VAD it is fed as it comes and the stream ends turns itself.
+- One Converse turn = one user item + one response; its events map as listed in realtime_config.SERVER_EVENTS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import grpc
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from services.common import audio
+from services.common.config.gateway import GatewayConfig
+from services.common.metrics import GATEWAY_ADDED, GATEWAY_BYTES, GATEWAY_MESSAGES, GATEWAY_REFUSALS
+from services.gateway import protocol
+from services.gateway.realtime_config import (
+    CLIENT_EVENTS,
+    FLEET_INPUT_RATE,
+    FLEET_OUTPUT_RATE,
+    FORMAT_RATES,
+    REFUSED,
+    RealtimeError,
+    RealtimeSession,
+    apply_update,
+    output_modalities,
+)
+from voice.v1 import conversation_pb2, conversation_pb2_grpc
+
+log = logging.getLogger("voicefleet.gateway")
+
+KEEPALIVE_GAP_S = 0.3  # client audio missing this long: the gateway feeds silence (an idle microphone)
+KEEPALIVE_MAX_S = 1.0  # at most this much silence per write
+MAX_HELD_S = 120.0  # turn_detection null: most audio held uncommitted or unanswered
+MIN_COMMIT_MS = 100  # a commit of less audio is an error, as in the protocol
+ANSWER_WAIT_S = 20.0  # response.create fed a turn: the stream's commit of it must come within this (+ its audio)
+MAX_ITEMS = 200  # items kept for conversation.item.retrieve / truncate
+CANCEL_REASONS = {"barge_in": "turn_detected", "client": "client_cancelled"}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+class _ClientGone(Exception):
+    pass
+
+
+@dataclass
+class Decoder:
+    """Client audio (its format) -> s16le at the fleet's input rate, seamless across appends."""
+
+    kind: str
+    resampler: audio.StreamResampler = field(init=False)
+
+    def __post_init__(self):
+        self.resampler = audio.StreamResampler(FORMAT_RATES[self.kind], FLEET_INPUT_RATE)
+
+    def decode(self, data: bytes, last: bool = False) -> bytes:
+        if self.kind == "audio/pcmu":
+            pcm = audio.ulaw_decode(data)
+        elif self.kind == "audio/pcma":
+            pcm = audio.alaw_decode(data)
+        else:
+            pcm = data
+        return self.resampler.feed(pcm, last=last)
+
+
+@dataclass
+class Encoder:
+    """Reply audio at the fleet's output rate -> the client's format, seamless within one response."""
+
+    kind: str
+    resampler: audio.StreamResampler = field(init=False)
+
+    def __post_init__(self):
+        self.resampler = audio.StreamResampler(FLEET_OUTPUT_RATE, FORMAT_RATES[self.kind])
+
+    def encode(self, pcm: bytes, last: bool = False) -> bytes:
+        pcm = self.resampler.feed(pcm, last=last)
+        if self.kind == "audio/pcmu":
+            return audio.ulaw_encode(pcm)
+        if self.kind == "audio/pcma":
+            return audio.alaw_encode(pcm)
+        return pcm
+
+
+@dataclass
+class UserTurn:
+    """The user's side of one Converse turn."""
+
+    item_id: str
+    held: bool = False  # its audio was committed by the client (turn_detection null): item already added
+    started: bool = False
+    committed: bool = False
+    finals: list = field(default_factory=list)
+    start_ms: int = 0
+    end_ms: int = 0
+    audio_ms: int = 0
+
+
+@dataclass
+class Response:
+    """One response: the assistant's side of one Converse turn."""
+
+    id: str
+    modalities: list
+    metadata: dict | None = None
+    turn: int | None = None  # the Converse turn it answers (None until the stream commits it)
+    item_id: str = ""
+    started: bool = False
+    text: list = field(default_factory=list)
+    audio_ms: float = 0.0
+    cancel_reason: str = ""
+    encoder: Encoder | None = None
+    deadline: float | None = None  # response.create fed a turn: its commit must come before this (monotonic)
+    end_turn_at: float | None = None  # ... and ACTION_END_OF_TURN goes at its first transcript, or at this time
+    truncated_ms: int | None = None  # conversation.item.truncate on it while in progress
+
+
+class RealtimeConnection:
+    """One Realtime WebSocket <-> one Converse stream. Tasks: the socket's reader (client events, in order), the
+    router's reader (Converse events -> server events), the writer (a bounded queue -> the socket) and the keeper
+    (silence while the client sends no audio; the response watchdog)."""
+
+    def __init__(
+        self,
+        section: GatewayConfig,
+        channel: grpc.aio.Channel,
+        metadata: tuple,
+        ws: web.WebSocketResponse,
+        model: str,
+        voices: Callable[[], Awaitable[list[str]]],
+    ):
+        self.section = section
+        self.channel = channel
+        self.metadata = metadata
+        self.ws = ws
+        self.voices = voices
+        self.settings = RealtimeSession(model=model or "gpt-realtime", session_id=new_id("sess"))
+        self.outbound: asyncio.Queue = asyncio.Queue(section.send_queue_messages)
+        self.close_code, self.close_reason = 1000, ""
+        self.done = asyncio.Event()
+        self.call = None
+        self.write_lock = asyncio.Lock()
+        self.fed_until = 0.0  # monotonic time up to which the stream has audio, at real-time pace
+        self.decoder = Decoder(self.settings.input_format)
+        self.buffer = bytearray()  # turn_detection null: appended audio not yet committed (fleet rate)
+        self.held: list[tuple[str, bytes]] = []  # committed, not yet answered: (item id, audio at the fleet rate)
+        self.items: OrderedDict[str, dict] = OrderedDict()
+        self.last_item_id: str | None = None
+        self.turns: dict[int, UserTurn] = {}
+        self.response: Response | None = None
+        self.next_params: dict | None = None  # response.create's params for the response the stream's commit makes
+        self.answered: set[int] = set()
+        self.pending_items: list[str] = []  # user items fed at response.create whose Converse turn has not shown yet
+        self.drop_fed_turn = False  # that fed turn's response was cancelled or failed first: its reply is interrupted
+        self.item_audio_ms: dict[str, float] = {}
+        self.tasks: list[asyncio.Task] = []
+
+    # --- life ------------------------------------------------------------------------------------------------------
+    async def run(self) -> int:
+        writer = asyncio.create_task(self._write_socket(), name="rt-writer")
+        reader = asyncio.create_task(self._read_socket(), name="rt-socket")
+        self.tasks += [writer, reader]
+        self.emit("session.created", session=self.settings.as_event())
+        try:
+            waiter = asyncio.create_task(self.done.wait())
+            await asyncio.wait([reader, writer, waiter], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if not writer.done():  # let the writer send what is queued (an error event) before closing
+                await asyncio.wait([asyncio.create_task(self.outbound.put(None)), writer], timeout=2)
+        finally:
+            if self.call is not None:
+                self.call.cancel()
+            for task in self.tasks:
+                task.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.close_code == protocol.IDLE:
+            GATEWAY_REFUSALS.labels("idle").inc()
+        elif self.close_code == protocol.SLOW_CLIENT:
+            GATEWAY_REFUSALS.labels("slow_client").inc()
+        if not self.ws.closed:
+            await self.ws.close(code=self.close_code, message=protocol.close_reason(self.close_reason).encode())
+        return self.close_code
+
+    def fail(self, code: int, reason: str) -> None:
+        if self.close_code == 1000:
+            self.close_code, self.close_reason = code, reason
+        self.done.set()
+
+    # --- out -------------------------------------------------------------------------------------------------------
+    def emit(self, kind: str, **fields) -> dict:
+        event = {"type": kind, "event_id": new_id("event"), **fields}
+        try:
+            self.outbound.put_nowait((event, time.perf_counter()))
+        except asyncio.QueueFull:
+            self.fail(protocol.SLOW_CLIENT, f"client too slow: {self.outbound.maxsize} events unsent")
+        return event
+
+    def error(self, e: RealtimeError, client_event_id: str | None) -> None:
+        GATEWAY_REFUSALS.labels("bad_input").inc()
+        self.emit(
+            "error",
+            error={"type": e.kind, "code": e.code, "message": e.message, "param": e.param, "event_id": client_event_id},
+        )
+
+    async def _write_socket(self) -> None:
+        while (entry := await self.outbound.get()) is not None:
+            event, queued = entry
+            try:
+                await self.ws.send_str(json.dumps(event))
+            except ConnectionResetError:
+                return
+            if event["type"] == "response.output_audio.delta":
+                GATEWAY_ADDED.labels("realtime").observe(time.perf_counter() - queued)
+                GATEWAY_MESSAGES.labels("out", "audio").inc()
+            else:
+                GATEWAY_MESSAGES.labels("out", "event").inc()
+
+    # --- in --------------------------------------------------------------------------------------------------------
+    def _busy(self) -> bool:
+        return self.response is not None or bool(self.held)
+
+    async def _receive(self):
+        idle = self.section.idle_timeout_seconds
+        while True:
+            try:
+                message = await self.ws.receive(timeout=idle)
+            except TimeoutError:
+                if self._busy():
+                    continue  # waiting for a reply is not idling
+                self.emit(
+                    "error",
+                    error={
+                        "type": "invalid_request_error",
+                        "code": "idle_timeout",
+                        "message": f"nothing received for {idle:g} s (gateway.idle_timeout_seconds)",
+                        "param": None,
+                        "event_id": None,
+                    },
+                )
+                raise _Closing(protocol.IDLE, f"idle: nothing received for {idle:g} s") from None
+            if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
+                raise _ClientGone
+            if message.type == WSMsgType.ERROR:
+                too_big = getattr(self.ws.exception(), "code", None) == WSCloseCode.MESSAGE_TOO_BIG
+                GATEWAY_REFUSALS.labels("too_big" if too_big else "bad_input").inc()
+                raise _ClientGone
+            return message
+
+    async def _read_socket(self) -> None:
+        try:
+            while not self.done.is_set():
+                message = await self._receive()
+                event_id = None
+                try:
+                    if message.type != WSMsgType.TEXT:
+                        raise RealtimeError(
+                            "binary messages are not part of the protocol: send JSON events (audio as base64 in"
+                            " input_audio_buffer.append)",
+                            None,
+                            "invalid_event",
+                        )
+                    event = _parse(message.data)
+                    event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+                    await self.handle(event)
+                except RealtimeError as e:
+                    self.error(e, event_id)
+        except _Closing as e:
+            self.fail(e.code, e.reason)
+        except _ClientGone:
+            if self.call is not None:
+                with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                    await self.call.done_writing()
+            self.done.set()
+
+    async def handle(self, event: dict) -> None:
+        kind = event["type"]
+        handler = self.HANDLERS.get(kind)
+        if handler is None:
+            if CLIENT_EVENTS.get(kind, (None,))[0] == REFUSED:
+                raise RealtimeError(
+                    f"'{kind}' is not served by this fleet: {CLIENT_EVENTS[kind][1]}.", "type", "unsupported"
+                )
+            raise RealtimeError(
+                f"Invalid value: {kind[:40]!r} is not a client event of the Realtime protocol.", "type", "invalid_event"
+            )
+        GATEWAY_MESSAGES.labels("in", "audio" if kind == "input_audio_buffer.append" else "control").inc()
+        await handler(self, event)
+
+    # --- session.update --------------------------------------------------------------------------------------------
+    async def on_session_update(self, event: dict) -> None:
+        _fields(event, ("session",))
+        if "session" not in event:
+            raise RealtimeError("Missing required parameter: 'session'.", "session", "missing_required_parameter")
+        session = event["session"]
+        a = session.get("audio") if isinstance(session, dict) else None
+        out = a.get("output") if isinstance(a, dict) else None
+        # The fleet's voices, to check a voice against (None: the router could not say; the stream's config will).
+        voices = (await self.voices()) or None if isinstance(out, dict) and out.get("voice") else None
+        new = apply_update(self.settings, session, self.call is not None, voices, self.section.max_text_chars)
+        if new.input_format != self.settings.input_format:
+            self.decoder = Decoder(new.input_format)
+        self.settings = new
+        self.emit("session.updated", session=new.as_event())
+
+    # --- input audio -----------------------------------------------------------------------------------------------
+    async def on_append(self, event: dict) -> None:
+        _fields(event, ("audio",))
+        data = event.get("audio")
+        if not isinstance(data, str):
+            raise RealtimeError(
+                "Missing required parameter: 'audio' (base64 audio).", "audio", "missing_required_parameter"
+            )
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raise RealtimeError("Invalid value for 'audio': not base64.", "audio") from None
+        if self.settings.input_format == "audio/pcm" and len(raw) % audio.BYTES_PER_SAMPLE:
+            raise RealtimeError(
+                f"Invalid value for 'audio': {len(raw)} bytes is not a whole number of 16-bit samples (audio/pcm).",
+                "audio",
+            )
+        GATEWAY_BYTES.labels("in", "realtime").inc(len(raw))
+        pcm = self.decoder.decode(raw)
+        await self._ensure_call()
+        if self.settings.vad:
+            await self._write_audio(pcm)
+            return
+        held = len(self.buffer) + sum(len(a) for _, a in self.held)
+        if (held + len(pcm)) / 2 / FLEET_INPUT_RATE > MAX_HELD_S:
+            raise RealtimeError(
+                f"the input audio buffer holds {MAX_HELD_S:g} s already: commit (and response.create) or clear it",
+                "audio",
+                "input_audio_buffer_full",
+            )
+        self.buffer += pcm
+
+    async def on_commit(self, event: dict) -> None:
+        _fields(event, ())
+        if self.settings.vad:
+            turn = self._open_turn()
+            if turn is None:
+                raise RealtimeError(
+                    "nothing to commit: no speech heard since the last turn", None, "input_audio_buffer_commit_empty"
+                )
+            await self._control(conversation_pb2.ConversationControl.ACTION_END_OF_TURN)
+            return
+        self.buffer += self.decoder.decode(b"", last=True)
+        self.decoder = Decoder(self.settings.input_format)
+        ms = len(self.buffer) * 1000 // 2 // FLEET_INPUT_RATE
+        if ms < MIN_COMMIT_MS:
+            raise RealtimeError(
+                f"buffer too small: {ms} ms of audio; a commit needs at least {MIN_COMMIT_MS} ms",
+                None,
+                "input_audio_buffer_commit_empty",
+            )
+        item_id = new_id("item")
+        self.held.append((item_id, bytes(self.buffer)))
+        self.buffer.clear()
+        previous = self.last_item_id
+        self.emit("input_audio_buffer.committed", item_id=item_id, previous_item_id=previous)
+        item = self._user_item(item_id, None, "completed")
+        self.emit("conversation.item.added", item=item, previous_item_id=previous)
+
+    async def on_clear(self, event: dict) -> None:
+        _fields(event, ())
+        if self.settings.vad:
+            raise RealtimeError(
+                "with turn detection on, appended audio goes to the recognizer as it comes and cannot be taken back;"
+                " use turn_detection null to hold audio until commit",
+                None,
+                "unsupported",
+            )
+        self.buffer.clear()
+        self.decoder = Decoder(self.settings.input_format)
+        self.emit("input_audio_buffer.cleared")
+
+    # --- responses -------------------------------------------------------------------------------------------------
+    async def on_response_create(self, event: dict) -> None:
+        _fields(event, ("response",))
+        params = _response_params(event.get("response"), self.settings)
+        if self.response is not None:
+            raise RealtimeError(
+                f"conversation already has an active response in progress: {self.response.id}; wait for response.done"
+                " or send response.cancel",
+                None,
+                "conversation_already_has_active_response",
+            )
+        if self.held:
+            await self._ensure_call()
+            response = self._new_response(params)
+            fed_ms = 0
+            for _, pcm in self.held:
+                await self._write_audio(pcm)
+                fed_ms += len(pcm) * 1000 // 2 // FLEET_INPUT_RATE
+            self.pending_items = [item_id for item_id, _ in self.held]
+            self.held.clear()
+            self.drop_fed_turn = False
+            # The turn ends (ACTION_END_OF_TURN) once the stream has heard its speech (its first transcript): sent
+            # now, it could reach the dialogue before the recognizer has heard the burst of audio, and do nothing.
+            now = time.monotonic()
+            response.end_turn_at = now + fed_ms / 1000 + 3.0
+            response.deadline = now + ANSWER_WAIT_S + fed_ms / 1000
+            return
+        if self.settings.vad and self._open_turn() is not None:
+            self.next_params = params
+            await self._control(conversation_pb2.ConversationControl.ACTION_END_OF_TURN)
+            return
+        raise RealtimeError(
+            "nothing to respond to: the fleet answers user turns; commit user audio first"
+            + ("" if self.settings.vad else " (input_audio_buffer.commit)"),
+            None,
+            "no_user_input",
+        )
+
+    async def on_response_cancel(self, event: dict) -> None:
+        _fields(event, ("response_id",))
+        response = self.response
+        wanted = event.get("response_id")
+        if response is None or (wanted is not None and wanted != response.id):
+            raise RealtimeError(
+                "Cancellation failed: no active response found" + (f" with id {wanted!r}" if wanted else ""),
+                "response_id" if wanted else None,
+                "response_cancel_not_active",
+            )
+        response.cancel_reason = "client_cancelled"
+        if response.turn is None:
+            # Fed but not yet committed by the stream: end it here; the stream's turn is interrupted when it comes.
+            self.drop_fed_turn = True
+            self._finish(response, "cancelled", "", interrupted=True)
+            return
+        await self._control(conversation_pb2.ConversationControl.ACTION_INTERRUPT)
+
+    # --- items -----------------------------------------------------------------------------------------------------
+    async def on_item_retrieve(self, event: dict) -> None:
+        _fields(event, ("item_id",))
+        item = self.items.get(event.get("item_id"))
+        if item is None:
+            raise RealtimeError(
+                f"Item with item_id {str(event.get('item_id'))[:40]!r} not found", "item_id", "item_not_found"
+            )
+        self.emit("conversation.item.retrieved", item=item)
+
+    async def on_item_truncate(self, event: dict) -> None:
+        _fields(event, ("item_id", "content_index", "audio_end_ms"))
+        item_id = event.get("item_id")
+        item = self.items.get(item_id)
+        if item is None or item.get("role") != "assistant":
+            raise RealtimeError(
+                f"Item with item_id {str(item_id)[:40]!r} not found among the assistant's items",
+                "item_id",
+                "item_not_found",
+            )
+        if event.get("content_index", 0) != 0:
+            raise RealtimeError(
+                "Invalid value for 'content_index': the assistant's items have one part (0).", "content_index"
+            )
+        end_ms = event.get("audio_end_ms")
+        if not isinstance(end_ms, int) or isinstance(end_ms, bool) or end_ms < 0:
+            raise RealtimeError("Invalid value for 'audio_end_ms': a whole number of ms, 0 or more.", "audio_end_ms")
+        response = self.response
+        if response is not None and response.item_id == item_id:
+            if end_ms > response.audio_ms:
+                raise RealtimeError(
+                    f"audio_end_ms {end_ms} is past the {response.audio_ms:.0f} ms of audio sent for this item",
+                    "audio_end_ms",
+                )
+            response.cancel_reason = "client_cancelled"
+            response.truncated_ms = end_ms
+            await self._control(conversation_pb2.ConversationControl.ACTION_INTERRUPT)
+            return  # conversation.item.truncated follows when the stream says what the context kept
+        sent_ms = self.item_audio_ms.get(item_id, 0.0)
+        if end_ms > sent_ms:
+            raise RealtimeError(
+                f"audio_end_ms {end_ms} is past the {sent_ms:.0f} ms of audio sent for this item", "audio_end_ms"
+            )
+        if end_ms < int(sent_ms):
+            raise RealtimeError(
+                "a finished reply cannot be cut shorter than the audio sent: the fleet's context keeps the text of the"
+                " audio it sent (the reply in progress can be truncated; a client playback position cannot reach the"
+                " context yet)",
+                "audio_end_ms",
+                "unsupported",
+            )
+        self.emit("conversation.item.truncated", item_id=item_id, content_index=0, audio_end_ms=end_ms)
+
+    HANDLERS: dict = {}
+
+    # --- the Converse stream ---------------------------------------------------------------------------------------
+    async def _ensure_call(self) -> None:
+        if self.call is not None:
+            return
+        config_message = self.settings.converse_config(self.section.max_text_chars)
+        request_id, config = protocol.conversation_config(config_message, self.section.max_text_chars)
+        request_id = f"rt-{uuid.uuid4().hex[:12]}"
+        stub = conversation_pb2_grpc.ConversationStub(self.channel)
+        self.call = stub.Converse(metadata=self.metadata)
+        with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+            await self.call.write(conversation_pb2.ConverseRequest(request_id=request_id, config=config))
+        self.fed_until = time.monotonic()
+        self.tasks.append(asyncio.create_task(self._read_router(), name="rt-router"))
+        self.tasks.append(asyncio.create_task(self._keep(), name="rt-keeper"))
+
+    async def _write(self, request) -> bool:
+        async with self.write_lock:
+            try:
+                await self.call.write(request)
+                return True
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                return False  # the call is over; the router's reader reports why
+
+    async def _write_audio(self, pcm: bytes) -> None:
+        step = FLEET_INPUT_RATE * 2  # 1 s per message
+        for start in range(0, len(pcm), step):
+            piece = pcm[start : start + step]
+            if not await self._write(conversation_pb2.ConverseRequest(audio=piece)):
+                return
+        now = time.monotonic()
+        self.fed_until = max(self.fed_until, now) + len(pcm) / 2 / FLEET_INPUT_RATE
+
+    async def _control(self, action) -> None:
+        await self._write(conversation_pb2.ConverseRequest(control=conversation_pb2.ConversationControl(action=action)))
+
+    async def _keep(self) -> None:
+        """Silence while the client sends none (an idle microphone), and the fed turn's watchdog."""
+        while True:
+            await asyncio.sleep(0.1)
+            now = time.monotonic()
+            gap = now - self.fed_until
+            if gap >= KEEPALIVE_GAP_S:
+                samples = int(min(gap, KEEPALIVE_MAX_S) * FLEET_INPUT_RATE)
+                await self._write_audio(bytes(samples * 2))
+            r = self.response
+            if r is not None and r.turn is None and r.end_turn_at is not None and now > r.end_turn_at:
+                r.end_turn_at = None
+                await self._control(conversation_pb2.ConversationControl.ACTION_END_OF_TURN)
+            if r is not None and r.turn is None and r.deadline is not None and now > r.deadline:
+                self.drop_fed_turn = True
+                self._finish(
+                    r,
+                    "failed",
+                    "",
+                    error={
+                        "type": "invalid_request_error",
+                        "code": "no_speech",
+                        "message": "no speech was heard in the committed audio: nothing to answer",
+                    },
+                )
+
+    async def _read_router(self) -> None:
+        try:
+            while (response := await self.call.read()) is not grpc.aio.EOF:
+                self.on_converse(response)
+            self.fail(1000, "the conversation ended")
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.CANCELLED:
+                self.done.set()
+                return
+            server = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+            kind = "server_error" if e.code() in server or e.code() not in protocol.ROUTER_CLOSE_CODES else ""
+            kind = kind or "invalid_request_error"
+            self.emit(
+                "error",
+                error={
+                    "type": kind,
+                    "code": e.code().name,
+                    "message": e.details() or "",
+                    "param": None,
+                    "event_id": None,
+                },
+            )
+            self.fail(protocol.ROUTER_CLOSE_CODES.get(e.code(), 1011), f"router: {e.code().name}: {e.details()}")
+
+    # --- Converse events -> Realtime events ------------------------------------------------------------------------
+    def on_converse(self, r: conversation_pb2.ConverseResponse) -> None:
+        kind = r.WhichOneof("event")
+        t = r.turn_index
+        if kind == "user_transcript":
+            self._on_transcript(t, r.user_transcript)
+        elif kind == "state" and r.state.state == conversation_pb2.CONVERSATION_STATE_THINKING:
+            self._on_commit(t)
+        elif kind == "reply_text":
+            response = self._response_of(t)
+            if response is not None and r.reply_text.delta:
+                self._start_output(response)
+                response.text.append(r.reply_text.delta)
+                name = "response.output_text.delta" if response.modalities == ["text"] else None
+                self.emit(
+                    name or "response.output_audio_transcript.delta",
+                    **self._part_ids(response),
+                    delta=r.reply_text.delta,
+                )
+        elif kind == "reply_audio":
+            response = self._response_of(t)
+            if response is not None and response.modalities == ["audio"] and r.reply_audio.data:
+                self._start_output(response)
+                pcm = r.reply_audio.data
+                response.audio_ms += len(pcm) * 1000 / 2 / FLEET_OUTPUT_RATE
+                self._audio_delta(response, response.encoder.encode(pcm))
+        elif kind == "interrupted":
+            response = self._response_of(t)
+            if response is not None and not response.cancel_reason:
+                response.cancel_reason = CANCEL_REASONS.get(r.interrupted.reason, "turn_detected")
+        elif kind == "turn_complete":
+            c = r.turn_complete
+            turn = self.turns.get(t)
+            if turn is not None and not turn.committed:
+                turn.finals = [c.user_text] if c.user_text else turn.finals
+                self._on_commit(t)
+            response = self._response_of(t)
+            if response is not None:
+                self._finish(response, "cancelled" if c.interrupted else "completed", c.reply_text, c.interrupted)
+            self.answered.add(t)
+            self.turns.pop(t, None)
+        elif kind == "turn_error":
+            e = r.turn_error
+            error = {"type": "server_error", "code": protocol.code_name(e.code), "message": e.message}
+            response = self._response_of(t)
+            if response is not None:
+                self._finish(response, "failed", "", error=error)
+            else:
+                self.emit("error", error={**error, "param": None, "event_id": None})
+            self.answered.add(t)
+            self.turns.pop(t, None)
+
+    def _user_item(self, item_id: str, transcript: str | None, status: str) -> dict:
+        item = {
+            "id": item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "user",
+            "status": status,
+            "content": [{"type": "input_audio", "transcript": transcript}],
+        }
+        self._keep_item(item)
+        return item
+
+    def _keep_item(self, item: dict) -> None:
+        if item["id"] not in self.items:
+            self.last_item_id = item["id"]
+        self.items[item["id"]] = item
+        while len(self.items) > MAX_ITEMS:
+            gone, _ = self.items.popitem(last=False)
+            self.item_audio_ms.pop(gone, None)
+
+    def _open_turn(self) -> UserTurn | None:
+        """The user turn the stream is hearing now (speech heard, not committed), if any."""
+        for t in sorted(self.turns):
+            turn = self.turns[t]
+            if not turn.committed and not turn.held and t not in self.answered:
+                return turn
+        return None
+
+    def _turn(self, t: int) -> UserTurn:
+        turn = self.turns.get(t)
+        if turn is None:
+            if self.pending_items:
+                turn = UserTurn(item_id=self.pending_items[0], held=True)
+                self.pending_items = []
+            else:
+                turn = UserTurn(item_id=new_id("item"))
+            self.turns[t] = turn
+        return turn
+
+    def _on_transcript(self, t: int, result) -> None:
+        if t in self.answered:
+            return
+        turn = self._turn(t)
+        if turn.committed:
+            return
+        if not turn.started:
+            turn.started = True
+            turn.start_ms = result.utterance_start_ms
+            if self.settings.vad and not turn.held:
+                self.emit("input_audio_buffer.speech_started", audio_start_ms=turn.start_ms, item_id=turn.item_id)
+            r = self.response
+            if turn.held and r is not None and r.turn is None and r.end_turn_at is not None:
+                r.end_turn_at = None  # the stream hears the fed turn: end it now
+                self.tasks.append(
+                    asyncio.create_task(self._control(conversation_pb2.ConversationControl.ACTION_END_OF_TURN))
+                )
+        if result.is_final and result.transcript.strip():
+            text = result.transcript.strip()
+            turn.finals.append(text)
+            turn.end_ms = max(turn.end_ms, result.utterance_end_ms)
+            if self.settings.transcription is not None:
+                delta = text if len(turn.finals) == 1 else " " + text
+                self.emit(
+                    "conversation.item.input_audio_transcription.delta",
+                    item_id=turn.item_id,
+                    content_index=0,
+                    delta=delta,
+                )
+
+    def _on_commit(self, t: int) -> None:
+        if t in self.answered:
+            return
+        turn = self._turn(t)
+        if turn.committed:
+            return
+        turn.committed = True
+        if not turn.held:
+            previous = self.last_item_id
+            if self.settings.vad:
+                if not turn.started:
+                    self.emit("input_audio_buffer.speech_started", audio_start_ms=turn.start_ms, item_id=turn.item_id)
+                self.emit("input_audio_buffer.speech_stopped", audio_end_ms=turn.end_ms, item_id=turn.item_id)
+            self.emit("input_audio_buffer.committed", item_id=turn.item_id, previous_item_id=previous)
+            item = self._user_item(turn.item_id, None, "completed")
+            self.emit("conversation.item.added", item=item, previous_item_id=previous)
+        text = " ".join(turn.finals).strip()
+        seconds = max(0.0, (turn.end_ms - turn.start_ms) / 1000)
+        if self.settings.transcription is not None:
+            self.emit(
+                "conversation.item.input_audio_transcription.completed",
+                item_id=turn.item_id,
+                content_index=0,
+                transcript=text,
+                usage={"type": "duration", "seconds": round(seconds, 3)},
+            )
+        done = self._user_item(turn.item_id, text, "completed")
+        self.emit("conversation.item.done", item=done, previous_item_id=None)
+        response = self.response
+        if turn.held and self.drop_fed_turn and (response is None or response.turn is not None):
+            # The response this fed turn was for ended first (cancelled, or no commit in time): its reply is stopped.
+            self.drop_fed_turn = False
+            self.answered.add(t)
+            self.tasks.append(asyncio.create_task(self._control(conversation_pb2.ConversationControl.ACTION_INTERRUPT)))
+            return
+        if response is not None and response.turn is None and response.deadline is not None:
+            response.turn = t  # the turn response.create fed
+            return
+        if response is not None:
+            # The previous turn's response has not ended yet (its turn_complete is late): it ends here, cancelled.
+            self._finish(response, "cancelled", "".join(response.text), interrupted=True)
+        params, self.next_params = self.next_params or {}, None
+        response = self._new_response(params)
+        response.turn = t
+
+    def _new_response(self, params: dict) -> Response:
+        modalities = params.get("output_modalities") or list(self.settings.output_modalities)
+        response = Response(id=new_id("resp"), modalities=modalities, metadata=params.get("metadata"))
+        response.encoder = Encoder(self.settings.output_format)
+        self.response = response
+        self.emit("response.created", response=self._response_body(response, "in_progress", []))
+        return response
+
+    def _response_of(self, t: int) -> Response | None:
+        r = self.response
+        return r if r is not None and r.turn == t else None
+
+    def _response_body(self, response: Response, status: str, output: list, details=None) -> dict:
+        return {
+            "object": "realtime.response",
+            "id": response.id,
+            "status": status,
+            "status_details": details,
+            "output": output,
+            "conversation_id": None,
+            "output_modalities": response.modalities,
+            "max_output_tokens": self.settings.max_output_tokens,
+            "audio": {"output": {"format": {"type": self.settings.output_format}, "voice": self.settings.voice}},
+            "metadata": response.metadata,
+            "usage": None,
+        }
+
+    def _assistant_item(self, response: Response, status: str, text: str) -> dict:
+        if response.modalities == ["text"]:
+            content = [{"type": "output_text", "text": text}]
+        else:
+            content = [{"type": "output_audio", "transcript": text}]
+        return {
+            "id": response.item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "assistant",
+            "status": status,
+            "content": content,
+        }
+
+    def _part_ids(self, response: Response) -> dict:
+        return {"response_id": response.id, "item_id": response.item_id, "output_index": 0, "content_index": 0}
+
+    def _part(self, response: Response, text: str) -> dict:
+        if response.modalities == ["text"]:
+            return {"type": "text", "text": text}
+        return {"type": "audio", "transcript": text}
+
+    def _start_output(self, response: Response) -> None:
+        if response.started:
+            return
+        response.started = True
+        response.item_id = new_id("item")
+        previous = self.last_item_id
+        item = self._assistant_item(response, "in_progress", "")
+        self._keep_item(item)
+        self.emit("response.output_item.added", response_id=response.id, output_index=0, item=item)
+        self.emit("conversation.item.added", item=item, previous_item_id=previous)
+        self.emit("response.content_part.added", **self._part_ids(response), part=self._part(response, ""))
+
+    def _audio_delta(self, response: Response, data: bytes) -> None:
+        if data:
+            GATEWAY_BYTES.labels("out", "realtime").inc(len(data))
+            self.emit("response.output_audio.delta", **self._part_ids(response), delta=base64.b64encode(data).decode())
+
+    def _finish(self, response: Response, status: str, text: str, interrupted: bool = False, error=None) -> None:
+        if self.response is not response:
+            return
+        self.response = None
+        output = []
+        if response.started:
+            if response.modalities == ["audio"]:
+                self._audio_delta(response, response.encoder.encode(b"", last=True))
+            text = text if (interrupted or text) else "".join(response.text)
+            ids = self._part_ids(response)
+            if response.modalities == ["text"]:
+                self.emit("response.output_text.done", **ids, text=text)
+            else:
+                self.emit("response.output_audio.done", **ids)
+                self.emit("response.output_audio_transcript.done", **ids, transcript=text)
+            self.emit("response.content_part.done", **ids, part=self._part(response, text))
+            item = self._assistant_item(response, "completed" if status == "completed" else "incomplete", text)
+            self._keep_item(item)
+            self.item_audio_ms[response.item_id] = response.audio_ms
+            self.emit("response.output_item.done", response_id=response.id, output_index=0, item=item)
+            self.emit("conversation.item.done", item=item, previous_item_id=None)
+            output = [item]
+            if response.truncated_ms is not None:
+                self.emit(
+                    "conversation.item.truncated",
+                    item_id=response.item_id,
+                    content_index=0,
+                    audio_end_ms=response.truncated_ms,
+                )
+        details = None
+        if status == "cancelled":
+            details = {"type": "cancelled", "reason": response.cancel_reason or "turn_detected"}
+        elif status == "failed":
+            details = {"type": "failed", "error": error}
+        self.emit("response.done", response=self._response_body(response, status, output, details))
+
+
+class _Closing(Exception):
+    def __init__(self, code: int, reason: str):
+        super().__init__(reason)
+        self.code, self.reason = code, reason
+
+
+def _parse(text: str) -> dict:
+    try:
+        event = json.loads(text)
+    except ValueError as e:
+        raise RealtimeError(f"The server could not parse the message as JSON: {e}", None, "invalid_json") from None
+    if not isinstance(event, dict):
+        raise RealtimeError("each message must be a JSON object with a 'type'", None, "invalid_event")
+    if not isinstance(event.get("type"), str):
+        raise RealtimeError("Missing required parameter: 'type'.", "type", "missing_required_parameter")
+    return event
+
+
+def _fields(event: dict, known: tuple[str, ...]) -> None:
+    for name in event:
+        if name not in ("type", "event_id", *known):
+            raise RealtimeError(f"Unknown parameter: '{name}'.", name, "unknown_parameter")
+
+
+RESPONSE_FIELDS = (
+    "output_modalities",
+    "metadata",
+    "conversation",
+    "instructions",
+    "audio",
+    "max_output_tokens",
+    "tools",
+    "tool_choice",
+    "input",
+    "prompt",
+    "reasoning",
+    "parallel_tool_calls",
+)
+
+
+def _response_params(params, settings: RealtimeSession) -> dict:
+    """response.create's ``response``: output_modalities and metadata honoured; overrides of what the Converse
+    stream fixed per session refused by name (values equal to the session's are fine)."""
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise RealtimeError("Invalid type for 'response': expected an object.", "response", "invalid_type")
+    for name in params:
+        if name not in RESPONSE_FIELDS:
+            raise RealtimeError(f"Unknown parameter: 'response.{name}'.", f"response.{name}", "unknown_parameter")
+    out: dict = {}
+    if params.get("output_modalities") is not None:
+        out["output_modalities"] = output_modalities(params["output_modalities"], "response.output_modalities")
+    if params.get("metadata") is not None:
+        if not isinstance(params["metadata"], dict) or len(params["metadata"]) > 16:
+            raise RealtimeError("Invalid value for 'response.metadata': up to 16 key-value pairs.", "response.metadata")
+        out["metadata"] = params["metadata"]
+    same = {
+        "conversation": (None, "auto"),
+        "instructions": (None, settings.instructions),
+        "max_output_tokens": (None, settings.max_output_tokens),
+        "tools": (None, []),
+        "tool_choice": (None, "auto", "none"),
+        "input": (None,),
+        "prompt": (None,),
+        "reasoning": (None,),
+        "parallel_tool_calls": (None, False),
+    }
+    for name, allowed in same.items():
+        if name in params and params[name] not in allowed:
+            raise RealtimeError(
+                f"'response.{name}' is not served per response: the fleet's conversation takes it once per session"
+                " (session.update before any audio) or not at all.",
+                f"response.{name}",
+                "unsupported",
+            )
+    if params.get("audio") not in (None, {}):
+        raise RealtimeError(
+            "'response.audio' is not served per response: set session.audio.output.", "response.audio", "unsupported"
+        )
+    return out
+
+
+RealtimeConnection.HANDLERS = {
+    "session.update": RealtimeConnection.on_session_update,
+    "input_audio_buffer.append": RealtimeConnection.on_append,
+    "input_audio_buffer.commit": RealtimeConnection.on_commit,
+    "input_audio_buffer.clear": RealtimeConnection.on_clear,
+    "response.create": RealtimeConnection.on_response_create,
+    "response.cancel": RealtimeConnection.on_response_cancel,
+    "conversation.item.retrieve": RealtimeConnection.on_item_retrieve,
+    "conversation.item.truncate": RealtimeConnection.on_item_truncate,
+}
