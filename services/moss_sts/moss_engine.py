@@ -68,7 +68,8 @@ from services.common.engines import (
     TtsEngine,
     VoiceInfo,
 )
-from services.common.errors import FailedPrecondition, NotFound
+from services.common.errors import FailedPrecondition
+from services.common.voices import unknown_voice
 from services.conversation.dialogue import RATE, DialogueLimits, DialogueSession, Message, ReplySink, UserTurn, _Reply
 from services.moss_sts.moss_stream import ChunkPlan, StreamingCodecDecoder, TokenTap
 
@@ -575,7 +576,7 @@ class MossSpeechEngine(StsEngine, Offloadable):
         if self.model.model is None:
             raise FailedPrecondition("moss_sts is still loading MOSS-Speech; retry when the service reports SERVING")
         if options.voice and options.voice != VOICE_ID:
-            raise NotFound(f"config.voice: {options.voice!r} is not a voice of moss_sts; ListVoices shows: {VOICE_ID}")
+            raise unknown_voice(options.voice, [VOICE_ID], self.service, service=self.service)
         session = MossSession(self, options)
         await session.start()
         return session

@@ -33,9 +33,10 @@ from services.common import metrics
 from services.common.config.base import ChunkingConfig
 from services.common.config.qwen_tts import QwenGpuConfig
 from services.common.engines import AudioPiece, Offloadable, SynthesisOptions, TtsEngine, VoiceInfo
-from services.common.errors import FailedPrecondition, NotFound
+from services.common.errors import FailedPrecondition
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import FirstSegment, speech_segments
+from services.common.voices import unknown_voice
 from services.engines import qwen_presets as presets
 from services.qwen_tts.vllm_omni_engine import check_rate, qwen_language_name, qwen_voice_info
 
@@ -199,7 +200,7 @@ class QwenTtsEngine(TtsEngine, Offloadable):
     ) -> AsyncIterator[AudioPiece]:
         info = next((v for v in self._voices if v.id.lower() == (options.voice or self._voices[0].id).lower()), None)
         if info is None:
-            raise NotFound(f"config.voice: {options.voice!r} is not a voice of {self.served_by}")
+            raise unknown_voice(options.voice, (v.id for v in self._voices), self.served_by, service=self.service)
         language = qwen_language_name(info, options.language)
         check_rate(self.served_by, options.speaking_rate)
         seed = options.seed or self.config.default_seed

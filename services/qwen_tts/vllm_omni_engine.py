@@ -62,9 +62,10 @@ from services.common import metrics
 from services.common.config.base import ChunkingConfig, SchedulingConfig
 from services.common.config.qwen_tts import QwenGpuConfig
 from services.common.engines import AudioPiece, Offloadable, SynthesisOptions, TtsEngine, VoiceInfo
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable, VoiceError
+from services.common.errors import FailedPrecondition, InvalidArgument, Unavailable, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler
 from services.common.text import sentence_spans
+from services.common.voices import unknown_voice
 from services.engines import qwen_presets as presets
 
 log = logging.getLogger("voicefleet.qwen_tts.vllm_omni")
@@ -468,7 +469,7 @@ class VllmOmniTtsEngine(TtsEngine, Offloadable):
     def _voice(self, voice: str) -> VoiceInfo:
         info = next((v for v in self._voices if v.id.lower() == (voice or self._voices[0].id).lower()), None)
         if info is None:
-            raise NotFound(f"config.voice: {voice!r} is not a voice of {self.served_by}")
+            raise unknown_voice(voice, (v.id for v in self._voices), self.served_by, service=self.service)
         return info
 
     def synthesize(self, text: str, options: SynthesisOptions) -> AsyncIterator[AudioPiece]:

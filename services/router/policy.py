@@ -4,7 +4,8 @@
    router.routes.failover_pinned lets it fail over along its mode's chain.
 2. A voice: the backends that have it, in the order of the mode's chain, then router.routes.voice_owners (a preset
    voice of qwen_tts routes to qwen_tts). The first serves; the mode chain's other backends that have the same voice
-   are its fallbacks. No backend has it: NOT_FOUND listing the voices there are.
+   are its fallbacks. No backend has it: NOT_FOUND naming the closest voice ids and `voicefleet voices`
+   (services.common.voices.unknown_voice).
 3. A language but no voice (the request's, or detected from the text's script by the servicer): the backends
    with a voice that speaks it, the mode's chain first, then router.routes.voice_owners, then the others; each
    serves with its best voice for the language (services.common.voices.pick_voice). None has one:
@@ -31,8 +32,8 @@ import logging
 
 from services.common.config.router import RoutesConfig
 from services.common.engines import Routing, TtsEngine, VoiceInfo
-from services.common.errors import InvalidArgument, NotFound, Unavailable, VoiceError
-from services.common.voices import LanguageRefused, pick_voice, refusal
+from services.common.errors import InvalidArgument, Unavailable, VoiceError
+from services.common.voices import LanguageRefused, pick_voice, refusal, unknown_voice
 from services.remote.tts import RemoteTtsEngine
 from services.router.failover import Candidate, FailoverLog, RoutedTts
 from voice.v1 import routing_pb2
@@ -163,7 +164,6 @@ class RouterTtsResolver:
         fallback = [e for e in engines if not e.backend.routable() and e.backend.usable()]
         problems: list[VoiceError] = []
         down: list[str] = [e.backend.describe() for e in engines if not e.backend.usable()]
-        known: set[str] = set()
         seen: list[VoiceInfo] = []
         found: list[Candidate] = []
         for group in (routable, fallback):
@@ -174,7 +174,6 @@ class RouterTtsResolver:
                 if isinstance(voices, VoiceError):
                     down.append(f"{engine.service}: {voices.message}")
                     continue
-                known.update(v.id for v in voices)
                 seen.extend(voices)
                 if voice and not any(v.id == voice for v in voices):
                     if len(order) == 1:  # a pinned backend: say it is not one of ITS voices
@@ -195,9 +194,7 @@ class RouterTtsResolver:
         if down:
             what = f"voice {voice!r} was not found on the reachable backends" if voice else "no backend can serve"
             raise Unavailable(f"{what}; unreachable: {'; '.join(down)}; retry shortly or pick another engine")
-        raise NotFound(
-            f"{field}.voice: {voice!r} is not a voice of any backend; ListVoices shows: {', '.join(sorted(known))}"
-        )
+        raise unknown_voice(voice, (v.id for v in seen), "any backend", field)
 
     async def _voice_lists(
         self, engines: list[RemoteTtsEngine], time_remaining: float | None, several: bool

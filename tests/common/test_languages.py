@@ -3,11 +3,14 @@ from its script, how a requested language matches a voice's tags, and which voic
 
 from __future__ import annotations
 
+import re
+
+import grpc
 import pytest
 
 from services.common import languages
 from services.common.engines import VoiceInfo
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, NotFound
 from services.common.voices import pick_voice
 
 
@@ -91,3 +94,24 @@ def test_no_voice_speaks_the_language():
     message = str(err.value)
     assert message.startswith("config.synthesis.language: no voice was named and no voice here speaks 'th'")
     assert "languages spoken: en, fr, yue, zh" in message
+
+
+def test_an_unknown_voice_is_not_found_naming_the_closest_ids_not_all_of_them():
+    """One backend has ~150 voices: the message names the few closest and how to list them all, not the list."""
+    many = [voice("joe", "en-US"), voice("Vivian", "zh-CN"), voice("Ryan", "en-US")]
+    many += [voice(f"x{i:03d}", "en") for i in range(150)]
+    with pytest.raises(NotFound) as err:
+        pick_voice(many, "vivien", "", "qwen_tts")
+    assert err.value.code == grpc.StatusCode.NOT_FOUND
+    message = str(err.value)
+    assert message.startswith("config.voice: 'vivien' is not a voice of qwen_tts; closest: Vivian;"), message
+    assert message.endswith("`voicefleet voices --service qwen_tts` (ListVoices) lists all 153"), message
+    named = [v.id for v in many if re.search(rf"\b{re.escape(v.id)}\b", message)]
+    assert named == ["Vivian"], named
+    # Nothing close: a handful of the voices there are, the default first.
+    with pytest.raises(NotFound) as err:
+        pick_voice(many, "nobody", "", "qwen_tts", field="config.synthesis")
+    message = str(err.value)
+    assert message.startswith("config.synthesis.voice: 'nobody' is not a voice of qwen_tts;"), message
+    assert "no close match; voices there include: joe, Vivian, Ryan, x000, x001;" in message
+    assert "x002" not in message

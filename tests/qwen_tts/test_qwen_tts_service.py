@@ -184,6 +184,24 @@ def test_bad_input(router, direct, target, name, config, code, message):
 
 
 @pytest.mark.parametrize("target", ["router", "direct"])
+def test_a_near_miss_voice_is_not_found_naming_the_closest_ids_not_all_of_them(router, direct, target):
+    """qwen_tts has ~150 voices: a misspelt one gets the few closest and how to list them all, not the list."""
+    stub = router if target == "router" else direct
+    ids = {v.id for v in stub.ListVoices(synthesizer_pb2.ListVoicesRequest(), timeout=10).voices}
+    assert len(ids) > 100
+    with pytest.raises(grpc.RpcError) as err:
+        synthesize(stub, "Hello there.", voice="Vivien")
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    details = err.value.details()
+    where = "any backend" if target == "router" else "qwen_tts"
+    assert details.startswith(f"config.voice: 'Vivien' is not a voice of {where}; closest: "), details
+    closest = details.split("closest: ", 1)[1].split(";", 1)[0].split(", ")
+    assert "Vivian" in closest and len(closest) <= 5 and set(closest) <= ids, closest
+    assert "`voicefleet voices" in details and "(ListVoices) lists all" in details, details
+    assert details.count(",") < 5 and len(details) < 300, details  # not the whole list
+
+
+@pytest.mark.parametrize("target", ["router", "direct"])
 def test_register_voice_is_refused_honestly(router, direct, target):
     _, prompt = synthesize(direct, LONG_TEXT[:120], voice="en-US")  # ~7 s of speech at 22.05 kHz
     request = synthesizer_pb2.RegisterVoiceRequest(
