@@ -17,6 +17,7 @@ import pytest
 
 from services.cli.fleet import free_port
 from tests.conftest import start_fleet
+from tests.speech import INTELLIGIBLE, intelligible
 from voice.v1 import gpu_pb2, gpu_pb2_grpc, synthesizer_pb2, synthesizer_pb2_grpc
 
 TOKEN = "speak-friend-and-enter"
@@ -198,7 +199,8 @@ def test_gateway_serves_https_with_the_fleet_certificate_and_reaches_the_tls_rou
     fleet, pki = secure_fleet
     address = fleet.address("gateway")
     context = ssl.create_default_context(cafile=pki["tls_ca"])
-    body = json.dumps({"input": "Hello there.", "response_format": "pcm"}).encode()
+    text = "The weather today is sunny and warm."
+    body = json.dumps({"input": text, "response_format": "pcm"}).encode()
 
     def speech(scheme: str, token: str | None):
         headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
@@ -208,6 +210,8 @@ def test_gateway_serves_https_with_the_fleet_certificate_and_reaches_the_tls_rou
 
     status, pcm = speech("https", TOKEN)
     assert status == 200 and len(pcm) > 24_000  # audio from cosyvoice_tts behind the TLS router
+    error, heard = intelligible(text, pcm, 24_000)  # OpenAI's pcm: s16le mono at 24 kHz
+    assert error <= INTELLIGIBLE, f"{text!r} heard as {heard!r} (WER {error:.2f})"
     with pytest.raises(urllib.error.HTTPError) as refused:
         speech("https", None)
     assert refused.value.code == 401
