@@ -3,11 +3,12 @@
 - ``listen``: the strict listener, the intelligibility oracle of every test that asks "was the text said?". An
   open-vocabulary recognizer (faster-whisper ``base`` from its wheels, services/engines/asr/models.py; beam 5, greedy
   temperature 0, no prompt, English) that knows nothing of the expected text, scored by ``wer`` on normalised
-  words (``words``: lower case, no punctuation, digits spelled out). ``INTELLIGIBLE`` (0.10) is the bound: on a
-  sentence of up to nine words that is word-perfect, so one content word changed ("fox" -> "box") fails
-  (tests/project/test_speech_oracle.py proves it on synthesized near-miss sentences); longer texts allow one error per
-  ten words. Test sentences are ones both CPU voices say clearly (espeak-ng's "jumps" is heard as "dumps", so
-  espeak tests use "the children are playing in the garden").
+  words (``words``: lower case, no punctuation, digits spelled out, and the signs a voice says as words spelled
+  out: piper reads a brain's "2 + 2 = 4" as "two plus two equals four", and whisper may write either).
+  ``INTELLIGIBLE`` (0.10) is the bound: on a sentence of up to nine words that is word-perfect, so one content word
+  changed ("fox" -> "box") fails (tests/project/test_speech_oracle.py proves it on synthesized near-miss sentences);
+  longer texts allow one error per ten words. Test sentences are ones both CPU voices say clearly (espeak-ng's
+  "jumps" is heard as "dumps", so espeak tests use "the children are playing in the garden").
 - No grammar-constrained oracle: pocketsphinx with a word loop over the test sentence's words (the previous oracle)
   scored piper saying "the quick brown box jumps over the hazy log" at WER 0.22 against the fox sentence and passed
   it. No test here needs a grammar, so none is kept.
@@ -32,14 +33,26 @@ from services.common import audio
 INTELLIGIBLE = 0.10
 
 
+# Signs the CPU voices say as words (a reply from the brain may be "2 + 2 = 4"), spelled out on both sides.
+SAID_SIGNS = {"+": " plus ", "=": " equals "}
+
+
+def said(text: str) -> str:
+    """``text`` with the signs a voice says as words written as those words ("2 + 2 = 4" -> "2 plus 2 equals 4")."""
+    for sign, word in SAID_SIGNS.items():
+        text = text.replace(sign, word)
+    return text
+
+
 def words(text: str) -> list[str]:
-    """Normalised words: lower case, no punctuation, digits spelled out ("4567" = "four five six seven")."""
-    return evaluation.words(text)
+    """Normalised words: lower case, no punctuation, digits spelled out ("4567" = "four five six seven"), said signs
+    spelled out ("+" = "plus")."""
+    return evaluation.words(said(text))
 
 
 def wer(reference: str, hypothesis: str) -> float:
     """Word error rate of ``hypothesis`` against ``reference`` on normalised words."""
-    return evaluation.wer([reference], [hypothesis])
+    return evaluation.wer([said(reference)], [said(hypothesis)])
 
 
 @functools.cache

@@ -47,6 +47,11 @@ def test_normalisation_ignores_case_punctuation_and_digit_spelling():
     assert wer("my order number is four five six seven", "My order number is 4567.") == 0
     assert wer("the doctor will see you in ten minutes", "The doctor will see you in 10 minutes!") == 0
     assert wer("hello world this is a test", "Hello, world -- this is a tent.") == pytest.approx(1 / 6)
+    # Signs a voice says as words: a brain's "2 + 2 = 4" is heard as "2 plus 2 equals 4" (piper says the signs).
+    assert wer("The answer is 2 + 2 = 4.", "The answer is 2 plus 2 equals 4.") == 0
+    assert wer("The answer is two plus two equals four.", "The answer is 2 + 2 = 4.") == 0
+    assert wer("The answer is 2 + 2 = 4.", "The answer is 2 minus 2 equals 4.") > INTELLIGIBLE
+    assert wer("The answer is 2 + 2 = 4.", "The answer is 2 2 4.") > INTELLIGIBLE
 
 
 def test_wer_within_finds_the_sentence_between_other_words_and_fails_a_changed_word():
