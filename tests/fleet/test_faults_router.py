@@ -457,7 +457,10 @@ def test_moss_killed_mid_conversation_the_turn_is_answered_by_the_cascade_then_b
         cut = talk.of("interrupted", 0)
         assert cut and cut[0].interrupted.reason == "failover" and cut[0].interrupted.audio_sent_ms > 0
         after_cut = talk.events[talk.events.index(cut[0]) :]
-        assert sum(len(e.reply_audio.data) for e in after_cut if e.WhichOneof("event") == "reply_audio") > RATE
+        replayed = [e.reply_audio for e in after_cut if e.WhichOneof("event") == "reply_audio" and e.turn_index == 0]
+        assert sum(len(a.data) for a in replayed) > RATE
+        # ... and it is the cascade's reply, said: the strict listener hears its text in the audio after the cut.
+        heard(b"".join(a.data for a in replayed), replayed[0].format.sample_rate_hz, done.reply_text)
         finals = [e for e in talk.of("user_transcript", 0) if e.user_transcript.is_final]
         assert len(finals) == 1, "the replayed speech is not transcribed to the caller twice"
 
