@@ -10,6 +10,13 @@ against 11.4 ms, the first token 100 against 52 ms (``python -m bench.brain_thre
 with 4 streaming requests at once, 23.6 ms against 12.3 ms (docs/conversation.md#the-brain). Here the two functions ``llama_cpp.server.app`` calls for
 that (imported there from ``starlette.concurrency``) are replaced by ones that run on a single dedicated thread.
 The server already lets one request use the model at a time (its llama lock), so one thread costs no parallelism.
+
+It also serves ``POST /v1/end_of_turn`` (``{"model", "messages"}`` -> ``{"logprob", "token", "prompt_tokens"}``): the
+log probability that the chat template's end-of-message token follows the last user message's words, for the
+dialogue's reading of a pause (services/conversation/turn_words.py). It renders the messages with the model's own
+chat template (the one its chat completions use), evaluates the prompt up to the user's last word through the
+library's ``create_completion`` (so its prompt cache serves it and keeps the state for the reply that follows), and
+reads the next token's logits in a logits processor: nothing is sampled that anyone sees.
 """
 
 from __future__ import annotations
@@ -21,6 +28,11 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+# Stands in for the user's words while the chat template is rendered: what precedes it is the prompt up to the words,
+# what follows begins with the template's end-of-message token.
+WORDS_MARK = "\u2063voicefleet-words\u2063"
+# The marks that close a sentence: with the end-of-message token, what "the words end here" reads as.
+SENTENCE_MARKS = (".", "?", "!")
 
 LLAMA_THREAD = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
 _EXHAUSTED = object()
@@ -40,15 +52,106 @@ async def iterate_on_llama_thread(iterator: Iterator[T]) -> AsyncIterator[T]:
         yield item
 
 
+class TurnRequestError(ValueError):
+    """A /v1/end_of_turn request this model cannot judge (HTTP 400 with the message)."""
+
+
+def chat_formatter(llama):
+    """The model's own chat template as a formatter, built the way ``Llama`` builds its chat handler for it."""
+    from llama_cpp import llama_chat_format
+
+    if llama.chat_format != "chat_template.default" or "tokenizer.chat_template" not in llama.metadata:
+        raise TurnRequestError(
+            f"the end-of-turn reading needs the model's own chat template; this server uses chat format"
+            f" {llama.chat_format!r}"
+        )
+    vocab = llama._model  # noqa: SLF001 - the library's own token texts, as Llama.__init__ reads them
+    eos, bos = llama.token_eos(), llama.token_bos()
+    return llama_chat_format.Jinja2ChatFormatter(
+        template=llama.metadata["tokenizer.chat_template"],
+        eos_token=vocab.token_get_text(eos) if eos != -1 else "",
+        bos_token=vocab.token_get_text(bos) if bos != -1 else "",
+    )
+
+
+def end_of_turn_logprob(llama, messages: list[dict]) -> dict:
+    """log P(the template's end-of-message token | the conversation up to the last user message's words)."""
+    import numpy as np
+    from llama_cpp import LogitsProcessorList
+
+    if not messages or messages[-1].get("role") != "user" or not isinstance(messages[-1].get("content"), str):
+        raise TurnRequestError("messages: the last message must be the user's, with text content")
+    words = messages[-1]["content"]
+    if not words.strip():
+        raise TurnRequestError("messages: the user's last message is empty")
+    rendered = chat_formatter(llama)(messages=[*messages[:-1], {"role": "user", "content": WORDS_MARK}]).prompt
+    before, mark, after = rendered.partition(WORDS_MARK)
+    if not mark:
+        raise TurnRequestError("the chat template does not show the user's message as written")
+    ends = llama.tokenize(after.encode(), add_bos=False, special=True)
+    if not ends:
+        raise TurnRequestError("the chat template puts nothing after the user's message")
+    end_token = ends[0]
+    marks = sorted({llama.tokenize(m.encode(), add_bos=False, special=False)[0] for m in SENTENCE_MARKS})
+    seen: list[tuple[float, float]] = []
+
+    def read_next(_input_ids, scores):
+        logits = np.asarray(scores, dtype=np.float64)
+        logp = logits - logits.max()
+        logp -= np.log(np.exp(logp).sum())
+        ending = logp[[end_token, *marks]]
+        seen.append((float(logp[end_token]), float(np.log(np.exp(ending).sum()))))
+        return scores
+
+    prompt = llama.tokenize((before + words).encode(), add_bos=False, special=True)
+    llama.create_completion(
+        prompt=prompt, max_tokens=1, temperature=0.0, logits_processor=LogitsProcessorList([read_next])
+    )
+    if not seen:
+        raise RuntimeError("llama-cpp-python sampled without calling the logits processor")
+    return {
+        "logprob": seen[0][0],
+        "sentence_end_logprob": seen[0][1],
+        "token": llama.detokenize([end_token], special=True).decode(errors="replace"),
+        "prompt_tokens": len(prompt),
+    }
+
+
+def add_turn_route(app) -> None:
+    """``POST /v1/end_of_turn`` on the server's app, under its llama lock, on the model's one thread."""
+    from fastapi import Body, Depends, HTTPException
+    from llama_cpp.server.app import get_llama_proxy
+
+    @app.post("/v1/end_of_turn")
+    async def end_of_turn(body: dict = Body(...), proxy=Depends(get_llama_proxy)) -> dict:  # noqa: B008 - FastAPI
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise HTTPException(status_code=400, detail="messages: must be a list of chat messages")
+        llama = proxy(body.get("model"))
+        try:
+            return await run_on_llama_thread(end_of_turn_logprob, llama, messages)
+        except TurnRequestError as e:
+            raise HTTPException(status_code=400, detail=str(e)) from None
+
+
 def install() -> None:
-    """Route llama_cpp.server.app's model calls to the one thread (before it builds the app)."""
+    """Route llama_cpp.server.app's model calls to the one thread and add the end-of-turn route (before the server's
+    ``__main__`` imports ``create_app``)."""
     import llama_cpp.server.app as app
 
-    for name in ("run_in_threadpool", "iterate_in_threadpool"):
+    for name in ("run_in_threadpool", "iterate_in_threadpool", "create_app"):
         if not hasattr(app, name):  # a llama-cpp-python that no longer calls them: say so rather than run slow
             raise RuntimeError(f"llama_cpp.server.app has no {name}; services/brain/llama_server.py needs updating")
     app.run_in_threadpool = run_on_llama_thread
     app.iterate_in_threadpool = iterate_on_llama_thread
+    create_app = app.create_app
+
+    def create_app_with_turn_route(*args, **kwargs):
+        server = create_app(*args, **kwargs)
+        add_turn_route(server)
+        return server
+
+    app.create_app = create_app_with_turn_route
 
 
 def main() -> None:

@@ -228,11 +228,25 @@ STS_END_OF_TURN = Counter(
     " incomplete, the words read as a finished sentence: the turn ends after sentence_end_silence_ms).",
     ["service", "engine", "decision"],
 )
+STS_WORDS_JUDGEMENTS = Counter(
+    "voicefleet_sts_words_judgements_total",
+    "The reply model's reading of the user's words at a candidate end of turn (moss_sts.brain_turn_check):"
+    " finished, unfinished (the turn waits for more speech up to max_silence_ms) or unknown (no answer: the commit"
+    " goes on without it).",
+    ["service", "engine", "verdict"],
+)
 STS_PREEMPTIVE_REPLIES = Counter(
     "voicefleet_sts_preemptive_replies_total",
     "Replies started at a candidate end of turn, held until the commit: used (the turn committed) or discarded"
     " (the user went on; nothing of it was sent).",
     ["service", "engine", "outcome"],
+)
+STS_BRAIN_TURN_JUDGEMENT = Histogram(
+    "voicefleet_sts_brain_turn_judgement_seconds",
+    "The reply model's reading of the user's words at a candidate end of turn (ChatBrain.end_of_turn_logprob):"
+    " request to answer.",
+    ["service"],
+    buckets=LATENCY_BUCKETS,
 )
 STS_BRAIN_READ_AHEADS = Counter(
     "voicefleet_sts_brain_read_aheads_total",

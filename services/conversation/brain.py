@@ -30,6 +30,8 @@ log = logging.getLogger("voicefleet.conversation.brain")
 
 # Sampling seed sent when the session gives none (0 means "a fixed default" in the contract).
 DEFAULT_SEED = 1234
+# What a recognizer closes a phrase with; the words judgement reads the words without it (end_of_turn_logprob).
+CLOSING_MARKS = " \t\n.?!,;:\u2026"
 
 
 def request_headers(request_id: str) -> dict[str, str]:
@@ -73,6 +75,8 @@ class ChatBrain:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self._first_token = metrics.STS_BRAIN_FIRST_TOKEN.labels(service)
+        self._service = service
+        self._no_turn_route = False  # the server answered /end_of_turn with 404: it has none
         self._client = None
         self._in_flight = 0  # requests of this client the brain is serving or has queued (every session's)
 
@@ -203,6 +207,41 @@ class ChatBrain:
         if response.status_code >= 400:
             raise self._refused(response.status_code, response.text[:300])
         return True
+
+    async def end_of_turn_logprob(self, messages: list[dict], request_id: str = "") -> float | None:
+        """How sure the reply model is that the user's words (``messages[-1]``, the turn so far) end their turn: the
+        natural log of the probability that the next token after them is the chat template's end-of-message token
+        or a mark that closes a sentence (LiveKit's text turn detector reads a transcript the same way). The words
+        are read without the recognizer's closing mark: whisper punctuates a phrase cut mid-way ("I'd like to book
+        a table for.") as readily as a sentence, and a small model trusts the mark (SmolLM2-135M read most cut
+        phrases of bench/turn_words.py's set as finished with the mark kept). One prompt
+        evaluation, no token sampled, on the in-box server's ``POST /v1/end_of_turn`` (services/brain/
+        llama_server.py); its prompt is the turn's own up to the user's last word, so the reply's request then
+        evaluates little more. None when the server has no such route (vLLM): asked once, then never again."""
+        if self._no_turn_route:
+            return None
+        *before, last = messages
+        words = {**last, "content": last["content"].rstrip(CLOSING_MARKS)}
+        if not words["content"]:
+            return None
+        body = {"model": self.model, "messages": self.prompt([*before, words])}
+        sent = time.monotonic()
+        async with self._request():
+            response = await self._http().post(
+                f"{self.base_url}/end_of_turn", json=body, headers=request_headers(request_id)
+            )
+        if response.status_code in (404, 405):
+            self._no_turn_route = True
+            log.warning(
+                "brain: %s has no /end_of_turn route (not voicefleet's llama.cpp server): the turn-taking goes on"
+                " without the reply model's reading of the words (docs/conversation.md#the-words-judgement)",
+                self.base_url,
+            )
+            return None
+        if response.status_code >= 400:
+            raise self._refused(response.status_code, response.text[:300])
+        metrics.STS_BRAIN_TURN_JUDGEMENT.labels(self._service).observe(time.monotonic() - sent)
+        return float(response.json()["sentence_end_logprob"])
 
     @contextlib.asynccontextmanager
     async def _request(self):
