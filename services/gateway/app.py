@@ -445,7 +445,13 @@ class Gateway:
         if (refused := self.refuse(request)) is not None:
             return self._count("realtime", refused)
         # Browsers offer the "realtime" subprotocol (OpenAI's browser snippet); the SDKs send none.
-        ws = web.WebSocketResponse(max_msg_size=self.section.max_message_bytes, autoping=True, protocols=("realtime",))
+        # Pinged every idle_timeout_seconds: a client that stops answering is gone (no pong in half that) and closed.
+        ws = web.WebSocketResponse(
+            max_msg_size=self.section.max_message_bytes,
+            autoping=True,
+            heartbeat=self.section.idle_timeout_seconds,
+            protocols=("realtime",),
+        )
         await ws.prepare(request)
         if len(self.sessions) >= self.section.max_sessions:
             GATEWAY_REFUSALS.labels("max_sessions").inc()

@@ -198,9 +198,7 @@ class RealtimeConnection:
             for task in self.tasks:
                 task.cancel()
             await asyncio.gather(*self.tasks, return_exceptions=True)
-        if self.close_code == protocol.IDLE:
-            GATEWAY_REFUSALS.labels("idle").inc()
-        elif self.close_code == protocol.SLOW_CLIENT:
+        if self.close_code == protocol.SLOW_CLIENT:
             GATEWAY_REFUSALS.labels("slow_client").inc()
         if not self.ws.closed:
             await self.ws.close(code=self.close_code, message=protocol.close_reason(self.close_reason).encode())
@@ -241,28 +239,11 @@ class RealtimeConnection:
                 GATEWAY_MESSAGES.labels("out", "event").inc()
 
     # --- in --------------------------------------------------------------------------------------------------------
-    def _busy(self) -> bool:
-        return self.response is not None or bool(self.held)
-
     async def _receive(self):
-        idle = self.section.idle_timeout_seconds
+        # No idle timeout on messages: a push-to-talk client may say nothing for minutes. A client that is gone stops
+        # answering the socket's pings (aiohttp's heartbeat, every gateway.idle_timeout_seconds) and is closed.
         while True:
-            try:
-                message = await self.ws.receive(timeout=idle)
-            except TimeoutError:
-                if self._busy():
-                    continue  # waiting for a reply is not idling
-                self.emit(
-                    "error",
-                    error={
-                        "type": "invalid_request_error",
-                        "code": "idle_timeout",
-                        "message": f"nothing received for {idle:g} s (gateway.idle_timeout_seconds)",
-                        "param": None,
-                        "event_id": None,
-                    },
-                )
-                raise _Closing(protocol.IDLE, f"idle: nothing received for {idle:g} s") from None
+            message = await self.ws.receive()
             if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
                 raise _ClientGone
             if message.type == WSMsgType.ERROR:
@@ -289,8 +270,6 @@ class RealtimeConnection:
                     await self.handle(event)
                 except RealtimeError as e:
                     self.error(e, event_id)
-        except _Closing as e:
-            self.fail(e.code, e.reason)
         except _ClientGone:
             if self.call is not None:
                 with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
@@ -862,12 +841,6 @@ class RealtimeConnection:
         elif status == "failed":
             details = {"type": "failed", "error": error}
         self.emit("response.done", response=self._response_body(response, status, output, details))
-
-
-class _Closing(Exception):
-    def __init__(self, code: int, reason: str):
-        super().__init__(reason)
-        self.code, self.reason = code, reason
 
 
 def _parse(text: str) -> dict:

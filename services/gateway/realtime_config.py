@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 
 from services.gateway import protocol
 
-# The fleet side of a Realtime session: user audio goes to the Converse stream at 16 kHz (the recognizers' rate), reply
-# audio comes back at 24 kHz (OpenAI's pcm rate); the gateway converts to and from the client's format.
+# The fleet side of a Realtime session: user audio goes to the Converse stream at 16 kHz (the recognizers' rate) and
+# reply audio comes back at 24 kHz (OpenAI's pcm rate, resampled once by the service from its voice's own rate); the
+# gateway converts to and from the client's format (services/common/audio).
 FLEET_INPUT_RATE = 16_000
 FLEET_OUTPUT_RATE = 24_000
 PCM_RATE = 24_000  # audio/pcm: s16le mono at 24 kHz, the only rate the GA protocol has

@@ -1,0 +1,249 @@
+"""The OpenAI Realtime route (``/v1/realtime``) on a real CPU fleet (asr + brain + moss_sts + router + gateway), spoken
+to by the official ``openai`` SDK (``AsyncOpenAI(base_url=...).realtime.connect``): a spoken question streamed at real
+time gets the user's transcript, reply audio the strict listener hears as the reply's transcript, and response.done;
+bad and unknown events get an ``error`` naming the param and the session goes on; turn_detection null with commit +
+response.create; audio/pcmu both ways. Marked ``realtime`` (`make test-realtime`): outside `make test`'s budget.
+The route's tables and config without a fleet: tests/gateway/test_realtime_table.py."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import openai
+import pytest
+
+from services.common import audio
+from tests.speech import INTELLIGIBLE, intelligible, wer
+
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(300)]
+# Questions as tests/gateway/test_gateway.py asks them: a story is long enough that the strict listener's bound (one
+# error per ten words) judges the voice, not one short word.
+QUESTION = "Please tell me a short story about a friendly dog."
+PHONE = "Please tell me another short story, about a friendly cat."
+CLEARED = "What is the tallest mountain in the world?"
+SYSTEM = "You are a friendly voice assistant. Answer in English, in one or two short sentences."
+CHUNK_MS = 40
+EVENT_WAIT_S = 90  # the longest wait for any one event (a CPU fleet answering); never a timing assert
+
+
+def url(fleet) -> str:
+    return f"http://{fleet.address('gateway')}/v1"
+
+
+@pytest.fixture(scope="module")
+def said(gateway_fleet) -> dict[str, bytes]:
+    """The questions at 24 kHz (OpenAI's pcm rate), said by the fleet's piper voice through the gateway."""
+    client = openai.OpenAI(base_url=url(gateway_fleet), api_key="unused", max_retries=0, timeout=120)
+    return {
+        text: client.audio.speech.create(model="tts-1", voice="joe", input=text, response_format="pcm").content
+        for text in (QUESTION, PHONE, CLEARED)
+    }
+
+
+def connect(fleet):
+    client = openai.AsyncOpenAI(base_url=url(fleet), api_key="unused", max_retries=0)
+    return client.realtime.connect(model="gpt-realtime")
+
+
+async def next_event(connection, kind: str, seen: list | None = None):
+    """The next event of type ``kind`` (events before it go to ``seen``)."""
+    while True:
+        event = await asyncio.wait_for(connection.recv(), EVENT_WAIT_S)
+        if seen is not None:
+            seen.append(event)
+        if event.type == kind:
+            return event
+
+
+async def append(connection, data: bytes, bytes_per_ms: int, paced: bool) -> None:
+    step = bytes_per_ms * CHUNK_MS  # whole samples: 48 bytes a ms for pcm 24 kHz, 8 for G.711 8 kHz
+    for start in range(0, len(data), step):
+        await connection.input_audio_buffer.append(audio=base64.b64encode(data[start : start + step]).decode())
+        if paced:
+            await asyncio.sleep(CHUNK_MS / 1000)
+
+
+async def speak_until(connection, pcm24: bytes, kind: str) -> list:
+    """Stream ``pcm24`` at real time like a microphone, then silence, until an event of type ``kind``; all events."""
+    events: list = []
+
+    async def microphone():
+        await append(connection, pcm24, 48, paced=True)
+        while True:
+            await append(connection, bytes(48 * CHUNK_MS), 48, paced=True)
+
+    mic = asyncio.create_task(microphone())
+    try:
+        await next_event(connection, kind, events)
+    finally:
+        mic.cancel()
+        await asyncio.gather(mic, return_exceptions=True)
+    return events
+
+
+def of(events: list, kind: str) -> list:
+    return [e for e in events if e.type == kind]
+
+
+def reply_audio(events: list, response_id: str) -> bytes:
+    return b"".join(
+        base64.b64decode(e.delta) for e in of(events, "response.output_audio.delta") if e.response_id == response_id
+    )
+
+
+def check_spoken_reply(events: list) -> tuple[str, bytes]:
+    """The response.done of ``events`` is a completed spoken reply; (its transcript, its audio)."""
+    done = of(events, "response.done")[-1].response
+    assert done.status == "completed", done.status_details
+    transcript = of(events, "response.output_audio_transcript.done")[-1].transcript
+    deltas = "".join(e.delta for e in of(events, "response.output_audio_transcript.delta") if e.response_id == done.id)
+    assert transcript.strip() and deltas == transcript, (deltas, transcript)
+    assert done.output[0].content[0].transcript == transcript
+    pcm = reply_audio(events, done.id)
+    assert pcm, "no reply audio"
+    return transcript, pcm
+
+
+async def test_spoken_question_gets_transcript_reply_audio_and_done(gateway_fleet, said):
+    async with connect(gateway_fleet) as connection:
+        created = await next_event(connection, "session.created")
+        assert created.session.audio.input.turn_detection.type == "server_vad"
+        await connection.session.update(
+            session={
+                "type": "realtime",
+                "instructions": SYSTEM,
+                "max_output_tokens": 40,
+                "audio": {
+                    "input": {"transcription": {"model": "whisper-1", "language": "en"}},
+                    "output": {"voice": "joe"},
+                },
+            }
+        )
+        updated = await next_event(connection, "session.updated")
+        assert updated.session.audio.output.voice == "joe" and updated.session.instructions == SYSTEM
+        events = await speak_until(connection, said[QUESTION], "response.done")
+    kinds = [e.type for e in events]
+    assert "error" not in kinds, of(events, "error")
+    order = [
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.completed",
+        "response.created",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_audio.delta",
+        "response.output_audio.done",
+        "response.output_audio_transcript.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.done",
+    ]
+    firsts = [kinds.index(k) for k in order]  # each is there (ValueError otherwise), in this order
+    assert firsts == sorted(firsts), list(zip(order, firsts, strict=True))
+    user = of(events, "conversation.item.input_audio_transcription.completed")[0]
+    assert user.item_id == of(events, "input_audio_buffer.committed")[0].item_id
+    assert wer(QUESTION, user.transcript) <= 0.2, user.transcript
+    transcript, pcm = check_spoken_reply(events)
+    error, heard = intelligible(transcript, pcm, 24_000)
+    assert error <= INTELLIGIBLE, (transcript, heard)
+
+
+async def send(connection, event: dict | str) -> None:
+    await connection.send_raw(event if isinstance(event, str) else json.dumps(event))
+
+
+BAD_EVENTS = [
+    # (what the client sends, the error's param, its code)
+    ("not json at all", None, "invalid_json"),
+    ({"type": "session.make_louder", "event_id": "ev_1"}, "type", "invalid_event"),
+    ({"type": "output_audio_buffer.clear", "event_id": "ev_2"}, "type", "unsupported"),
+    (
+        {
+            "type": "session.update",
+            "event_id": "ev_3",
+            "session": {"type": "realtime", "audio": {"output": {"voice": "alloy"}}},
+        },
+        "session.audio.output.voice",
+        "invalid_value",
+    ),
+    (
+        {"type": "session.update", "event_id": "ev_4", "session": {"type": "realtime", "volume": 11}},
+        "session.volume",
+        "unknown_parameter",
+    ),
+    ({"type": "input_audio_buffer.append", "event_id": "ev_5", "audio": "%%% not base64"}, "audio", "invalid_value"),
+    ({"type": "input_audio_buffer.commit", "event_id": "ev_6"}, None, "input_audio_buffer_commit_empty"),
+    ({"type": "response.cancel", "event_id": "ev_7"}, None, "response_cancel_not_active"),
+    ({"type": "response.create", "event_id": "ev_8"}, None, "no_user_input"),
+    ({"type": "conversation.item.retrieve", "event_id": "ev_9", "item_id": "item_nope"}, "item_id", "item_not_found"),
+]
+
+
+async def test_bad_events_get_errors_and_the_session_goes_on_with_manual_turns(gateway_fleet, said):
+    async with connect(gateway_fleet) as connection:
+        await next_event(connection, "session.created")
+        await connection.session.update(
+            session={
+                "type": "realtime",
+                "instructions": SYSTEM,
+                "audio": {
+                    "input": {"turn_detection": None, "transcription": {"model": "whisper-1", "language": "en"}},
+                },
+            }
+        )
+        updated = await next_event(connection, "session.updated")
+        assert updated.session.audio.input.turn_detection is None
+        for event, param, code in BAD_EVENTS:
+            await send(connection, event)
+            error = (await next_event(connection, "error")).error
+            assert (error.param, error.code) == (param, code), (event, error)
+            assert error.event_id == (event.get("event_id") if isinstance(event, dict) else None)
+            if param == "session.audio.output.voice":
+                assert "joe" in error.message, error.message  # names some of the fleet's voices
+        # turn_detection null: the audio is held until commit; clear drops it.
+        await append(connection, said[CLEARED], 48, paced=False)
+        await connection.input_audio_buffer.clear()
+        await next_event(connection, "input_audio_buffer.cleared")
+        await append(connection, said[QUESTION], 48, paced=False)
+        await connection.input_audio_buffer.commit()
+        committed = await next_event(connection, "input_audio_buffer.committed")
+        added = await next_event(connection, "conversation.item.added")
+        assert added.item.id == committed.item_id and added.item.role == "user"
+        await connection.response.create()
+        manual: list = []
+        await next_event(connection, "response.done", manual)
+        await connection.conversation.item.retrieve(item_id=committed.item_id)
+        retrieved = await next_event(connection, "conversation.item.retrieved")
+
+        # The same session on a phone line: G.711 mu-law at 8 kHz both ways (formats may change between turns).
+        await connection.session.update(
+            session={
+                "type": "realtime",
+                "audio": {"input": {"format": {"type": "audio/pcmu"}}, "output": {"format": {"type": "audio/pcmu"}}},
+            }
+        )
+        await next_event(connection, "session.updated")
+        await append(connection, audio.ulaw_encode(audio.resample(said[PHONE], 24_000, 8_000)), 8, paced=False)
+        await connection.input_audio_buffer.commit()
+        await next_event(connection, "input_audio_buffer.committed")
+        await connection.response.create()
+        phone: list = []
+        await next_event(connection, "response.done", phone)
+    # The strict listener runs after the session: it holds the CPU (and this client's event loop) for seconds.
+    assert "error" not in [e.type for e in manual + phone], of(manual + phone, "error")
+    user = of(manual, "conversation.item.input_audio_transcription.completed")[0]
+    assert user.item_id == committed.item_id
+    assert wer(QUESTION, user.transcript) <= 0.2, user.transcript  # the cleared question is not in it
+    assert retrieved.item.content[0].transcript == user.transcript
+    transcript, pcm = check_spoken_reply(manual)
+    error, heard = intelligible(transcript, pcm, 24_000)
+    assert error <= INTELLIGIBLE, (transcript, heard)
+    user = of(phone, "conversation.item.input_audio_transcription.completed")[0]
+    assert wer(PHONE, user.transcript) <= 0.2, user.transcript
+    transcript, coded = check_spoken_reply(phone)
+    pcm8k = audio.ulaw_decode(coded)  # one byte a sample at 8 kHz
+    error, heard = intelligible(transcript, pcm8k, 8_000)
+    assert error <= INTELLIGIBLE, (transcript, heard)
