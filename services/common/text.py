@@ -48,7 +48,8 @@ class BufferPolicy:
 
     # A clause ending in , ; : is spoken once it has this many characters, before its sentence ends.
     min_chars: int = 60
-    # Whatever complete words are buffered are spoken once no new text came for this long.
+    # Whatever complete words are buffered are spoken once no new text came for this long (a first segment only once
+    # it has ``first.min_chars``).
     max_wait_s: float = 0.4
     # The first segment's own, earlier cut (None: the first segment follows the rules above like every other).
     first: FirstSegment | None = None
@@ -198,13 +199,19 @@ class IncrementalSegmenter:
 
     def flush(self, whole_words: bool = False) -> list[tuple[int, int]]:
         """Everything buffered as one segment. ``whole_words``: only up to the last whitespace (a timer flush must
-        not cut a word the LLM is still writing); nothing when the buffer is one unfinished word."""
+        not cut a word the LLM is still writing); nothing when the buffer is one unfinished word, nor, with a
+        ``first`` rule, a first segment shorter than its ``min_chars`` (a brain that stalls after "The" must not
+        make the voice say "The" alone: piper's lone "The" is heard as "that")."""
         end = len(self.text)
         if whole_words and not self.text[end - 1 : end].isspace():
             last_space = max((m.start() for m in _WHITESPACE.finditer(self.text, self._start)), default=-1)
             if last_space < 0:
                 return []
             end = last_space
+        if whole_words and self.first is not None and not self._first_given:
+            a, b = _trim(self.text, self._start, end) or (end, end)
+            if spoken_len(self.text, a, b) < self.first.min_chars:
+                return []
         return self._take(end)
 
     def _next_cut(self) -> int | None:

@@ -227,6 +227,21 @@ def test_clause_rule_and_max_chars():
     assert all(not long.text[a:b].endswith("wor") for a, b in spans)  # cut at whitespace
 
 
+def test_a_timer_flush_never_speaks_a_first_segment_shorter_than_the_first_rule():
+    """A brain that stalls after its first word: "The" alone is not spoken (the voice says it as "that"); once the
+    words reach the first rule's min_chars they are."""
+    s = IncrementalSegmenter(first=FirstSegment(min_chars=12, words=2))
+    s.feed("The ")
+    assert s.flush(whole_words=True) == []
+    s.feed("answer is ")
+    assert pieces_of(s.text, s.flush(whole_words=True)) == ["The answer is"]
+    s.feed("four ")
+    assert pieces_of(s.text, s.flush(whole_words=True)) == ["four"]  # later segments: any whole words
+    short = IncrementalSegmenter(first=FirstSegment(min_chars=12))
+    spans = short.feed("Hi. ")
+    assert pieces_of(short.text, spans) == ["Hi."]  # a sentence end is no timer: spoken as ever
+
+
 def test_flush_whole_words_keeps_an_unfinished_word():
     s = IncrementalSegmenter()
     s.feed("Hello wor")
