@@ -277,12 +277,7 @@ def build(seed: int = 23, counts: Counts | None = None, cache: Path | None = Non
     lines: dict[str, Line] = {}
 
     def speak(line_id: str, kind: str, text: str, said: str | None = None, length: str = "") -> Line:
-        piper_seed = _piper_seed(seed, text)
-        samples, _ = voice.say(said or text, piper_seed)
-        pcm = audio.resample(samples.tobytes(), voice.rate, RATE)
-        start, end = speech_bounds_ms(pcm)
-        line = Line(line_id, kind, text, start, end, len(pcm) // 2 * 1000 // RATE, length, piper_seed=piper_seed)
-        line.pcm = pcm
+        line = spoken_line(line_id, kind, text, seed, said, length, voice)
         lines[line_id] = line
         return line
 
@@ -335,6 +330,26 @@ def build(seed: int = 23, counts: Counts | None = None, cache: Path | None = Non
     turn_set = TurnSet(seed, directory, lines, complete, paused, trials)
     _save(turn_set)
     return turn_set
+
+
+def spoken_line(
+    line_id: str,
+    kind: str,
+    text: str,
+    seed: int = 23,
+    said: str | None = None,
+    length: str = "",
+    voice: Voice | None = None,
+) -> Line:
+    """``text`` said whole (piper is asked to say ``said`` when given), as the set says its complete lines and cues."""
+    voice = voice or Voice()
+    piper_seed = _piper_seed(seed, text)
+    samples, _ = voice.say(said or text, piper_seed)
+    pcm = audio.resample(samples.tobytes(), voice.rate, RATE)
+    start, end = speech_bounds_ms(pcm)
+    line = Line(line_id, kind, text, start, end, len(pcm) // 2 * 1000 // RATE, length, piper_seed=piper_seed)
+    line.pcm = pcm
+    return line
 
 
 def paused_line(marked: str, pause_ms: int, seed: int = 23, voice: Voice | None = None) -> Line:

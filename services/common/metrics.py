@@ -231,8 +231,8 @@ STS_END_OF_TURN = Counter(
 STS_WORDS_JUDGEMENTS = Counter(
     "voicefleet_sts_words_judgements_total",
     "The reply model's reading of the user's words at a candidate end of turn (moss_sts.brain_turn_check):"
-    " finished, unfinished (the turn waits for more speech up to max_silence_ms) or unknown (no answer: the commit"
-    " goes on without it).",
+    " finished, unfinished (the turn waits for more speech up to max_silence_ms), unknown (no answer) or late (the"
+    " commit went on without it).",
     ["service", "engine", "verdict"],
 )
 STS_PREEMPTIVE_REPLIES = Counter(

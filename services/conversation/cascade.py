@@ -48,12 +48,16 @@ class CascadeSession(DialogueSession):
         self.voice = voice
 
     reads_ahead = True
+    judges_words = True
 
     def _messages(self, user_text: str) -> list[dict]:
         return self.context.chat(self.system_prompt) + [{"role": "user", "content": user_text}]
 
     async def read_ahead(self, text: str) -> bool:
         return await self.engine.brain.read_ahead(self._messages(text), self.options.request_id)
+
+    async def judge_words(self, text: str) -> float | None:
+        return await self.engine.brain.end_of_turn_logprob(self._messages(text), self.options.request_id)
 
     async def generate_reply(self, turn: UserTurn, sink: ReplySink) -> None:
         messages = self._messages(turn.text)

@@ -79,6 +79,7 @@ from services.conversation import echo
 from services.conversation.barge_in import DEFAULT_STOP_WORDS, WordRule, words
 from services.conversation.echo import EchoCanceller, is_own_words
 from services.conversation.relay import AudioRing, EventRelay, shifted
+from services.conversation.turn_words import JUDGEMENT_WAIT_MS, WordsJudge
 
 log = logging.getLogger("voicefleet.conversation.dialogue")
 
@@ -129,6 +130,10 @@ class DialogueLimits:
     # Drafts of the user's words while they speak, read by the brain ahead of the turn (sessions that have a text
     # brain: ``DialogueSession.read_ahead``); 0: off.
     brain_read_ahead_ms: int = 0
+    # The words judgement (sessions that have a text brain: ``DialogueSession.judge_words``, turn_words.py): a
+    # candidate end of turn whose words the brain gives a log P(end of turn) below this waits for more speech up to
+    # the endpointing's max_silence_ms; None: off.
+    words_unfinished_below: float | None = None
 
     @classmethod
     def from_config(cls, section) -> DialogueLimits:
@@ -149,6 +154,7 @@ class DialogueLimits:
             echo_cancellation=section.echo_cancellation,
             reply_first=section.reply_first_segment(),
             brain_read_ahead_ms=section.brain_read_ahead_ms,
+            words_unfinished_below=section.brain_turn_logprob if section.brain_turn_check else None,
         )
 
 
@@ -324,6 +330,8 @@ class DialogueSession(StsSession):
     #: Engines with a text brain read the user's words ahead of the turn (``read_ahead``); the others ask for no
     #: drafts.
     reads_ahead = False
+    #: Engines with a text brain judge a candidate end of turn by its words too (``judge_words``, turn_words.py).
+    judges_words = False
 
     def __init__(self, service: str, served_by: str, asr: AsrEngine, options: SessionOptions, limits: DialogueLimits):
         self.service = service
@@ -380,6 +388,10 @@ class DialogueSession(StsSession):
         self._recognizer_lag_s = 0.0  # how long after it was fed the audio of the recognizer's last report came
         self._discarded = 0  # candidates of the turn being heard that were dropped (the user went on)
         self._labels = (service, served_by.rsplit("/", 1)[-1])
+        # The brain's reading of a candidate's words (turn_words.py): unfinished words wait for more speech.
+        self._words: WordsJudge | None = None
+        if self.judges_words and limits.words_unfinished_below is not None:
+            self._words = WordsJudge(self.judge_words, limits.words_unfinished_below, self._labels, self._check_commit)
         # The reply leaking back into the caller's microphone is cancelled before anything listens to it, unless the
         # caller's own canceller did that already.
         cancel = limits.echo_cancellation and not options.client_cancels_echo
@@ -488,6 +500,8 @@ class DialogueSession(StsSession):
             return
         self._closing = True
         tasks = (self._gen_task, self._turn_task, self._asr_task, self._read_ahead_task)
+        if self._words is not None:
+            self._words.cancel()
         for task in tasks:
             if task is not None:
                 task.cancel()
@@ -513,6 +527,11 @@ class DialogueSession(StsSession):
         so that the turn's own request resumes from them. False: skipped (the brain is busy); raise for a failed one
         (logged; the turn is unaffected)."""
         return False
+
+    async def judge_words(self, text: str) -> float | None:
+        """``judges_words`` engines: the reply model's log P(the user's turn ends after ``text``), None when it cannot
+        say (turn_words.py); raise for a failed reading (logged; the commit goes on without it)."""
+        return None
 
     def assistant_message(self, reply: _Reply, heard: str) -> Message | None:
         """What the context keeps of a reply (the text heard; engines that answer audio may keep audio too)."""
@@ -744,7 +763,8 @@ class DialogueSession(StsSession):
         end_wall = self._arrival_wall(self._last_speech_end_ms) if self._last_speech_end_ms is not None else None
         turn = UserTurn(self.turn, text, audio, end_wall, time.monotonic(), discarded=self._discarded)
         commit_at = (self._last_speech_end_ms or self._fed_ms()) + self.limits.turn_commit_ms
-        if force or self.limits.turn_commit_ms <= 0 or (self._fed_ms() >= commit_at and not self._recognizer_behind()):
+        late = self._fed_ms() >= commit_at and not self._recognizer_behind()
+        if force or self.limits.turn_commit_ms <= 0 or (late and self._words is None):
             turn.commit_wall = time.monotonic()
             self._clear_heard_turn()
             self._set_state(THINKING)
@@ -759,6 +779,8 @@ class DialogueSession(StsSession):
         self._commit_at_ms = commit_at_ms
         reply = _Reply(turn, served_by=self.served_by, held=True)
         self._candidate = self._reply = reply  # at once: a SPEECH_START read next must find it to drop it
+        if self._words is not None:
+            self._words.start(turn.text, self._fed_ms())  # first: the brain reads the words, then replies
         self._turn_task = asyncio.create_task(self._run_turn(turn, reply), name=f"dialogue-turn-{turn.index}")
 
     def _start_candidate(self, words: str, speech_end_ms: int) -> None:
@@ -812,11 +834,24 @@ class DialogueSession(StsSession):
         if self._recognizer_behind():
             return  # it may be the user going on
         now = self._fed_ms()
+        if self._words_hold(now):
+            return
         speech_end = self._last_speech_end_ms or 0
         resuming = self._loud_after(speech_end) and now - self._last_loud_ms < RESUME_QUIET_MS
         if resuming and now < self._commit_at_ms + self.options.endpointing.min_speech_ms + RESUME_QUIET_MS:
             return  # sound after the speech ended: wait for the recognizer to say whether it is speech
         self._commit()
+
+    def _words_hold(self, now_ms: int) -> bool:
+        """The commit waits for the brain's reading of the candidate's words (at most JUDGEMENT_WAIT_MS past the
+        commit time or the reading's start, whichever is later), and words that read unfinished wait for more speech
+        up to max_silence_ms after the speech ended (the commit time less turn_commit_ms)."""
+        if self._words is None or self._words.text != self._candidate.turn.text:
+            return False
+        if self._words.pending:
+            return now_ms < max(self._commit_at_ms, self._words.started_ms) + JUDGEMENT_WAIT_MS
+        speech_end = self._commit_at_ms - self.limits.turn_commit_ms
+        return self._words.unfinished and now_ms < speech_end + self.options.endpointing.max_silence_ms
 
     def _loud_after(self, speech_end_ms: int) -> bool:
         """The caller made sound after ``speech_end_ms`` (beyond two level windows: a word's tail is not a new one)."""
@@ -833,6 +868,8 @@ class DialogueSession(StsSession):
     def _commit(self) -> None:
         """The held reply's turn is over: its text and audio go out (from where generation got to)."""
         reply, self._candidate, self._commit_at_ms = self._candidate, None, None
+        if self._words is not None:
+            self._words.too_late()  # a verdict still under way no longer matters
         if reply is None or reply.discarded:
             return
         reply.turn.commit_wall = time.monotonic()
@@ -849,6 +886,8 @@ class DialogueSession(StsSession):
         """Speech came back before the commit: drop the held reply (brain stream and TTS stop with the task);
         none of it was sent, and the context never saw it. The user's words so far stay pending."""
         reply, self._candidate, self._commit_at_ms = self._candidate, None, None
+        if self._words is not None:
+            self._words.cancel()
         if reply is None:
             return
         reply.discarded = True
@@ -1051,6 +1090,11 @@ class DialogueSession(StsSession):
             self._reply = reply
         elif reply.discarded:
             return  # dropped before it started
+        if reply.held and self._words is not None and self._words.text == turn.text:
+            # The brain serves one request at a time and a streamed reply holds it to its end: the reading goes first.
+            await self._words.settled(JUDGEMENT_WAIT_MS / 1000)
+            if reply.discarded:
+                return
         gen = asyncio.create_task(self.generate_reply(turn, ReplySink(self, reply)), name="dialogue-reply")
         self._gen_task = reply.gen_task = gen
         await asyncio.wait({gen})

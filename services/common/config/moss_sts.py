@@ -141,6 +141,15 @@ class MossStsConfig(TtsServiceConfig):
     # llama.cpp's prompt cache): at the turn's end only its last words are left to evaluate
     # (docs/conversation.md#reading-ahead). 0: off; else 200..10000.
     brain_read_ahead_ms: int = bounded(600, ge=0, le=10_000)
+    # Engines with a text brain: at a candidate end of turn the brain reads the user's words (log P that the chat
+    # template's end-of-message token or a sentence's closing mark comes next after them, the recognizer's own mark
+    # left off: the brain's /v1/end_of_turn); below brain_turn_logprob they read unfinished and the turn waits for
+    # more speech up to endpointing.max_silence_ms after the speech ended, rather than turn_commit_ms. At -3.0 the
+    # in-box SmolLM2 read 48 of 48 whole requests finished (the least -1.7) and 353 of 405 of them cut mid-phrase
+    # unfinished (bench/results/turn-words-2026-11-28/; docs/conversation.md#the-words-judgement). false: the turn
+    # model and the text check alone.
+    brain_turn_check: bool = True
+    brain_turn_logprob: float = bounded(-3.0, ge=-100, le=0, says="must be a natural-log probability, -100..0")
     # Cancel the echo of the reply in the caller's audio (WebRTC AEC3, the pywebrtc-audio wheel), so a speakerphone
     # or a phone line without echo cancellation does not make the agent interrupt itself (docs/conversation.md#echo).
     echo_cancellation: bool = True

@@ -1,0 +1,131 @@
+"""Thinking pauses mid-phrase, at many points of each sentence (issue 45): how often the agent takes the turn in the
+pause (a false cut-off), through a fresh CPU fleet at the shipped defaults, one session at a time, each line said at
+the pace of real time by bench.turn_taking's caller.
+
+The points: every word boundary of the turn-taking set's medium and long sentences (bench/turn_set.py) after the
+second word and before the last, except at a clause mark, drawn over ``--seeds`` (each seed draws ``--per-length``
+points per pause length, and a piper rendition of its own). Each point is labelled by the word before the pause: a
+function word (the text check's closed-class list, services/common/turn_text.py) or a content word.
+
+    python -m bench.turn_pauses [--pauses 500,800,1200] [--per-length 20] [--seeds 3] [--out FILE.json]
+        ['{"moss_sts": {...}}' config overrides]
+
+Prints the false cut-offs per pause length and per kind of word, and each cut line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+from bench import turn_taking
+from bench.harness import machine
+from bench.turn_set import LONG, MEDIUM, paused_line
+from services.cli.fleet import LocalFleet
+from services.common.turn_text import NON_FINAL_WORDS
+
+
+def pause_points(seed: int, count: int) -> list[str]:
+    """``count`` sentences marked with '|' at a drawn mid-phrase word boundary."""
+    rng = random.Random(seed)
+    points = []
+    for marked in MEDIUM + LONG:
+        words = marked.replace("|", " ").split()
+        for i in range(2, len(words) - 1):
+            if words[i - 1][-1] in ",;:":
+                continue  # a clause mark: a pause there is a speaker's right
+            points.append(" ".join(words[:i]) + " | " + " ".join(words[i:]))
+    rng.shuffle(points)
+    return points[:count]
+
+
+def word_before(marked: str) -> str:
+    return marked.split("|")[0].split()[-1].strip(",.?!").lower()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.turn_pauses", description=__doc__)
+    parser.add_argument("--pauses", default="500,800,1200")
+    parser.add_argument("--per-length", type=int, default=20)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("overrides", nargs="?", default="{}")
+    args = parser.parse_args()
+    overrides = json.loads(args.overrides)
+    pauses = [int(p) for p in args.pauses.split(",")]
+    started = machine()
+    lines = []
+    for pause_ms in pauses:
+        for s in range(args.seeds):
+            seed = 1000 * pause_ms + s
+            n = args.per_length // args.seeds + (s < args.per_length % args.seeds)  # per_length in all
+            for marked in pause_points(seed, n):
+                try:
+                    lines.append((marked, paused_line(marked, pause_ms, seed=seed)))
+                except ValueError:
+                    continue  # piper joins the words either side of the mark: no gap to pause in
+    print(f"{len(lines)} paused lines", flush=True)
+    moss_sts = {"default_max_tokens": 48, **overrides.pop("moss_sts", {})}
+    records = []
+    with tempfile.TemporaryDirectory() as tmp:
+        fleet = LocalFleet.on_free_ports(tmp, ("brain", "asr", "moss_sts", "router"), moss_sts=moss_sts, **overrides)
+        try:
+            with grpc.insecure_channel(fleet.config.router.address) as channel:
+                for i, (marked, line) in enumerate(lines):
+                    line.id = f"p{i}"
+                    caller = turn_taking.Caller(channel, turn_taking.conversation_config(1))  # semantic
+                    try:
+                        record = turn_taking.endpointing_line(caller, line, line.id)
+                    finally:
+                        caller.close()
+                    record.update(marked=marked, word_before=word_before(marked))
+                    records.append(record)
+                    cut = record.get("false_cut_off")
+                    print(f"{line.pause_ms:5d} ms {'CUT ' if cut else 'ok  '} {marked}", flush=True)
+        finally:
+            fleet.stop()
+    rows = {}
+    for pause_ms in pauses:
+        said = [r for r in records if r.get("pause_ms") == pause_ms and "false_cut_off" in r]
+        function = [r for r in said if r["word_before"] in NON_FINAL_WORDS]
+        content = [r for r in said if r["word_before"] not in NON_FINAL_WORDS]
+        rows[pause_ms] = {
+            "lines": len(said),
+            "false_cut_offs": sum(r["false_cut_off"] for r in said),
+            "after_function_words": f"{sum(r['false_cut_off'] for r in function)}/{len(function)}",
+            "after_content_words": f"{sum(r['false_cut_off'] for r in content)}/{len(content)}",
+        }
+    print("\n| pause | false cut-offs | after function words | after content words |\n|---|---|---|---|")
+    for pause_ms, row in rows.items():
+        share = 100 * row["false_cut_offs"] / max(1, row["lines"])
+        print(
+            f"| {pause_ms} ms | {row['false_cut_offs']}/{row['lines']} ({share:.0f} %) |"
+            f" {row['after_function_words']} | {row['after_content_words']} |"
+        )
+    print(f"\nmachine: {started}")
+    if args.out:
+        args.out.write_text(
+            json.dumps(
+                {
+                    "machine": started,
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "overrides": json.loads(args.overrides),
+                    "rows": rows,
+                    "records": records,
+                },
+                indent=1,
+                default=str,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
