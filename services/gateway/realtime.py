@@ -47,7 +47,7 @@ from services.gateway.realtime_config import (
     apply_update,
     output_modalities,
 )
-from voice.v1 import conversation_pb2, conversation_pb2_grpc
+from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc, synthesizer_pb2, synthesizer_pb2_grpc
 
 log = logging.getLogger("voicefleet.gateway")
 
@@ -115,6 +115,7 @@ class UserTurn:
     held: bool = False  # its audio was committed by the client (turn_detection null): item already added
     started: bool = False
     committed: bool = False
+    text: bool = False  # a user text item spoken into the stream: no transcription events, its item is as sent
     finals: list = field(default_factory=list)
     start_ms: int = 0
     end_ms: int = 0
@@ -168,14 +169,15 @@ class RealtimeConnection:
         self.fed_until = 0.0  # monotonic time up to which the stream has audio, at real-time pace
         self.decoder = Decoder(self.settings.input_format)
         self.buffer = bytearray()  # turn_detection null: appended audio not yet committed (fleet rate)
-        self.held: list[tuple[str, bytes]] = []  # committed, not yet answered: (item id, audio at the fleet rate)
+        # Committed, not yet answered: (item id, audio at the fleet rate, whether it is a user text item's speech).
+        self.held: list[tuple[str, bytes, bool]] = []
         self.items: OrderedDict[str, dict] = OrderedDict()
         self.last_item_id: str | None = None
         self.turns: dict[int, UserTurn] = {}
         self.response: Response | None = None
         self.next_params: dict | None = None  # response.create's params for the response the stream's commit makes
         self.answered: set[int] = set()
-        self.pending_items: list[str] = []  # user items fed at response.create whose Converse turn has not shown yet
+        self.pending_items: list[tuple[str, bool]] = []  # fed at response.create, their Converse turn not shown yet
         self.drop_fed_turn = False  # that fed turn's response was cancelled or failed first: its reply is interrupted
         self.item_audio_ms: dict[str, float] = {}
         self.tasks: list[asyncio.Task] = []
@@ -329,7 +331,7 @@ class RealtimeConnection:
         if self.settings.vad:
             await self._write_audio(pcm)
             return
-        held = len(self.buffer) + sum(len(a) for _, a in self.held)
+        held = len(self.buffer) + sum(len(a) for _, a, _ in self.held)
         if (held + len(pcm)) / 2 / FLEET_INPUT_RATE > MAX_HELD_S:
             raise RealtimeError(
                 f"the input audio buffer holds {MAX_HELD_S:g} s already: commit (and response.create) or clear it",
@@ -358,7 +360,7 @@ class RealtimeConnection:
                 "input_audio_buffer_commit_empty",
             )
         item_id = new_id("item")
-        self.held.append((item_id, bytes(self.buffer)))
+        self.held.append((item_id, bytes(self.buffer), False))
         self.buffer.clear()
         previous = self.last_item_id
         self.emit("input_audio_buffer.committed", item_id=item_id, previous_item_id=previous)
@@ -393,10 +395,10 @@ class RealtimeConnection:
             await self._ensure_call()
             response = self._new_response(params)
             fed_ms = 0
-            for _, pcm in self.held:
+            for _, pcm, _ in self.held:
                 await self._write_audio(pcm)
                 fed_ms += len(pcm) * 1000 // 2 // FLEET_INPUT_RATE
-            self.pending_items = [item_id for item_id, _ in self.held]
+            self.pending_items = [(item_id, text) for item_id, _, text in self.held]
             self.held.clear()
             self.drop_fed_turn = False
             # The turn ends (ACTION_END_OF_TURN) once the stream has heard its speech (its first transcript): sent
@@ -435,6 +437,110 @@ class RealtimeConnection:
         await self._control(conversation_pb2.ConversationControl.ACTION_INTERRUPT)
 
     # --- items -----------------------------------------------------------------------------------------------------
+    async def on_item_create(self, event: dict) -> None:
+        _fields(event, ("item", "previous_item_id"))
+        previous = event.get("previous_item_id")
+        if previous is not None and previous != self.last_item_id:
+            raise RealtimeError(
+                "items are added at the end of the conversation only (previous_item_id: the last item, or absent)",
+                "previous_item_id",
+                "unsupported",
+            )
+        item = event.get("item")
+        if not isinstance(item, dict):
+            raise RealtimeError("Missing required parameter: 'item'.", "item", "missing_required_parameter")
+        for name in item:
+            if name not in ("id", "type", "object", "role", "content", "status"):
+                raise RealtimeError(f"Unknown parameter: 'item.{name}'.", f"item.{name}", "unknown_parameter")
+        if item.get("type", "message") != "message":
+            raise RealtimeError(
+                f"'item.type' {str(item.get('type'))[:40]!r} is not served: tools and function calls are not.",
+                "item.type",
+                "unsupported",
+            )
+        role = item.get("role")
+        if role != "user":
+            raise RealtimeError(
+                f"'item.role' {str(role)[:20]!r} is not served: the fleet's context takes user turns only (system"
+                " text: session.instructions; assistant text cannot be put into the dialogue's context)",
+                "item.role",
+                "unsupported",
+            )
+        item_id = item.get("id") or new_id("item")
+        if not isinstance(item_id, str) or len(item_id) > 64 or item_id in self.items:
+            raise RealtimeError("Invalid value for 'item.id': a new id of up to 64 characters.", "item.id")
+        content = item.get("content")
+        if not isinstance(content, list) or not content:
+            raise RealtimeError(
+                "Invalid value for 'item.content': a list of input_text or input_audio parts.", "item.content"
+            )
+        texts, pcm = [], bytearray()
+        for i, part in enumerate(content):
+            where = f"item.content[{i}]"
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "input_text" and isinstance(part.get("text"), str):
+                texts.append(part["text"].strip())
+            elif kind == "input_audio" and isinstance(part.get("audio"), str):
+                try:
+                    raw = base64.b64decode(part["audio"], validate=True)
+                except (binascii.Error, ValueError):
+                    raise RealtimeError(f"Invalid value for '{where}.audio': not base64.", f"{where}.audio") from None
+                decoder = Decoder(self.settings.input_format)
+                pcm += decoder.decode(raw) + decoder.decode(b"", last=True)
+            else:
+                raise RealtimeError(
+                    f"Invalid value for '{where}': input_text with a text, or input_audio with base64 audio"
+                    " (input_image is not served).",
+                    f"{where}.type",
+                )
+        if texts and pcm:
+            raise RealtimeError("one item is text or audio, not both", "item.content", "unsupported")
+        text = " ".join(t for t in texts if t)
+        if texts and not text:
+            raise RealtimeError("Invalid value for 'item.content': the text is empty.", "item.content")
+        if len(text) > self.section.max_text_chars:
+            raise RealtimeError(f"the text is longer than {self.section.max_text_chars} characters", "item.content")
+        if pcm and len(pcm) * 1000 // 2 // FLEET_INPUT_RATE < MIN_COMMIT_MS:
+            raise RealtimeError(f"the audio is shorter than {MIN_COMMIT_MS} ms", "item.content")
+        if text:
+            pcm = bytearray(await self._speak(text))
+        await self._ensure_call()
+        self.held.append((item_id, bytes(pcm), bool(text)))
+        parts = [{"type": "input_text", "text": text}] if text else [{"type": "input_audio", "transcript": None}]
+        out = {"id": item_id, "object": "realtime.item", "type": "message", "role": "user", "status": "completed"}
+        out["content"] = parts
+        previous = self.last_item_id
+        self._keep_item(out)
+        self.emit("conversation.item.added", item=out, previous_item_id=previous)
+        if text:
+            self.emit("conversation.item.done", item=out, previous_item_id=previous)
+
+    async def _speak(self, text: str) -> bytes:
+        """A user text item as speech at the fleet's input rate: the Converse contract takes user turns as audio, so
+        the route's default voice says it into the stream (the context then keeps what the recognizer heard)."""
+        request = synthesizer_pb2.SynthesizeRequest(
+            request_id=f"rt-{uuid.uuid4().hex[:12]}",
+            text=text,
+            config=synthesizer_pb2.SynthesisConfig(
+                output_format=audio_pb2.AudioFormat(encoding=audio.S16LE, sample_rate_hz=FLEET_INPUT_RATE, channels=1)
+            ),
+        )
+        pcm = bytearray()
+        try:
+            async for chunk in synthesizer_pb2_grpc.SynthesizerStub(self.channel).Synthesize(
+                request, timeout=self.section.request_timeout_seconds, metadata=self.metadata
+            ):
+                pcm += chunk.audio.data
+        except grpc.aio.AioRpcError as e:
+            raise RealtimeError(
+                f"the text could not be spoken into the conversation: {e.code().name}: {e.details()}",
+                "item.content",
+                e.code().name,
+                "server_error",
+            ) from None
+        # Half a second of silence after it, as a speaker pauses: the recognizer hears the end of the last word.
+        return bytes(pcm) + bytes(FLEET_INPUT_RATE)
+
     async def on_item_retrieve(self, event: dict) -> None:
         _fields(event, ("item_id",))
         item = self.items.get(event.get("item_id"))
@@ -595,6 +701,8 @@ class RealtimeConnection:
                 )
         elif kind == "reply_audio":
             response = self._response_of(t)
+            if response is None:
+                log.warning("realtime: reply audio of turn %d with no response for it (%s)", t, self._where())
             if response is not None and response.modalities == ["audio"] and r.reply_audio.data:
                 self._start_output(response)
                 pcm = r.reply_audio.data
@@ -625,6 +733,10 @@ class RealtimeConnection:
                 self.emit("error", error={**error, "param": None, "event_id": None})
             self.answered.add(t)
             self.turns.pop(t, None)
+
+    def _where(self) -> str:
+        r = self.response
+        return f"response {r.id} for turn {r.turn}" if r is not None else "no response active"
 
     def _user_item(self, item_id: str, transcript: str | None, status: str) -> dict:
         item = {
@@ -658,7 +770,8 @@ class RealtimeConnection:
         turn = self.turns.get(t)
         if turn is None:
             if self.pending_items:
-                turn = UserTurn(item_id=self.pending_items[0], held=True)
+                item_id, text = self.pending_items[0]
+                turn = UserTurn(item_id=item_id, held=True, text=text)
                 self.pending_items = []
             else:
                 turn = UserTurn(item_id=new_id("item"))
@@ -686,7 +799,7 @@ class RealtimeConnection:
             text = result.transcript.strip()
             turn.finals.append(text)
             turn.end_ms = max(turn.end_ms, result.utterance_end_ms)
-            if self.settings.transcription is not None:
+            if self.settings.transcription is not None and not turn.text:
                 delta = text if len(turn.finals) == 1 else " " + text
                 self.emit(
                     "conversation.item.input_audio_transcription.delta",
@@ -713,7 +826,7 @@ class RealtimeConnection:
             self.emit("conversation.item.added", item=item, previous_item_id=previous)
         text = " ".join(turn.finals).strip()
         seconds = max(0.0, (turn.end_ms - turn.start_ms) / 1000)
-        if self.settings.transcription is not None:
+        if self.settings.transcription is not None and not turn.text:
             self.emit(
                 "conversation.item.input_audio_transcription.completed",
                 item_id=turn.item_id,
@@ -721,8 +834,9 @@ class RealtimeConnection:
                 transcript=text,
                 usage={"type": "duration", "seconds": round(seconds, 3)},
             )
-        done = self._user_item(turn.item_id, text, "completed")
-        self.emit("conversation.item.done", item=done, previous_item_id=None)
+        if not turn.text:  # a text item was done when it was created
+            done = self._user_item(turn.item_id, text, "completed")
+            self.emit("conversation.item.done", item=done, previous_item_id=None)
         response = self.response
         if turn.held and self.drop_fed_turn and (response is None or response.turn is not None):
             # The response this fed turn was for ended first (cancelled, or no commit in time): its reply is stopped.
@@ -927,6 +1041,7 @@ RealtimeConnection.HANDLERS = {
     "input_audio_buffer.clear": RealtimeConnection.on_clear,
     "response.create": RealtimeConnection.on_response_create,
     "response.cancel": RealtimeConnection.on_response_cancel,
+    "conversation.item.create": RealtimeConnection.on_item_create,
     "conversation.item.retrieve": RealtimeConnection.on_item_retrieve,
     "conversation.item.truncate": RealtimeConnection.on_item_truncate,
 }

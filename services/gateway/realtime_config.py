@@ -89,8 +89,10 @@ CLIENT_EVENTS: dict[str, tuple[str, str]] = {
         "turn_detection null: drops the held audio; with VAD the audio already reached the recognizer: refused",
     ),
     "conversation.item.create": (
-        REFUSED,
-        "the Converse contract carries no text turns and no way to edit the context yet (a ConverseRequest field)",
+        MAPPED,
+        "user messages, answered at response.create: input_text is said into the stream by the route's default voice"
+        " (the contract carries no text turn; the context keeps what the recognizer hears), input_audio is held like"
+        " committed audio; assistant and system items, images and tools refused",
     ),
     "conversation.item.retrieve": (SUPPORTED, "from the gateway's record of the session's items (no audio bytes)"),
     "conversation.item.delete": (REFUSED, "the dialogue's context cannot be edited through the Converse contract"),
