@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from services.common import audio
-from tests.speech import INTELLIGIBLE, intelligible, wer
+from tests.speech import INTELLIGIBLE, intelligible, listen, wer, wer_within, words
 
 pytestmark = [pytest.mark.realtime, pytest.mark.timeout(300)]
 # Questions whose replies the fleet's CPU voice says clearly (tests/speech.py: test sentences are ones the voices say
@@ -274,3 +274,61 @@ async def test_bad_events_get_errors_and_the_session_goes_on_with_manual_turns(g
     pcm8k = audio.ulaw_decode(coded)  # one byte a sample at 8 kHz
     error, heard = intelligible(transcript, pcm8k, 8_000)
     assert error <= INTELLIGIBLE, (transcript, heard)
+
+
+async def test_truncate_while_the_reply_plays_cancels_it_and_the_item_keeps_what_was_sent(gateway_fleet, said):
+    """The client's playback says stop (conversation.item.truncate on the reply in progress, as OpenAI's clients send
+    at an interruption): the response ends cancelled, and the item holds the text of the audio that was sent."""
+    events: list = []
+    async with connect(gateway_fleet) as connection:
+        await next_event(connection, "session.created")
+        await connection.session.update(session={"type": "realtime", "instructions": SYSTEM})
+        await next_event(connection, "session.updated")
+
+        async def microphone():
+            await append(connection, said[QUESTION], 48, paced=True)
+            while True:
+                await append(connection, bytes(48 * CHUNK_MS), 48, paced=True)
+
+        mic = asyncio.create_task(microphone())
+        try:
+            received, cut_at = 0, None
+            while True:
+                event = await asyncio.wait_for(connection.recv(), EVENT_WAIT_S)
+                events.append(event)
+                if event.type == "response.output_audio.delta":
+                    received += len(base64.b64decode(event.delta))
+                    # 4 s of the reply have reached the client: ten words or so, enough for the listener's bound.
+                    if cut_at is None and received >= 48 * 4000:
+                        cut_at = received // 48
+                        await connection.conversation.item.truncate(
+                            item_id=event.item_id, content_index=0, audio_end_ms=cut_at
+                        )
+                if event.type == "response.done":
+                    break
+        finally:
+            mic.cancel()
+            await asyncio.gather(mic, return_exceptions=True)
+        item_id = of(events, "response.output_item.added")[0].item.id
+        await connection.conversation.item.retrieve(item_id=item_id)
+        kept = (await next_event(connection, "conversation.item.retrieved")).item
+    assert cut_at is not None, [e.type for e in events]  # the reply played long enough to be cut
+    assert "error" not in [e.type for e in events], of(events, "error")
+    done = of(events, "response.done")[-1].response
+    assert done.status == "cancelled" and done.status_details.reason == "client_cancelled", done.status_details
+    truncated = of(events, "conversation.item.truncated")
+    assert [(t.item_id, t.audio_end_ms) for t in truncated] == [(item_id, cut_at)]
+    heard = of(events, "response.output_audio_transcript.done")[-1].transcript
+    written = "".join(e.delta for e in of(events, "response.output_audio_transcript.delta"))
+    assert heard.strip() and written.startswith(heard.rstrip()), (heard, written)  # a prefix of the reply's text
+    assert kept.content[0].transcript == heard and done.output[0].content[0].transcript == heard
+    pcm = reply_audio(events, done.id)
+    assert len(pcm) // 48 >= cut_at
+    # The text kept is what the audio sent says (perhaps with the start of one more word after it), and not the rest of
+    # the reply. The bound is one error in five words, not INTELLIGIBLE: a cut reply is a dozen words with no context
+    # after them, and whisper base heard this one's "One day, a fluffy" as "One day, baked fluffy" (the whole reply's
+    # audio: word-perfect). Still, the rest of the reply is not in the audio: the listener hears far fewer words.
+    heard_by_listener = listen(pcm, 24_000)
+    assert wer_within(heard, heard_by_listener) <= 0.2, (heard, heard_by_listener)
+    if len(words(written)) > 2 * len(words(heard)):
+        assert len(words(heard_by_listener)) < 1.5 * len(words(heard)), (heard, heard_by_listener, written)
