@@ -350,6 +350,7 @@ class RealtimeConnection:
                 )
             await self._control(conversation_pb2.ConversationControl.ACTION_END_OF_TURN)
             return
+        self._one_turn_held()
         self.buffer += self.decoder.decode(b"", last=True)
         self.decoder = Decoder(self.settings.input_format)
         ms = len(self.buffer) * 1000 // 2 // FLEET_INPUT_RATE
@@ -502,6 +503,7 @@ class RealtimeConnection:
             raise RealtimeError(f"the text is longer than {self.section.max_text_chars} characters", "item.content")
         if pcm and len(pcm) * 1000 // 2 // FLEET_INPUT_RATE < MIN_COMMIT_MS:
             raise RealtimeError(f"the audio is shorter than {MIN_COMMIT_MS} ms", "item.content")
+        self._one_turn_held()
         if text:
             pcm = bytearray(await self._speak(text))
         await self._ensure_call()
@@ -514,6 +516,16 @@ class RealtimeConnection:
         self.emit("conversation.item.added", item=out, previous_item_id=previous)
         if text:
             self.emit("conversation.item.done", item=out, previous_item_id=previous)
+
+    def _one_turn_held(self) -> None:
+        """One user item waits for a response at a time: the stream answers one user turn per reply."""
+        if self.held:
+            raise RealtimeError(
+                f"user item {self.held[0][0]} is waiting for response.create: the fleet answers one user turn per"
+                " response; send response.create first (or append more audio before one commit)",
+                None,
+                "user_item_pending",
+            )
 
     async def _speak(self, text: str) -> bytes:
         """A user text item as speech at the fleet's input rate: the Converse contract takes user turns as audio, so

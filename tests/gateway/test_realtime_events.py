@@ -12,7 +12,7 @@ import pytest
 from services.common import audio
 from services.common.config.gateway import GatewayConfig
 from services.gateway.realtime import RealtimeConnection
-from services.gateway.realtime_config import apply_update
+from services.gateway.realtime_config import RealtimeError, apply_update
 from voice.v1 import audio_pb2, conversation_pb2, recognizer_pb2
 
 pytestmark = pytest.mark.background
@@ -241,3 +241,27 @@ async def test_no_transcription_events_unless_the_session_asks_for_them():
     assert not [k for k in kinds(events) if "transcription" in k]
     done = next(e for e in events if e["type"] == "conversation.item.done")
     assert done["item"]["content"][0]["transcript"] == "Hi."  # the item still says what was heard
+
+
+async def test_manual_turns_hold_audio_commit_it_once_and_clear_it():
+    c = connection(audio={"input": {"turn_detection": None}})
+    drain(c)
+    c.buffer += bytes(2 * 16 * 50)  # 50 ms at the fleet's 16 kHz
+    with pytest.raises(RealtimeError) as caught:
+        await c.on_commit({"type": "input_audio_buffer.commit"})
+    assert caught.value.code == "input_audio_buffer_commit_empty"
+    c.buffer += bytes(2 * 16_000)
+    await c.on_commit({"type": "input_audio_buffer.commit"})
+    events = drain(c)
+    assert kinds(events) == ["input_audio_buffer.committed", "conversation.item.added"]
+    assert events[0]["item_id"] == events[1]["item"]["id"] and [h[0] for h in c.held] == [events[0]["item_id"]]
+    assert not c.buffer
+    c.buffer += bytes(2 * 16_000)
+    with pytest.raises(RealtimeError) as caught:
+        await c.on_commit({"type": "input_audio_buffer.commit"})
+    assert caught.value.code == "user_item_pending"  # one user turn per response
+    await c.on_clear({"type": "input_audio_buffer.clear"})
+    assert kinds(drain(c)) == ["input_audio_buffer.cleared"] and not c.buffer
+    with pytest.raises(RealtimeError) as caught:
+        await c.on_commit({"type": "input_audio_buffer.commit", "extra": 1})
+    assert caught.value.param == "extra" and caught.value.code == "unknown_parameter"
