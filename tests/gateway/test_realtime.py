@@ -25,6 +25,8 @@ QUESTION = "Please tell me a short story about a friendly cat."
 SUNNY = "What do you like to do on a sunny day?"
 CLEARED = "What is the tallest mountain in the world?"
 TYPED = "Please tell me a short story about a friendly horse."
+# A phrase with a pause in it, after a word that does not end a sentence: one turn for semantic_vad.
+PAUSED = ("I would like to go to", "the park tomorrow morning.")
 SYSTEM = "You are a friendly voice assistant. Answer in English, in one or two short sentences."
 CHUNK_MS = 40
 EVENT_WAIT_S = 90  # the longest wait for any one event (a CPU fleet answering); never a timing assert
@@ -40,7 +42,7 @@ def said(gateway_fleet) -> dict[str, bytes]:
     client = openai.OpenAI(base_url=url(gateway_fleet), api_key="unused", max_retries=0, timeout=120)
     return {
         text: client.audio.speech.create(model="tts-1", voice="joe", input=text, response_format="pcm").content
-        for text in (QUESTION, SUNNY, CLEARED)
+        for text in (QUESTION, SUNNY, CLEARED, *PAUSED)
     }
 
 
@@ -332,3 +334,30 @@ async def test_truncate_while_the_reply_plays_cancels_it_and_the_item_keeps_what
     assert wer_within(heard, heard_by_listener) <= 0.2, (heard, heard_by_listener)
     if len(words(written)) > 2 * len(words(heard)):
         assert len(words(heard_by_listener)) < 1.5 * len(words(heard)), (heard, heard_by_listener, written)
+
+
+async def test_semantic_vad_keeps_a_paused_phrase_as_one_turn(gateway_fleet, said):
+    """semantic_vad (eagerness low: up to 8 s for a turn heard unfinished): the fleet's turn model and text check hold
+    the turn open through a 2.5 s pause after "... go to", so the phrase is one user item and one response. With
+    server_vad (500 ms) the same audio ends the turn at the pause (tried 2026-11-28: the item said "I would like to go
+    too."; a 1.2 s pause was kept as one turn by both)."""
+    pause = bytes(48 * 2500)
+    async with connect(gateway_fleet) as connection:
+        await next_event(connection, "session.created")
+        turn_detection = {"type": "semantic_vad", "eagerness": "low"}
+        await connection.session.update(
+            session={
+                "type": "realtime",
+                "instructions": SYSTEM,
+                "audio": {"input": {"turn_detection": turn_detection, "transcription": {"model": "whisper-1"}}},
+            }
+        )
+        updated = await next_event(connection, "session.updated")
+        assert updated.session.audio.input.turn_detection.eagerness == "low"
+        events = await speak_until(connection, said[PAUSED[0]] + pause + said[PAUSED[1]], "response.done")
+    assert "error" not in [e.type for e in events], of(events, "error")
+    assert len(of(events, "input_audio_buffer.committed")) == 1, [e.type for e in events]
+    assert len(of(events, "response.created")) == 1
+    user = of(events, "conversation.item.input_audio_transcription.completed")
+    assert len(user) == 1 and wer(" ".join(PAUSED), user[0].transcript) <= 0.2, user[0].transcript
+    assert of(events, "response.done")[-1].response.status == "completed"
