@@ -265,3 +265,35 @@ async def test_manual_turns_hold_audio_commit_it_once_and_clear_it():
     with pytest.raises(RealtimeError) as caught:
         await c.on_commit({"type": "input_audio_buffer.commit", "extra": 1})
     assert caught.value.param == "extra" and caught.value.code == "unknown_parameter"
+
+
+@pytest.fixture
+async def gateway_app():
+    """The gateway's HTTP app in process (aiohttp's test server), its router an address where nothing listens."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from services.cli.fleet import free_port
+    from services.common.config import Config
+    from services.gateway.app import Gateway
+
+    config = Config()
+    section = config.gateway.model_copy(update={"max_sessions": 1, "router": f"127.0.0.1:{free_port()}"})
+    async with TestClient(TestServer(Gateway(config.model_copy(update={"gateway": section})).app())) as client:
+        yield client
+
+
+async def test_the_route_refuses_past_max_sessions_and_reports_a_router_it_cannot_reach(gateway_app):
+    ws = await gateway_app.ws_connect("/v1/realtime?model=gpt-realtime", protocols=("realtime",))
+    assert ws.protocol == "realtime"  # the browser snippet's subprotocol is accepted
+    created = await ws.receive_json(timeout=10)
+    assert created["type"] == "session.created" and created["session"]["model"] == "gpt-realtime"
+    extra = await gateway_app.ws_connect("/v1/realtime")
+    refused = await extra.receive_json(timeout=10)
+    closed = await extra.receive(timeout=10)
+    assert refused["error"]["code"] == "at_capacity" and closed.data == 4029 and "max_sessions" in closed.extra
+    # The first audio opens the Converse stream: the router is not there, so an error with the gRPC code, then a close.
+    await ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(960)).decode()})
+    error = await ws.receive_json(timeout=30)
+    closed = await ws.receive(timeout=30)
+    assert error["type"] == "error" and error["error"]["code"] == "UNAVAILABLE", error
+    assert error["error"]["type"] == "server_error" and closed.data == 4503, (closed.data, closed.extra)
