@@ -471,6 +471,7 @@ class Gateway:
                 ws,
                 request.query.get("model", ""),
                 lambda: self.voice_ids(metadata),
+                intent=request.query.get("intent", ""),
             )
             code = await connection.run()
         except Exception:  # a bug of ours: this session ends, the gateway and the other sessions go on

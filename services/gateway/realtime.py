@@ -41,13 +41,23 @@ from services.gateway.realtime_config import (
     FLEET_INPUT_RATE,
     FLEET_OUTPUT_RATE,
     FORMAT_RATES,
+    MANUAL_HANGOVER_MS,
     REFUSED,
     RealtimeError,
     RealtimeSession,
     apply_update,
     output_modalities,
+    recognition_endpointing,
 )
-from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc, synthesizer_pb2, synthesizer_pb2_grpc
+from voice.v1 import (
+    audio_pb2,
+    conversation_pb2,
+    conversation_pb2_grpc,
+    recognizer_pb2,
+    recognizer_pb2_grpc,
+    synthesizer_pb2,
+    synthesizer_pb2_grpc,
+)
 
 log = logging.getLogger("voicefleet.gateway")
 
@@ -58,6 +68,13 @@ MIN_COMMIT_MS = 100  # a commit of less audio is an error, as in the protocol
 ANSWER_WAIT_S = 20.0  # response.create fed a turn: the stream's commit of it must come within this (+ its audio)
 MAX_ITEMS = 200  # items kept for conversation.item.retrieve / truncate
 CANCEL_REASONS = {"barge_in": "turn_detected", "client": "client_cancelled"}
+# What a transcription session (intent=transcription, or session.type transcription) has no use for.
+CONVERSATION_ONLY = (
+    "response.create",
+    "response.cancel",
+    "conversation.item.create",
+    "conversation.item.truncate",
+)
 
 
 def new_id(prefix: str) -> str:
@@ -154,6 +171,7 @@ class RealtimeConnection:
         ws: web.WebSocketResponse,
         model: str,
         voices: Callable[[], Awaitable[list[str]]],
+        intent: str = "",
     ):
         self.section = section
         self.channel = channel
@@ -161,6 +179,9 @@ class RealtimeConnection:
         self.ws = ws
         self.voices = voices
         self.settings = RealtimeSession(model=model or "gpt-realtime", session_id=new_id("sess"))
+        if intent == "transcription":
+            self.settings.kind = "transcription"
+        self.heard: list[str] = []  # transcription sessions: items whose utterance the recognizer is still decoding
         self.outbound: asyncio.Queue = asyncio.Queue(section.send_queue_messages)
         self.close_code, self.close_reason = 1000, ""
         self.done = asyncio.Event()
@@ -289,8 +310,18 @@ class RealtimeConnection:
             raise RealtimeError(
                 f"Invalid value: {kind[:40]!r} is not a client event of the Realtime protocol.", "type", "invalid_event"
             )
+        if self.transcribing and kind in CONVERSATION_ONLY:
+            raise RealtimeError(
+                f"'{kind}' is not part of a transcription session: it transcribes the input audio and never answers",
+                "type",
+                "unsupported",
+            )
         GATEWAY_MESSAGES.labels("in", "audio" if kind == "input_audio_buffer.append" else "control").inc()
         await handler(self, event)
+
+    @property
+    def transcribing(self) -> bool:
+        return self.settings.kind == "transcription"
 
     # --- session.update --------------------------------------------------------------------------------------------
     async def on_session_update(self, event: dict) -> None:
@@ -327,7 +358,8 @@ class RealtimeConnection:
             )
         GATEWAY_BYTES.labels("in", "realtime").inc(len(raw))
         pcm = self.decoder.decode(raw)
-        await self._ensure_call()
+        if self.settings.vad or not self.transcribing:  # a manual transcription is one recognition per commit
+            await self._ensure_call()
         if self.settings.vad:
             await self._write_audio(pcm)
             return
@@ -342,6 +374,12 @@ class RealtimeConnection:
 
     async def on_commit(self, event: dict) -> None:
         _fields(event, ())
+        if self.settings.vad and self.transcribing:
+            raise RealtimeError(
+                "with turn detection on, the recognizer ends each utterance itself; use turn_detection null to commit",
+                None,
+                "unsupported",
+            )
         if self.settings.vad:
             turn = self._open_turn()
             if turn is None:
@@ -350,7 +388,8 @@ class RealtimeConnection:
                 )
             await self._control(conversation_pb2.ConversationControl.ACTION_END_OF_TURN)
             return
-        self._one_turn_held()
+        if not self.transcribing:
+            self._one_turn_held()
         self.buffer += self.decoder.decode(b"", last=True)
         self.decoder = Decoder(self.settings.input_format)
         ms = len(self.buffer) * 1000 // 2 // FLEET_INPUT_RATE
@@ -361,7 +400,11 @@ class RealtimeConnection:
                 "input_audio_buffer_commit_empty",
             )
         item_id = new_id("item")
-        self.held.append((item_id, bytes(self.buffer), False))
+        if self.transcribing:
+            pcm = bytes(self.buffer)
+            self.tasks.append(asyncio.create_task(self._transcribe_once(item_id, pcm), name="rt-transcribe"))
+        else:
+            self.held.append((item_id, bytes(self.buffer), False))
         self.buffer.clear()
         previous = self.last_item_id
         self.emit("input_audio_buffer.committed", item_id=item_id, previous_item_id=previous)
@@ -611,6 +654,15 @@ class RealtimeConnection:
     async def _ensure_call(self) -> None:
         if self.call is not None:
             return
+        if self.transcribing:
+            stub = recognizer_pb2_grpc.RecognizerStub(self.channel)
+            self.call = stub.StreamingRecognize(metadata=self.metadata)
+            with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                await self.call.write(self._recognition_config(recognition_endpointing(self.settings)))
+            self.fed_until = time.monotonic()
+            self.tasks.append(asyncio.create_task(self._read_router(), name="rt-recognizer"))
+            self.tasks.append(asyncio.create_task(self._keep(), name="rt-keeper"))
+            return
         config_message = self.settings.converse_config(self.section.max_text_chars)
         request_id, config = protocol.conversation_config(config_message, self.section.max_text_chars)
         request_id = f"rt-{uuid.uuid4().hex[:12]}"
@@ -634,7 +686,11 @@ class RealtimeConnection:
         step = FLEET_INPUT_RATE * 2  # 1 s per message
         for start in range(0, len(pcm), step):
             piece = pcm[start : start + step]
-            if not await self._write(conversation_pb2.ConverseRequest(audio=piece)):
+            if self.transcribing:
+                request = recognizer_pb2.StreamingRecognizeRequest(audio=piece)
+            else:
+                request = conversation_pb2.ConverseRequest(audio=piece)
+            if not await self._write(request):
                 return
         now = time.monotonic()
         self.fed_until = max(self.fed_until, now) + len(pcm) / 2 / FLEET_INPUT_RATE
@@ -671,7 +727,10 @@ class RealtimeConnection:
     async def _read_router(self) -> None:
         try:
             while (response := await self.call.read()) is not grpc.aio.EOF:
-                self.on_converse(response)
+                if self.transcribing:
+                    self.on_recognition(response)
+                else:
+                    self.on_converse(response)
             self.fail(1000, "the conversation ended")
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.CANCELLED:
@@ -691,6 +750,83 @@ class RealtimeConnection:
                 },
             )
             self.fail(protocol.ROUTER_CLOSE_CODES.get(e.code(), 1011), f"router: {e.code().name}: {e.details()}")
+
+    # --- transcription sessions: Recognizer events -> Realtime events ---------------------------------------------
+    def _recognition_config(self, endpointing: dict) -> recognizer_pb2.StreamingRecognizeRequest:
+        message = {"type": "config", "sample_rate": FLEET_INPUT_RATE, "endpointing": endpointing}
+        _, conversation = protocol.conversation_config(
+            message, self.section.max_text_chars
+        )  # one endpointing definition
+        config = recognizer_pb2.RecognitionConfig(
+            input_format=conversation.input_format,
+            language=(self.settings.transcription or {}).get("language") or "",
+            interim_results=False,
+            endpointing=conversation.endpointing,
+        )
+        return recognizer_pb2.StreamingRecognizeRequest(request_id=f"rt-{uuid.uuid4().hex[:12]}", config=config)
+
+    def on_recognition(self, r: recognizer_pb2.StreamingRecognizeResponse) -> None:
+        kind = r.WhichOneof("event")
+        if kind == "vad" and r.vad.kind == recognizer_pb2.VadEvent.KIND_SPEECH_START:
+            item_id = new_id("item")
+            self.heard.append(item_id)
+            self.emit("input_audio_buffer.speech_started", audio_start_ms=r.vad.offset_ms, item_id=item_id)
+        elif kind == "vad" and r.vad.kind == recognizer_pb2.VadEvent.KIND_SPEECH_END and self.heard:
+            item_id = self.heard[-1]
+            previous = self.last_item_id
+            self.emit("input_audio_buffer.speech_stopped", audio_end_ms=r.vad.offset_ms, item_id=item_id)
+            self.emit("input_audio_buffer.committed", item_id=item_id, previous_item_id=previous)
+            self.emit(
+                "conversation.item.added", item=self._user_item(item_id, None, "completed"), previous_item_id=previous
+            )
+        elif kind == "result" and r.result.is_final:
+            # Finals come in utterance order, each after its speech end: the oldest item still waiting is this one's.
+            item_id = self.heard.pop(0) if self.heard else None
+            if item_id is None:  # a final with no speech events before it: its item starts here
+                item_id, previous = new_id("item"), self.last_item_id
+                self.emit("input_audio_buffer.committed", item_id=item_id, previous_item_id=previous)
+                item = self._user_item(item_id, None, "completed")
+                self.emit("conversation.item.added", item=item, previous_item_id=previous)
+            self._transcribed(
+                item_id, r.result.transcript.strip(), r.result.utterance_end_ms - r.result.utterance_start_ms
+            )
+
+    def _transcribed(self, item_id: str, text: str, ms: int) -> None:
+        if text:
+            self.emit("conversation.item.input_audio_transcription.delta", item_id=item_id, content_index=0, delta=text)
+        self.emit(
+            "conversation.item.input_audio_transcription.completed",
+            item_id=item_id,
+            content_index=0,
+            transcript=text,
+            usage={"type": "duration", "seconds": round(max(0, ms) / 1000, 3)},
+        )
+        self.emit("conversation.item.done", item=self._user_item(item_id, text, "completed"), previous_item_id=None)
+
+    async def _transcribe_once(self, item_id: str, pcm: bytes) -> None:
+        """turn_detection null: one committed buffer, one recognition (its endpointing at its longest, so the buffer
+        is one utterance unless it holds a pause of over 5 s)."""
+        first = self._recognition_config({"mode": "silence", "hangover_ms": MANUAL_HANGOVER_MS})
+
+        async def requests():
+            yield first
+            for start in range(0, len(pcm), FLEET_INPUT_RATE * 2):
+                yield recognizer_pb2.StreamingRecognizeRequest(audio=pcm[start : start + FLEET_INPUT_RATE * 2])
+
+        finals = []
+        try:
+            async for r in recognizer_pb2_grpc.RecognizerStub(self.channel).StreamingRecognize(
+                requests(), timeout=self.section.request_timeout_seconds, metadata=self.metadata
+            ):
+                if r.WhichOneof("event") == "result" and r.result.is_final and r.result.transcript.strip():
+                    finals.append(r.result.transcript.strip())
+        except grpc.aio.AioRpcError as e:
+            error = {"type": "server_error", "code": e.code().name, "message": e.details() or ""}
+            self.emit(
+                "conversation.item.input_audio_transcription.failed", item_id=item_id, content_index=0, error=error
+            )
+            return
+        self._transcribed(item_id, " ".join(finals), len(pcm) * 1000 // 2 // FLEET_INPUT_RATE)
 
     # --- Converse events -> Realtime events ------------------------------------------------------------------------
     def on_converse(self, r: conversation_pb2.ConverseResponse) -> None:

@@ -73,7 +73,9 @@ CLIENT_EVENTS: dict[str, tuple[str, str]] = {
     "session.update": (
         MAPPED,
         "realtime sessions: formats, voice, instructions, turn detection, transcription, output modalities, max output"
-        " tokens become the Converse config; fields the fleet cannot honour are refused by name",
+        " tokens become the Converse config; transcription sessions (type transcription, or intent=transcription in"
+        " the URL): format, language, turn detection become a Recognizer stream; what the fleet cannot honour is"
+        " refused by name",
     ),
     "input_audio_buffer.append": (
         SUPPORTED,
@@ -113,8 +115,15 @@ CLIENT_EVENTS: dict[str, tuple[str, str]] = {
 SERVER_EVENTS: dict[str, tuple[str, str]] = {
     "session.created": (SUPPORTED, "first event, the effective defaults"),
     "session.updated": (SUPPORTED, "after each accepted session.update"),
-    "input_audio_buffer.speech_started": (MAPPED, "the Converse stream's first transcript of a user turn (VAD only)"),
-    "input_audio_buffer.speech_stopped": (MAPPED, "the Converse turn's commit (VAD only)"),
+    "input_audio_buffer.speech_started": (
+        MAPPED,
+        "the Converse stream's first transcript of a user turn; in transcription sessions the recognizer's speech start"
+        " (VAD only)",
+    ),
+    "input_audio_buffer.speech_stopped": (
+        MAPPED,
+        "the Converse turn's commit; in transcription sessions the recognizer's speech end (VAD only)",
+    ),
     "input_audio_buffer.committed": (MAPPED, "the Converse turn's commit (VAD), or input_audio_buffer.commit (null)"),
     "input_audio_buffer.cleared": (SUPPORTED, "turn_detection null"),
     "input_audio_buffer.timeout_triggered": (NOT_SENT, "server_vad.idle_timeout_ms is refused"),
@@ -132,9 +141,14 @@ SERVER_EVENTS: dict[str, tuple[str, str]] = {
     ),
     "conversation.item.input_audio_transcription.completed": (
         MAPPED,
-        "the Converse turn's user transcript, when audio.input.transcription is set",
+        "the Converse turn's user transcript, when audio.input.transcription is set; in transcription sessions each"
+        " utterance's final",
     ),
-    "conversation.item.input_audio_transcription.failed": (NOT_SENT, "a turn that fails is a failed response.done"),
+    "conversation.item.input_audio_transcription.failed": (
+        SUPPORTED,
+        "a transcription session's recognition of a committed buffer that fails (in conversations: a failed"
+        " response.done)",
+    ),
     "conversation.item.input_audio_transcription.segment": (NOT_SENT, "diarization is not served"),
     "response.created": (SUPPORTED, "at the Converse turn's commit (VAD) or at response.create (null)"),
     "response.done": (
@@ -192,8 +206,24 @@ class RealtimeSession:
     turn_detection: dict | None = field(default_factory=lambda: dict(SERVER_VAD_DEFAULTS))
     tool_choice: str = "auto"
     truncation: str = "auto"
+    kind: str = "realtime"  # "transcription": a transcription-only session on the Recognizer stream
 
     def as_event(self) -> dict:
+        if self.kind == "transcription":
+            return {
+                "type": "transcription",
+                "object": "realtime.transcription_session",
+                "id": self.session_id,
+                "audio": {
+                    "input": {
+                        "format": _fmt(self.input_format),
+                        "transcription": copy.deepcopy(self.transcription),
+                        "noise_reduction": None,
+                        "turn_detection": copy.deepcopy(self.turn_detection),
+                    }
+                },
+                "include": None,
+            }
         return {
             "type": "realtime",
             "object": "realtime.session",
@@ -361,7 +391,7 @@ def _format(value, param: str) -> str:
     return kind
 
 
-def _turn_detection(value, current: dict | None, param: str) -> dict | None:
+def _turn_detection(value, current: dict | None, param: str, responds: bool = True) -> dict | None:
     if value is None:
         return None
     td = _object(value, param)
@@ -396,7 +426,7 @@ def _turn_detection(value, current: dict | None, param: str) -> dict | None:
                 f"Invalid value for '{param}.eagerness': low, medium, high or auto, got {_shown(merged['eagerness'])}.",
                 f"{param}.eagerness",
             )
-    if merged["create_response"] is not True:
+    if responds and merged["create_response"] is not True:
         raise RealtimeError(
             f"'{param}.create_response' false is not served: the fleet answers each user turn; use turn_detection"
             " null to commit and ask for each response yourself.",
@@ -440,18 +470,28 @@ def apply_update(
     ``locked``: the Converse stream is open, so its config fields may not change. ``voices``: the fleet's voice ids
     (None: not checked)."""
     session = _object(update, "session")
-    _known(session, "session", SESSION_FIELDS)
     if "type" not in session:
         raise RealtimeError(
-            "Missing required parameter: 'session.type' (realtime).", "session.type", "missing_required_parameter"
-        )
-    if session["type"] != "realtime":
-        raise RealtimeError(
-            f"'session.type' {_shown(session['type'])} is not served on this route: realtime sessions only"
-            " (transcription sessions are not served yet).",
+            "Missing required parameter: 'session.type' (realtime or transcription).",
             "session.type",
-            "unsupported",
+            "missing_required_parameter",
         )
+    if session["type"] not in ("realtime", "transcription"):
+        raise RealtimeError(
+            f"Invalid value for 'session.type': realtime or transcription, got {_shown(session['type'])}.",
+            "session.type",
+        )
+    if session["type"] != current.kind:
+        if locked:
+            raise RealtimeError(
+                f"'session.type' cannot change once audio has started (this is a {current.kind} session).",
+                "session.type",
+                "session_locked",
+            )
+        current = dataclasses.replace(current, kind=session["type"])
+    if current.kind == "transcription":
+        return _transcription_update(current, session, locked)
+    _known(session, "session", SESSION_FIELDS)
     new = dataclasses.replace(current)
     if "model" in session and session["model"] not in (None, current.model):
         raise RealtimeError(
@@ -529,6 +569,45 @@ def apply_update(
                     "session_locked",
                 )
     return new
+
+
+def _transcription_update(current: RealtimeSession, session: dict, locked: bool) -> RealtimeSession:
+    """A transcription session's update: its input audio (format, transcription, turn detection) and nothing else."""
+    _known(session, "session", ("type", "audio", "include"))
+    _refuse_set(session, "session", "include", "logprobs are not served", allowed=(None, []))
+    new = dataclasses.replace(current)
+    if "audio" in session:
+        audio = _object(session["audio"], "session.audio")
+        _known(audio, "session.audio", ("input",))
+        if "input" in audio:
+            a_in = _object(audio["input"], "session.audio.input")
+            _known(a_in, "session.audio.input", ("format", "transcription", "noise_reduction", "turn_detection"))
+            if "format" in a_in:
+                new.input_format = _format(a_in["format"], "session.audio.input.format")
+            if "transcription" in a_in:
+                new.transcription = _transcription(a_in["transcription"], "session.audio.input.transcription")
+            _refuse_set(
+                a_in, "session.audio.input", "noise_reduction", "the fleet's recognizer takes the line as it is"
+            )
+            if "turn_detection" in a_in:
+                new.turn_detection = _turn_detection(
+                    a_in["turn_detection"], current.turn_detection, "session.audio.input.turn_detection", False
+                )
+    if locked:
+        for name in ("turn_detection", "transcription_language"):
+            if _locked_values(current)[name] != _locked_values(new)[name]:
+                param = LOCKED[name]
+                raise RealtimeError(
+                    f"'{param}' cannot change once audio has started: the recognizer stream takes one config.",
+                    param,
+                    "session_locked",
+                )
+    return new
+
+
+def recognition_endpointing(s: RealtimeSession) -> dict:
+    """A transcription session's turn detection as the conversation socket's endpointing fields (the same mapping)."""
+    return s.converse_config(10**6)["endpointing"]
 
 
 def _voice(value, voices: list[str] | None) -> str | None:

@@ -27,6 +27,8 @@ CLEARED = "What is the tallest mountain in the world?"
 TYPED = "Please tell me a short story about a friendly horse."
 # A phrase with a pause in it, after a word that does not end a sentence: one turn for semantic_vad.
 PAUSED = ("I would like to go to", "the park tomorrow morning.")
+# Sentences the CPU voices say clearly (tests/speech.py), for the transcription session.
+DICTATED = ("The quick brown fox jumps over the lazy dog.", "The children are playing in the garden.")
 SYSTEM = "You are a friendly voice assistant. Answer in English, in one or two short sentences."
 CHUNK_MS = 40
 EVENT_WAIT_S = 90  # the longest wait for any one event (a CPU fleet answering); never a timing assert
@@ -42,7 +44,7 @@ def said(gateway_fleet) -> dict[str, bytes]:
     client = openai.OpenAI(base_url=url(gateway_fleet), api_key="unused", max_retries=0, timeout=120)
     return {
         text: client.audio.speech.create(model="tts-1", voice="joe", input=text, response_format="pcm").content
-        for text in (QUESTION, SUNNY, CLEARED, *PAUSED)
+        for text in (QUESTION, SUNNY, CLEARED, *PAUSED, *DICTATED)
     }
 
 
@@ -361,3 +363,56 @@ async def test_semantic_vad_keeps_a_paused_phrase_as_one_turn(gateway_fleet, sai
     user = of(events, "conversation.item.input_audio_transcription.completed")
     assert len(user) == 1 and wer(" ".join(PAUSED), user[0].transcript) <= 0.2, user[0].transcript
     assert of(events, "response.done")[-1].response.status == "completed"
+
+
+async def test_a_transcription_session_transcribes_each_utterance(gateway_fleet, said):
+    """intent=transcription: the input audio goes to a Recognizer stream through the router; each utterance is an
+    item with its speech events and its transcript; a transcription session never answers."""
+    client = openai.AsyncOpenAI(base_url=url(gateway_fleet), api_key="unused", max_retries=0)
+    events: list = []
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as connection:
+        created = await next_event(connection, "session.created")
+        assert created.session.type == "transcription"
+        await connection.session.update(
+            session={
+                "type": "transcription",
+                "audio": {"input": {"transcription": {"model": "whisper-1", "language": "en"}}},
+            }
+        )
+        await next_event(connection, "session.updated")
+        await send(connection, {"type": "response.create", "event_id": "ev_answer"})
+        refused = (await next_event(connection, "error")).error
+        assert (refused.code, refused.event_id) == ("unsupported", "ev_answer")
+
+        async def microphone():
+            await append(connection, said[DICTATED[0]] + bytes(48 * 1000) + said[DICTATED[1]], 48, paced=True)
+            while True:
+                await append(connection, bytes(48 * CHUNK_MS), 48, paced=True)
+
+        mic = asyncio.create_task(microphone())
+        try:
+            while len(of(events, "conversation.item.input_audio_transcription.completed")) < 2:
+                events.append(await asyncio.wait_for(connection.recv(), EVENT_WAIT_S))
+        finally:
+            mic.cancel()
+            await asyncio.gather(mic, return_exceptions=True)
+    assert "error" not in [e.type for e in events], of(events, "error")
+    completed = of(events, "conversation.item.input_audio_transcription.completed")
+    started = of(events, "input_audio_buffer.speech_started")
+    committed = of(events, "input_audio_buffer.committed")
+    assert [e.item_id for e in completed] == [e.item_id for e in committed] == [e.item_id for e in started]
+    for sentence, done in zip(DICTATED, completed, strict=True):
+        assert wer(sentence, done.transcript) <= INTELLIGIBLE, (sentence, done.transcript)
+    assert not [e for e in events if e.type.startswith("response.")]  # it never answers
+
+    # turn_detection null: each commit is one recognition of the buffer.
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as connection:
+        await next_event(connection, "session.created")
+        await connection.session.update(session={"type": "transcription", "audio": {"input": {"turn_detection": None}}})
+        await next_event(connection, "session.updated")
+        await append(connection, said[DICTATED[1]], 48, paced=False)
+        await connection.input_audio_buffer.commit()
+        committed = await next_event(connection, "input_audio_buffer.committed")
+        done = await next_event(connection, "conversation.item.input_audio_transcription.completed")
+    assert done.item_id == committed.item_id
+    assert wer(DICTATED[1], done.transcript) <= INTELLIGIBLE, done.transcript

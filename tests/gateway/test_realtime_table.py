@@ -87,7 +87,8 @@ def session() -> RealtimeSession:
     [
         ({"type": "realtime", "volume": 3}, "session.volume", "unknown_parameter"),
         ({"instructions": "hi"}, "session.type", "missing_required_parameter"),
-        ({"type": "transcription"}, "session.type", "unsupported"),
+        ({"type": "translation"}, "session.type", "invalid_value"),
+        ({"type": "transcription", "instructions": "hi"}, "session.instructions", "unknown_parameter"),
         ({"type": "realtime", "audio": {"output": {"voice": "alloy"}}}, "session.audio.output.voice", "invalid_value"),
         (
             {"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}},
