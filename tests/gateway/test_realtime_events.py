@@ -297,3 +297,43 @@ async def test_the_route_refuses_past_max_sessions_and_reports_a_router_it_canno
     closed = await ws.receive(timeout=30)
     assert error["type"] == "error" and error["error"]["code"] == "UNAVAILABLE", error
     assert error["error"]["type"] == "server_error" and closed.data == 4503, (closed.data, closed.extra)
+
+
+async def test_a_transcription_session_maps_each_utterance_to_an_item():
+    c = RealtimeConnection(GatewayConfig(), None, (), None, "", no_voices, intent="transcription")
+    assert c.settings.as_event()["type"] == "transcription"
+    vad = recognizer_pb2.VadEvent
+
+    def recognized(**event) -> recognizer_pb2.StreamingRecognizeResponse:
+        return recognizer_pb2.StreamingRecognizeResponse(**event)
+
+    for e in (
+        recognized(vad=vad(kind=vad.KIND_SPEECH_START, offset_ms=300)),
+        recognized(vad=vad(kind=vad.KIND_SPEECH_END, offset_ms=2100)),
+        recognized(vad=vad(kind=vad.KIND_SPEECH_START, offset_ms=2600)),
+        recognized(
+            result=recognizer_pb2.RecognitionResult(
+                transcript=" Hello there. ", is_final=True, utterance_end_ms=2100, utterance_start_ms=300
+            )
+        ),
+    ):
+        c.on_recognition(e)
+    events = drain(c)
+    assert kinds(events) == [
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "input_audio_buffer.speech_started",
+        "conversation.item.input_audio_transcription.delta",
+        "conversation.item.input_audio_transcription.completed",
+        "conversation.item.done",
+    ]
+    first = events[0]["item_id"]
+    assert [e["item_id"] for e in events[1:3]] == [first, first] and events[4]["item_id"] != first
+    assert events[5]["item_id"] == events[6]["item_id"] == first and events[6]["transcript"] == "Hello there."
+    assert events[6]["usage"] == {"type": "duration", "seconds": 1.8}
+    assert events[7]["item"]["content"][0]["transcript"] == "Hello there."
+    with pytest.raises(RealtimeError) as caught:
+        await c.handle({"type": "response.create"})
+    assert caught.value.code == "unsupported"  # a transcription session never answers
