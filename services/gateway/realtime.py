@@ -201,6 +201,7 @@ class RealtimeConnection:
         self.pending_items: list[tuple[str, bool]] = []  # fed at response.create, their Converse turn not shown yet
         self.drop_fed_turn = False  # that fed turn's response was cancelled or failed first: its reply is interrupted
         self.item_audio_ms: dict[str, float] = {}
+        self.feeding = False  # response.create is writing held audio to the stream
         self.tasks: list[asyncio.Task] = []
 
     # --- life ------------------------------------------------------------------------------------------------------
@@ -438,18 +439,26 @@ class RealtimeConnection:
         if self.held:
             await self._ensure_call()
             response = self._new_response(params)
-            fed_ms = 0
-            for _, pcm, _ in self.held:
-                await self._write_audio(pcm)
-                fed_ms += len(pcm) * 1000 // 2 // FLEET_INPUT_RATE
-            self.pending_items = [(item_id, text) for item_id, _, text in self.held]
-            self.held.clear()
+            # Before the audio goes: the stream's first event of this turn may come while it is still being written.
+            held, self.held = self.held, []
+            self.pending_items = [(item_id, text) for item_id, _, text in held]
             self.drop_fed_turn = False
+            fed_s = sum(len(pcm) for _, pcm, _ in held) / 2 / FLEET_INPUT_RATE
             # The turn ends (ACTION_END_OF_TURN) once the stream has heard its speech (its first transcript): sent
             # now, it could reach the dialogue before the recognizer has heard the burst of audio, and do nothing.
             now = time.monotonic()
-            response.end_turn_at = now + fed_ms / 1000 + 3.0
-            response.deadline = now + ANSWER_WAIT_S + fed_ms / 1000
+            response.end_turn_at = now + fed_s + 3.0
+            response.deadline = now + ANSWER_WAIT_S + fed_s
+            self.feeding = True
+            try:
+                for _, pcm, _ in held:
+                    await self._write_audio(pcm)
+            finally:
+                self.feeding = False
+            heard = [t for t in self.turns.values() if t.held and t.started and not t.committed]
+            if heard and response.end_turn_at is not None:  # heard while it was still being written: end it now
+                response.end_turn_at = None
+                await self._control(conversation_pb2.ConversationControl.ACTION_END_OF_TURN)
             return
         if self.settings.vad and self._open_turn() is not None:
             self.next_params = params
@@ -938,7 +947,7 @@ class RealtimeConnection:
             if self.settings.vad and not turn.held:
                 self.emit("input_audio_buffer.speech_started", audio_start_ms=turn.start_ms, item_id=turn.item_id)
             r = self.response
-            if turn.held and r is not None and r.turn is None and r.end_turn_at is not None:
+            if turn.held and r is not None and r.turn is None and r.end_turn_at is not None and not self.feeding:
                 r.end_turn_at = None  # the stream hears the fed turn: end it now
                 self.tasks.append(
                     asyncio.create_task(self._control(conversation_pb2.ConversationControl.ACTION_END_OF_TURN))
