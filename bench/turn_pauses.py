@@ -19,16 +19,12 @@ import argparse
 import json
 import random
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import grpc
-
 from bench import turn_taking
 from bench.harness import machine
-from bench.turn_set import LONG, MEDIUM, paused_line
-from services.cli.fleet import LocalFleet
+from bench.turn_set import LONG, MEDIUM, Voice, paused_line
 from services.common.turn_text import NON_FINAL_WORDS
 
 
@@ -62,35 +58,26 @@ def main() -> int:
     pauses = [int(p) for p in args.pauses.split(",")]
     started = machine()
     lines = []
+    voice = Voice()
     for pause_ms in pauses:
         for s in range(args.seeds):
             seed = 1000 * pause_ms + s
             n = args.per_length // args.seeds + (s < args.per_length % args.seeds)  # per_length in all
             for marked in pause_points(seed, n):
                 try:
-                    lines.append((marked, paused_line(marked, pause_ms, seed=seed)))
+                    lines.append((marked, paused_line(marked, pause_ms, seed=seed, voice=voice)))
                 except ValueError:
                     continue  # piper joins the words either side of the mark: no gap to pause in
     print(f"{len(lines)} paused lines", flush=True)
-    moss_sts = {"default_max_tokens": 48, **overrides.pop("moss_sts", {})}
     records = []
-    with tempfile.TemporaryDirectory() as tmp:
-        fleet = LocalFleet.on_free_ports(tmp, ("brain", "asr", "moss_sts", "router"), moss_sts=moss_sts, **overrides)
-        try:
-            with grpc.insecure_channel(fleet.config.router.address) as channel:
-                for i, (marked, line) in enumerate(lines):
-                    line.id = f"p{i}"
-                    caller = turn_taking.Caller(channel, turn_taking.conversation_config(1))  # semantic
-                    try:
-                        record = turn_taking.endpointing_line(caller, line, line.id)
-                    finally:
-                        caller.close()
-                    record.update(marked=marked, word_before=word_before(marked))
-                    records.append(record)
-                    cut = record.get("false_cut_off")
-                    print(f"{line.pause_ms:5d} ms {'CUT ' if cut else 'ok  '} {marked}", flush=True)
-        finally:
-            fleet.stop()
+    with turn_taking.conversation_fleet(overrides) as channel:
+        for i, (marked, line) in enumerate(lines):
+            line.id = f"p{i}"
+            record = turn_taking.one_line(channel, line, line.id)[0]
+            record.update(marked=marked, word_before=word_before(marked))
+            records.append(record)
+            cut = record.get("false_cut_off")
+            print(f"{line.pause_ms:5d} ms {'CUT ' if cut else 'ok  '} {marked}", flush=True)
     rows = {}
     for pause_ms in pauses:
         said = [r for r in records if r.get("pause_ms") == pause_ms and "false_cut_off" in r]

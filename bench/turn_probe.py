@@ -13,15 +13,11 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import tempfile
-
-import grpc
 
 from bench import turn_taking
 from bench.conversation import TURN_SET_SEED
 from bench.harness import machine
 from bench.turn_set import Counts, build
-from services.cli.fleet import LocalFleet
 
 
 def p50_p95(values: list[float]) -> str:
@@ -34,25 +30,11 @@ def main() -> int:
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     started = machine()
     turn_set = build(TURN_SET_SEED, Counts(6, 4, 6, 6, 2))  # the committed run's lines (cached)
-    moss_sts = {"default_max_tokens": 48, **overrides.pop("moss_sts", {})}
     records = []
-    with tempfile.TemporaryDirectory() as tmp:
-        fleet = LocalFleet.on_free_ports(tmp, ("brain", "asr", "moss_sts", "router"), moss_sts=moss_sts, **overrides)
-        try:
-            with grpc.insecure_channel(fleet.config.router.address) as channel:
-                for _ in range(rounds):
-                    for i, line_id in enumerate(turn_set.complete):
-                        caller = turn_taking.Caller(
-                            channel, turn_taking.conversation_config(turn_taking.MODES["semantic"])
-                        )
-                        try:
-                            records.append(
-                                turn_taking.endpointing_line(caller, turn_set.line(line_id), f"{i}:{line_id}")
-                            )
-                        finally:
-                            caller.close()
-        finally:
-            fleet.stop()
+    with turn_taking.conversation_fleet(overrides) as channel:
+        for _ in range(rounds):
+            for i, line_id in enumerate(turn_set.complete):
+                records.append(turn_taking.one_line(channel, turn_set.line(line_id), f"{i}:{line_id}")[0])
     turns = [r["turns"][0] for r in records if r["turns"]]
     transcript = [t["speech_end_to_transcript_ms"] for t in turns]
     text = [t["transcript_to_first_text_ms"] for t in turns]

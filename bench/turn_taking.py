@@ -24,8 +24,10 @@ TurnTimings.speech_end_to_commit_ms / discarded_replies / preemptive as sent).
 from __future__ import annotations
 
 import collections
+import contextlib
 import queue
 import random
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -443,6 +445,33 @@ def conversation_config(mode: int, max_tokens: int = 0) -> conversation_pb2.Conv
     )
 
 
+def one_line(channel, line, label: str, mode: int = recognizer_pb2.EndpointingConfig.MODE_SEMANTIC):
+    """``line`` said in a Converse session of its own asking for ``mode``: what the agent did with it (the record of
+    ``endpointing_line``) and the caller, closed (its ``error`` says how the call ended)."""
+    caller = Caller(channel, conversation_config(mode))
+    try:
+        return endpointing_line(caller, line, label), caller
+    finally:
+        caller.close()
+
+
+@contextlib.contextmanager
+def conversation_fleet(overrides: dict | None = None):
+    """A fresh CPU conversation fleet (brain, asr, moss_sts, router) on free ports with config ``overrides``
+    (sections by name; replies capped at 48 tokens unless moss_sts says otherwise): a channel to its router."""
+    from services.cli.fleet import LocalFleet
+
+    overrides = dict(overrides or {})
+    moss_sts = {"default_max_tokens": 48, **overrides.pop("moss_sts", {})}
+    with tempfile.TemporaryDirectory() as tmp:
+        fleet = LocalFleet.on_free_ports(tmp, ("brain", "asr", "moss_sts", "router"), moss_sts=moss_sts, **overrides)
+        try:
+            with grpc.insecure_channel(fleet.config.router.address) as channel:
+                yield channel
+        finally:
+            fleet.stop()
+
+
 def run_pass(channel, turn_set: TurnSet, mode: int, seed: int) -> list[dict]:
     """Every complete and paused line of the set, in a seeded order, each in a session of its own asking for
     ``mode`` (one session at a time). Why not one long session: SmolLM2-135M copies the context's replies, which
@@ -452,11 +481,7 @@ def run_pass(channel, turn_set: TurnSet, mode: int, seed: int) -> list[dict]:
     random.Random(seed).shuffle(order)
     records = []
     for i, line_id in enumerate(order):
-        caller = Caller(channel, conversation_config(mode))
-        try:
-            record = endpointing_line(caller, turn_set.line(line_id), f"{i}:{line_id}")
-        finally:
-            caller.close()
+        record, caller = one_line(channel, turn_set.line(line_id), f"{i}:{line_id}", mode)
         if _check(caller, records):
             break  # the server refused or failed the call: one record says so, and no line counts from it
         records.append(record)

@@ -15,7 +15,7 @@ import pytest
 
 from bench.evaluation import words
 from bench.turn_set import paused_line, spoken_line
-from bench.turn_taking import Caller, conversation_config, endpointing_line
+from bench.turn_taking import one_line
 from voice.v1 import recognizer_pb2
 
 pytestmark = [pytest.mark.timeout(300)]
@@ -30,11 +30,7 @@ PAUSED = [
 
 
 def say(channel, line) -> dict:
-    caller = Caller(channel, conversation_config(SEMANTIC))
-    try:
-        record = endpointing_line(caller, line, line.id)
-    finally:
-        caller.close()
+    record, caller = one_line(channel, line, line.id, SEMANTIC)
     assert caller.error is None or "CANCELLED" in str(caller.error), caller.error
     return record
 
