@@ -260,6 +260,21 @@ class _SentPiece:
     text_end: int
     total_samples: int
     sent_samples: int = 0
+    # Where the piece's words are: its audio from the first to the last sound (``voiced_span``); a voice's pause
+    # before a sentence holds none of them.
+    voiced_start: int = 0
+    voiced_end: int | None = None
+
+
+def voiced_span(pcm: bytes) -> tuple[int, int]:
+    """[first, last) sample of s16le ``pcm`` that is sound: windows within 40 dB of its loudest and above -55 dBFS."""
+    levels, window = window_levels_db(pcm)
+    if not len(levels):
+        return 0, 0
+    voiced = np.flatnonzero((levels >= levels.max() - 40.0) & (levels >= -55.0))
+    if not len(voiced):
+        return 0, len(pcm) // 2
+    return int(voiced[0]) * window, min(len(pcm) // 2, (int(voiced[-1]) + 1) * window)
 
 
 @dataclass
@@ -289,7 +304,8 @@ class _Reply:
 
 def heard_text(text: str, pieces: list[_SentPiece]) -> str:
     """The prefix of ``text`` whose audio was sent: whole spans of fully sent pieces; a partly sent piece counts
-    pro rata by its audio, cut back to the last word boundary."""
+    pro rata by its voiced audio (the silence before its first sound holds no words), cut back to the last word
+    boundary."""
     end = 0
     for p in pieces:
         if p.sent_samples <= 0 or p.text_end <= p.text_start:
@@ -297,7 +313,9 @@ def heard_text(text: str, pieces: list[_SentPiece]) -> str:
         if p.sent_samples >= p.total_samples:
             end = max(end, p.text_end)
             continue
-        cut = p.text_start + int((p.text_end - p.text_start) * p.sent_samples / p.total_samples)
+        voiced_end = p.total_samples if p.voiced_end is None else p.voiced_end
+        spoken = min(1.0, max(0.0, (p.sent_samples - p.voiced_start) / max(1, voiced_end - p.voiced_start)))
+        cut = p.text_start + int((p.text_end - p.text_start) * spoken)
         while cut > p.text_start and cut < len(text) and not text[cut].isspace():
             cut -= 1
         end = max(end, cut)
@@ -1189,7 +1207,7 @@ class DialogueSession(StsSession):
             await reply.released.wait()  # a preemptive reply: nothing is sent before the turn commits
         if reply.discarded:
             raise asyncio.CancelledError
-        sent = _SentPiece(piece.text_start, piece.text_end, samples)
+        sent = _SentPiece(piece.text_start, piece.text_end, samples, 0, *voiced_span(piece.pcm))
         reply.pieces.append(sent)
         rate = piece.sample_rate_hz
         offset = 0

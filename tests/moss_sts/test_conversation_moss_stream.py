@@ -260,6 +260,27 @@ def test_heard_text_is_cut_at_the_audio_sent():
     assert heard_text(text, [_SentPiece(*a, total_samples=100, sent_samples=0)]) == ""
 
 
+def test_the_silence_before_a_pieces_first_sound_holds_none_of_its_words():
+    """A voice pauses before a sentence: a piece cut inside that pause was heard as none of its words (pro rata over
+    the whole piece counted a quarter of them); cut halfway through its sound, about half."""
+    from services.conversation.dialogue import voiced_span
+
+    rate = 16_000
+    tone = (np.sin(np.arange(rate) * 2 * np.pi * 220 / rate) * 8000).astype(np.int16)
+    pcm = np.concatenate([np.zeros(rate // 2, dtype=np.int16), tone]).tobytes()  # 0.5 s pause, then 1 s of sound
+    start, end = voiced_span(pcm)
+    assert abs(start - rate // 2) <= 512 and abs(end - len(pcm) // 2) <= 512  # to a 32 ms window
+    text = "One sentence. She was a fluffy white cat."
+    b = (text.index("She"), len(text))
+    first = _SentPiece(0, len("One sentence."), total_samples=100, sent_samples=100)
+    in_pause = _SentPiece(
+        *b, total_samples=len(pcm) // 2, sent_samples=rate * 2 // 5, voiced_start=start, voiced_end=end
+    )
+    assert heard_text(text, [first, in_pause]) == "One sentence."
+    halfway = _SentPiece(*b, total_samples=len(pcm) // 2, sent_samples=rate, voiced_start=start, voiced_end=end)
+    assert heard_text(text, [first, halfway]) == "One sentence. She was a"
+
+
 def test_context_is_bounded_by_turns_and_characters():
     context = Context(max_turns=3, max_chars=200)
     for i in range(10):
