@@ -90,6 +90,9 @@ GATE_QUIET_DBFS = -45.0  # a window below this is a pause for the level gate
 # recognizer confirms speech only after min_speech_ms), so the commit waits for its word (RESUME_WAIT_MS at most).
 RESUME_DBFS = -40.0
 RESUME_QUIET_MS = 160
+# A silence this long inside speech over the reply ends a run of sound: long speech (barge_in_unheard_ms) is counted
+# from the run's start. Words in a sentence are closer than this; a backchannel and a later stop word are not.
+SOUND_GAP_MS = 500
 # A recognizer in another process (the asr service) reports on audio a little after it was fed: a commit waits for
 # its word on sound fed less than this long ago that it has not reported on yet (its position: its events' offsets),
 # or, when it runs further behind (a loaded asr; a caller that sent its words at once), RECOGNIZER_LAG_MARGIN times
@@ -402,6 +405,7 @@ class DialogueSession(StsSession):
         # drops that candidate.
         self._candidate_speech_end_ms = 0
         self._last_loud_ms = -1  # stream ms where the last loud window of the caller's audio ended
+        self._sound_since_ms = 0  # stream ms where the caller's sound began after their last silence (SOUND_GAP_MS)
         self._heard_ms = 0  # stream ms up to which the recognizer has reported (its events' offsets)
         self._recognizer_lag_s = 0.0  # how long after it was fed the audio of the recognizer's last report came
         self._discarded = 0  # candidates of the turn being heard that were dropped (the user went on)
@@ -834,6 +838,9 @@ class DialogueSession(StsSession):
         levels, window = window_levels_db(pcm)
         loud = np.flatnonzero(levels >= RESUME_DBFS)
         if len(loud):
+            first_loud_ms = self._fed_ms() - (len(levels) - loud[0]) * window * 1000 // RATE
+            if first_loud_ms - self._last_loud_ms > SOUND_GAP_MS:
+                self._sound_since_ms = first_loud_ms  # sound again after a silence: a new run of it
             after_last = (len(levels) - 1 - loud[-1]) * window  # samples of the frame after the last loud window
             self._last_loud_ms = self._fed_ms() - after_last * 1000 // RATE
 
@@ -938,7 +945,9 @@ class DialogueSession(StsSession):
         ):
             # Words decide (``_judge_overlap``); speech that goes on this long interrupts whatever was heard (no
             # backchannel is that long; pass-1 interims can miss a word).
-            lasted = self._last_loud_ms - self._overlap_start_ms  # sound, not an utterance held open in silence
+            # Sound without a silence in it, not an utterance held open in silence: a backchannel, a pause, then a
+            # stop word is not one long speech (a recognizer running behind keeps the backchannel's utterance open).
+            lasted = self._last_loud_ms - max(self._overlap_start_ms, self._sound_since_ms)
             sounding = now_ms - self._last_loud_ms < RESUME_QUIET_MS
             if sounding and lasted >= max(self.limits.barge_in_unheard_ms, self.options.barge_in.min_speech_ms):
                 self._barge_in("long_speech")
