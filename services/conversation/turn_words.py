@@ -13,9 +13,9 @@ meanwhile, so a turn that was over after all costs the wait and no more.
 
 One judgement at a time per session: a new candidate cancels the one before. The held reply's brain request waits
 for the judgement (at most ``JUDGEMENT_WAIT_MS``): the in-box brain serves one request at a time and a streamed reply
-holds it to its end, so the reading goes first (and leaves the words' prompt in its cache for the reply). The commit waits for it at most ``JUDGEMENT_WAIT_MS`` past the commit time or past the
-judgement's start, whichever is later (a final that came late still gets its reading), then goes on without it (a
-slow or failed brain never stalls a turn). Counted in
+holds it to its end, so the reading goes first (and leaves the words' prompt in its cache for the reply). The commit
+waits for it at most ``JUDGEMENT_WAIT_MS`` past the commit time or past the judgement's start, whichever is later (a
+final that came late still gets its reading), then goes on without it (a slow or failed brain never stalls a turn). Counted in
 ``voicefleet_sts_words_judgements_total{verdict="finished"|"unfinished"|"unknown"|"late"}`` (late: the commit went
 on without it).
 """

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSMsgType, web
 
 from services.common import audio
 from services.common.config.gateway import GatewayConfig
@@ -49,6 +49,8 @@ from services.gateway.realtime_config import (
     output_modalities,
     recognition_endpointing,
 )
+from services.gateway.session import ClientGone as _ClientGone
+from services.gateway.session import still_open
 from voice.v1 import (
     audio_pb2,
     conversation_pb2,
@@ -79,10 +81,6 @@ CONVERSATION_ONLY = (
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
-
-
-class _ClientGone(Exception):
-    pass
 
 
 @dataclass
@@ -267,14 +265,7 @@ class RealtimeConnection:
         # No idle timeout on messages: a push-to-talk client may say nothing for minutes. A client that is gone stops
         # answering the socket's pings (aiohttp's heartbeat, every gateway.idle_timeout_seconds) and is closed.
         while True:
-            message = await self.ws.receive()
-            if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
-                raise _ClientGone
-            if message.type == WSMsgType.ERROR:
-                too_big = getattr(self.ws.exception(), "code", None) == WSCloseCode.MESSAGE_TOO_BIG
-                GATEWAY_REFUSALS.labels("too_big" if too_big else "bad_input").inc()
-                raise _ClientGone
-            return message
+            return still_open(self.ws, await self.ws.receive())
 
     async def _read_socket(self) -> None:
         try:

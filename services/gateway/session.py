@@ -60,7 +60,7 @@ class Session:
         except ProtocolError as e:
             GATEWAY_REFUSALS.labels("idle" if e.code == protocol.IDLE else "bad_input").inc()
             return await close_socket(self.ws, e.code, e.reason)
-        except _ClientGone:
+        except ClientGone:
             return 1000
         request_id = request_id or f"gw-{uuid.uuid4().hex[:12]}"
         self.rate = config.input_format.sample_rate_hz
@@ -115,14 +115,7 @@ class Session:
             raise ProtocolError(
                 protocol.IDLE, f"idle: nothing received for {self.section.idle_timeout_seconds:g} s"
             ) from None
-        if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
-            raise _ClientGone
-        if message.type == WSMsgType.ERROR:
-            # aiohttp closed the socket itself: 1009 for a message over max_message_bytes, 1002 for a broken frame.
-            too_big = getattr(self.ws.exception(), "code", None) == WSCloseCode.MESSAGE_TOO_BIG
-            GATEWAY_REFUSALS.labels("too_big" if too_big else "bad_input").inc()
-            raise _ClientGone
-        return message
+        return still_open(self.ws, message)
 
     async def _configure(self) -> tuple[str, conversation_pb2.ConversationConfig]:
         message = await self._receive()
@@ -156,7 +149,7 @@ class Session:
                     return  # the call is over; the router's reader reports why
         except ProtocolError as e:
             self.fail(e.code, e.reason)
-        except _ClientGone:
+        except ClientGone:
             with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
                 await call.done_writing()  # half-close: the router ends the session
 
@@ -206,5 +199,17 @@ class Session:
                 return
 
 
-class _ClientGone(Exception):
+class ClientGone(Exception):
     """The client closed the socket (or aiohttp closed it on a protocol violation)."""
+
+
+def still_open(ws, message):
+    """``message`` as received on ``ws``; ClientGone when the client closed the socket or aiohttp closed it itself
+    (1009 for a message over max_message_bytes, 1002 for a broken frame: counted as a refusal)."""
+    if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
+        raise ClientGone
+    if message.type == WSMsgType.ERROR:
+        too_big = getattr(ws.exception(), "code", None) == WSCloseCode.MESSAGE_TOO_BIG
+        GATEWAY_REFUSALS.labels("too_big" if too_big else "bad_input").inc()
+        raise ClientGone
+    return message
