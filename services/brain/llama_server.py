@@ -17,15 +17,24 @@ dialogue's reading of a pause (services/conversation/turn_words.py). It renders 
 chat template (the one its chat completions use), evaluates the prompt up to the user's last word through the
 library's ``create_completion`` (so its prompt cache serves it and keeps the state for the reply that follows), and
 reads the next token's logits in a logits processor: nothing is sampled that anyone sees.
+
+The model serves one request at a time (the server's model lock). Here the lock is a queue in order of the kind a
+request names in its ``X-Voicefleet-Request-Kind`` header (services/common/brain_requests.py): a committed turn's
+reply goes before held replies, readings and read-aheads of every process (moss_sts's sessions, the router's
+fallback cascade), oldest first within a kind; a request without the header (another client) counts as a turn.
+The stock lock serves whoever asked first, so a turn waited behind other sessions' speculative work.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import functools
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
+
+from services.common.brain_requests import KIND_HEADER, TURN, RankedPlaces
 
 T = TypeVar("T")
 # Stands in for the user's words while the chat template is rendered: what precedes it is the prompt up to the words,
@@ -36,6 +45,34 @@ SENTENCE_MARKS = (".", "?", "!")
 
 LLAMA_THREAD = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
 _EXHAUSTED = object()
+# The kind the request being handled named (KIND_HEADER), set by KindMiddleware for the model's queue.
+REQUEST_KIND: contextvars.ContextVar[str] = contextvars.ContextVar("voicefleet_request_kind", default=TURN)
+MODEL_PLACE = RankedPlaces(1)  # llama_cpp.server's model lock, in order of kind
+
+
+class KindMiddleware:
+    """Reads a request's kind from its KIND_HEADER into REQUEST_KIND (a plain ASGI middleware: the streamed
+    response's sender runs in the request's context and sees it)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            wanted = KIND_HEADER.lower().encode()
+            kind = next((v.decode(errors="replace") for k, v in scope["headers"] if k == wanted), TURN)
+            REQUEST_KIND.set(kind)
+        await self.app(scope, receive, send)
+
+
+async def get_llama_proxy_in_order():
+    """``llama_cpp.server.app.get_llama_proxy`` with its lock replaced by MODEL_PLACE: the model, once this
+    request's turn comes (module doc)."""
+    import llama_cpp.server.app as app
+
+    kind = REQUEST_KIND.get()
+    async with MODEL_PLACE.place(lambda: kind):
+        yield app._llama_proxy  # noqa: SLF001 - the proxy the stock dependency yields
 
 
 async def run_on_llama_thread(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -135,19 +172,23 @@ def add_turn_route(app) -> None:
 
 
 def install() -> None:
-    """Route llama_cpp.server.app's model calls to the one thread and add the end-of-turn route (before the server's
-    ``__main__`` imports ``create_app``)."""
+    """Route llama_cpp.server.app's model calls to the one thread, its model lock through the queue in order of kind,
+    and add the end-of-turn route (before the server's ``__main__`` imports ``create_app``)."""
     import llama_cpp.server.app as app
 
-    for name in ("run_in_threadpool", "iterate_in_threadpool", "create_app"):
+    for name in ("run_in_threadpool", "iterate_in_threadpool", "create_app", "get_llama_proxy", "_llama_proxy"):
         if not hasattr(app, name):  # a llama-cpp-python that no longer calls them: say so rather than run slow
             raise RuntimeError(f"llama_cpp.server.app has no {name}; services/brain/llama_server.py needs updating")
     app.run_in_threadpool = run_on_llama_thread
     app.iterate_in_threadpool = iterate_on_llama_thread
+    stock_proxy = app.get_llama_proxy
+    app.get_llama_proxy = get_llama_proxy_in_order  # streamed replies take the model through this module global
     create_app = app.create_app
 
     def create_app_with_turn_route(*args, **kwargs):
         server = create_app(*args, **kwargs)
+        server.dependency_overrides[stock_proxy] = get_llama_proxy_in_order  # every other route's Depends
+        server.add_middleware(KindMiddleware)
         add_turn_route(server)
         return server
 

@@ -269,6 +269,21 @@ STS_BARGE_IN_REFUSED = Counter(
     " heard back: echo).",
     ["service", "engine", "why"],
 )
+STS_BRAIN_WAIT = Histogram(
+    "voicefleet_sts_brain_wait_seconds",
+    "A brain request's wait for one of the brain's places (brain.parallel_requests), by kind: turn (a committed"
+    " turn's reply), judgement (the reading of the user's words at a pause), held (a reply started before the commit),"
+    " read_ahead (never waits: skipped when the brain is busy). Turns go first (services/conversation/brain_queue.py).",
+    ["service", "kind"],
+    buckets=LATENCY_BUCKETS,
+)
+STS_BRAIN_HELD = Histogram(
+    "voicefleet_sts_brain_held_seconds",
+    "How long a brain request held its place, by kind (as voicefleet_sts_brain_wait_seconds): what each kind of"
+    " request costs the others.",
+    ["service", "kind"],
+    buckets=LATENCY_BUCKETS,
+)
 STS_BRAIN_FIRST_TOKEN = Histogram(
     "voicefleet_sts_brain_first_token_seconds",
     "Chat request sent to the brain (OpenAI-compatible) to its first streamed text.",

@@ -16,12 +16,14 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from services.common import metrics
+from services.common.brain_requests import JUDGEMENT, KIND_HEADER, READ_AHEAD, TURN
 from services.common.engines import Sampling
 from services.common.errors import Unavailable, VoiceError
+from services.conversation.brain_queue import BrainQueue
 
 if TYPE_CHECKING:
     from services.common.config.brain import BrainConfig
@@ -34,13 +36,16 @@ DEFAULT_SEED = 1234
 CLOSING_MARKS = " \t\n.?!,;:\u2026"
 
 
-def request_headers(request_id: str) -> dict[str, str]:
-    """Our request id for the brain's logs. llama-cpp-python's server answers HTTP 400 ("Wrong uuid") to an
-    X-Request-Id that is not a UUID (starlette-context validates it), and voicefleet ids are 16 hex digits: send
-    X-Request-Id only when it is a UUID, and the id itself always as X-Voicefleet-Request-Id."""
+def request_headers(request_id: str, kind: str = "") -> dict[str, str]:
+    """Our request id for the brain's logs, and the request's kind (brain_queue.py) for the in-box server's own
+    queue (services/brain/llama_server.py: other processes' requests, the router's fallback, share it).
+    llama-cpp-python's server answers HTTP 400 ("Wrong uuid") to an X-Request-Id that is not a UUID
+    (starlette-context validates it), and voicefleet ids are 16 hex digits: send X-Request-Id only when it is a UUID,
+    and the id itself always as X-Voicefleet-Request-Id."""
+    headers = {KIND_HEADER: kind} if kind else {}
     if not request_id:
-        return {}
-    headers = {"X-Voicefleet-Request-Id": request_id}
+        return headers
+    headers["X-Voicefleet-Request-Id"] = request_id
     try:
         uuid.UUID(request_id)
         headers["X-Request-Id"] = request_id
@@ -60,9 +65,11 @@ class ChatBrain:
         read_timeout_s: float = 30.0,
         languages: tuple[str, ...] = (),
         examples: tuple[tuple[str, str], ...] = (),
+        parallel_requests: int = 1,
     ):
         """``languages``: the languages the reply model writes; () = any (a multilingual model). ``examples``:
-        (user, assistant) exchanges sent after the system prompt of every request (brain.reply_examples)."""
+        (user, assistant) exchanges sent after the system prompt of every request (brain.reply_examples).
+        ``parallel_requests``: how many requests the server serves at once; more wait in ``queue``, turns first."""
         self.base_url = base_url.rstrip("/")
         self.languages = languages
         self.examples = [
@@ -78,7 +85,7 @@ class ChatBrain:
         self._service = service
         self._no_turn_route = False  # the server answered /end_of_turn with 404: it has none
         self._client = None
-        self._in_flight = 0  # requests of this client the brain is serving or has queued (every session's)
+        self.queue = BrainQueue(service, parallel_requests)  # every session's requests of this process
 
     def check_language(self, language: str, field: str = "config.language") -> None:
         """FAILED_PRECONDITION when the reply model does not write ``language`` (an empty language is not checked)."""
@@ -123,6 +130,7 @@ class ChatBrain:
             b.read_timeout_seconds,
             languages=languages,
             examples=b.example_turns,
+            parallel_requests=b.parallel_requests,
         )
 
     def prompt(self, messages: list[dict]) -> list[dict]:
@@ -133,9 +141,16 @@ class ChatBrain:
         return messages[:system] + self.examples + messages[system:]
 
     async def stream_chat(
-        self, messages: list[dict], sampling: Sampling, max_tokens: int, request_id: str = ""
+        self,
+        messages: list[dict],
+        sampling: Sampling,
+        max_tokens: int,
+        request_id: str = "",
+        kind: str | Callable[[], str] = TURN,
     ) -> AsyncIterator[str]:
-        """Text deltas of the reply to ``messages`` (OpenAI chat format)."""
+        """Text deltas of the reply to ``messages`` (OpenAI chat format). ``kind``: a committed turn's reply
+        (``turn``) or one held until its turn commits (a callable that says ``held`` until then, ``turn`` after):
+        its place in the brain's queue (brain_queue.py)."""
         body = {
             "model": self.model,
             "messages": self.prompt(messages),
@@ -145,11 +160,12 @@ class ChatBrain:
             "max_tokens": max_tokens,
             "seed": sampling.seed or DEFAULT_SEED,
         }
-        headers = request_headers(request_id)
-        sent = time.monotonic()
+        kind_now = kind if callable(kind) else (lambda: kind)
         first = True
         finished = None  # the choice's finish_reason; a stream that ends without one was cut short
-        async with self._request():
+        async with self.queue.place(kind_now), self._request():
+            headers = request_headers(request_id, kind_now())
+            sent = time.monotonic()
             async with self._http().stream(
                 "POST", f"{self.base_url}/chat/completions", json=body, headers=headers
             ) as response:
@@ -189,10 +205,8 @@ class ChatBrain:
         """Have the server evaluate ``messages`` (the turn so far) without answering: a one-token completion. Its
         prompt cache (llama.cpp's; vLLM's prefix caching) then holds them, and the turn's own request, whose prompt
         begins the same, evaluates only what follows the shared prefix. Only while this client has nothing else in
-        flight (False: skipped): the local server serves one request at a time, so with other sessions' replies
-        under way a read-ahead would wait in its queue and then hold up the turns behind it."""
-        if self._in_flight:
-            return False
+        flight (False: skipped): the brain serves ``parallel_requests`` at a time, so with other sessions' requests
+        under way a read-ahead would wait in the queue and then hold up the turns behind it (brain_queue.py)."""
         body = {
             "model": self.model,
             "messages": self.prompt(messages),
@@ -200,10 +214,13 @@ class ChatBrain:
             "temperature": 0.0,
             "max_tokens": 1,
         }
-        async with self._request():
-            response = await self._http().post(
-                f"{self.base_url}/chat/completions", json=body, headers=request_headers(request_id)
-            )
+        async with self.queue.place_if_idle() as place:
+            if place is None:
+                return False
+            async with self._request():
+                response = await self._http().post(
+                    f"{self.base_url}/chat/completions", json=body, headers=request_headers(request_id, READ_AHEAD)
+                )
         if response.status_code >= 400:
             raise self._refused(response.status_code, response.text[:300])
         return True
@@ -225,10 +242,10 @@ class ChatBrain:
         if not words["content"]:
             return None
         body = {"model": self.model, "messages": self.prompt([*before, words])}
-        sent = time.monotonic()
-        async with self._request():
+        async with self.queue.place(JUDGEMENT), self._request():
+            sent = time.monotonic()
             response = await self._http().post(
-                f"{self.base_url}/end_of_turn", json=body, headers=request_headers(request_id)
+                f"{self.base_url}/end_of_turn", json=body, headers=request_headers(request_id, JUDGEMENT)
             )
         if response.status_code in (404, 405):
             self._no_turn_route = True
@@ -245,19 +262,15 @@ class ChatBrain:
 
     @contextlib.asynccontextmanager
     async def _request(self):
-        """One request to the server: counted in flight while it lasts (``read_ahead`` waits for none); a timeout or
-        a transport failure is the brain being unreachable."""
+        """One request to the server: a timeout or a transport failure is the brain being unreachable."""
         import httpx
 
-        self._in_flight += 1
         try:
             yield
         except httpx.TimeoutException as e:
             raise self._unreachable(f"did not answer in time ({type(e).__name__})") from None
         except (httpx.TransportError, OSError) as e:
             raise self._unreachable(f"is unreachable ({type(e).__name__}: {e})") from None
-        finally:
-            self._in_flight -= 1
 
     def _refused(self, status: int, detail: str) -> VoiceError:
         """An HTTP error answer: the server failing (5xx), missing (404) or overloaded (429) is unreachable; any

@@ -33,6 +33,7 @@ from services.common.engines import (
 from services.common.errors import NotFound
 from services.common.voices import pick_voice
 from services.conversation.brain import ChatBrain
+from services.conversation.brain_queue import HELD, TURN
 from services.conversation.dialogue import DialogueLimits, DialogueSession, ReplySink, UserTurn
 
 # Speak a clause once it has this many characters (before its sentence ends); speak what is buffered after this
@@ -66,7 +67,11 @@ class CascadeSession(DialogueSession):
         async def think() -> None:
             try:
                 stream = self.engine.brain.stream_chat(
-                    messages, self.options.sampling, self.max_tokens, self.options.request_id
+                    messages,
+                    self.options.sampling,
+                    self.max_tokens,
+                    self.options.request_id,
+                    kind=lambda: TURN if turn.commit_wall is not None else HELD,  # a held reply moves up at commit
                 )
                 async with contextlib.aclosing(stream) as pieces:
                     async for delta in pieces:

@@ -47,6 +47,10 @@ class BrainConfig(Section):
     # --logits_all False, 2026-11-26): the process could hold ~10x this in RAM then. 64 MiB kept
     # 4 alternating 8-turn sessions whole (peak RSS 1.2 GB); docs/conversation.md#the-brain.
     prompt_cache_mb: int = bounded(64, ge=0, le=65_536, says="must be 0 (off) or 1..65536 MiB")
+    # How many requests the brain serves at once: the in-box llama-cpp-python server, one (its model lock); vLLM, its
+    # max_num_seqs. Past that, requests wait in each process's queue, a committed turn's reply first and a read-ahead
+    # never (services/conversation/brain_queue.py).
+    parallel_requests: int = bounded(1, ge=1, le=256)
     # Where clients reach the brain (OpenAI base URL, ending in /v1); "" = http://host:port/v1 (the local server).
     base_url: str = ""
     # Sent as "Authorization: Bearer ..." when set (vLLM --api-key); better given as VOICEFLEET_BRAIN__API_KEY.

@@ -1,0 +1,83 @@
+"""The kinds of request a brain serves, in the order it serves them when busy (one definition for the clients'
+queue, services/conversation/brain_queue.py, and the in-box server's, services/brain/llama_server.py).
+
+* ``turn``: the reply to a committed turn: a caller waits for its first words now (a request that names no kind,
+  e.g. another OpenAI client's, counts as one);
+* ``judgement``: the reading of the user's words at a pause, which a held reply waits for;
+* ``held``: a reply started before its turn commits (dropped when the user goes on);
+* ``read_ahead``: the user's words so far, evaluated ahead of the turn: never queued by clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Callable
+
+TURN, JUDGEMENT, HELD, READ_AHEAD = "turn", "judgement", "held", "read_ahead"
+KINDS = (TURN, JUDGEMENT, HELD, READ_AHEAD)
+# Lower goes first; equal ranks in arrival order.
+RANK = {TURN: 0, JUDGEMENT: 1, HELD: 1, READ_AHEAD: 2}
+# The HTTP header a voicefleet client names its request's kind in.
+KIND_HEADER = "X-Voicefleet-Request-Kind"
+
+
+def rank(kind: str) -> int:
+    """A kind's rank; an unknown or missing kind is a turn's (someone waits for it)."""
+    return RANK.get(kind, RANK[TURN])
+
+
+class RankedPlaces:
+    """``places`` requests served at once; when all are taken, a freed place goes to the waiter of lowest rank
+    (``rank(kind())``, read at that moment: a held reply that commits while it waits moves up), oldest first."""
+
+    def __init__(self, places: int = 1):
+        if places < 1:
+            raise ValueError("places must be >= 1")
+        self.places = places
+        self.busy = 0
+        self._waiting: list[tuple[Callable[[], str], int, asyncio.Future]] = []
+        self._order = itertools.count()
+
+    def idle(self) -> bool:
+        """A place is free and nobody waits for one."""
+        return self.busy < self.places and not self._waiting
+
+    def waiting(self, kind: str | None = None) -> int:
+        return sum(1 for k, _, _ in self._waiting if kind is None or k() == kind)
+
+    async def acquire(self, kind: Callable[[], str]) -> None:
+        """One place, in due order. Cancelled while waiting: it leaves the queue (or hands on a place granted as
+        it was cancelled)."""
+        if self.idle():
+            self.busy += 1
+            return
+        waiter = (kind, next(self._order), asyncio.get_running_loop().create_future())
+        self._waiting.append(waiter)
+        try:
+            await waiter[2]
+        except BaseException:
+            if waiter in self._waiting:
+                self._waiting.remove(waiter)
+            elif waiter[2].done() and not waiter[2].cancelled():
+                self.release()
+            raise
+
+    def release(self) -> None:
+        self.busy -= 1
+        while self.busy < self.places and self._waiting:
+            waiter = min(self._waiting, key=lambda w: (rank(w[0]()), w[1]))
+            self._waiting.remove(waiter)
+            if waiter[2].done():  # cancelled while waiting
+                continue
+            self.busy += 1
+            waiter[2].set_result(None)
+
+    @contextlib.asynccontextmanager
+    async def place(self, kind: Callable[[], str]):
+        await self.acquire(kind)
+        try:
+            yield
+        finally:
+            self.release()
