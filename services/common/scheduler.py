@@ -320,6 +320,8 @@ class Admission:
         clock: Callable[[], float] = time.monotonic,
         max_late_s: float = 0.0,
         unit: str = "streams",
+        wait_field: str = "scheduling.max_first_wait_ms",
+        waits_for: str = "start this stream's audio",
     ):
         self.service = service
         self.max_streams = max_streams
@@ -332,6 +334,8 @@ class Admission:
         # A stream's life in seconds (for the retry hint when full); 2 s until measured.
         self._stream_s = _Ewma(2.0)
         self.unit = unit  # what is admitted: "streams", or "sessions" for conversations (a refusal's reason label)
+        self.wait_field = wait_field  # the config field of the first-wait budget, and what waits (a refusal's words)
+        self.waits_for = waits_for
         self._full = metrics.ADMISSION_REJECTIONS.labels(service, unit)
         self._slow = metrics.ADMISSION_REJECTIONS.labels(service, "first_wait")
         self._behind = metrics.ADMISSION_REJECTIONS.labels(service, "behind")
@@ -367,8 +371,8 @@ class Admission:
                 self._slow.inc()
                 retry = _clamp(wait - self.max_first_wait_s)
                 raise ResourceExhausted(
-                    f"{self.service} would start this stream's audio in about {wait:.1f} s, over its"
-                    f" {self.max_first_wait_s:.1f} s budget (scheduling.max_first_wait_ms); retry in {retry:.1f} s",
+                    f"{self.service} would {self.waits_for} in about {wait:.1f} s, over its"
+                    f" {self.max_first_wait_s:.1f} s budget ({self.wait_field}); retry in {retry:.1f} s",
                     retry_after_s=retry,
                 )
 

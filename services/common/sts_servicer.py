@@ -49,6 +49,7 @@ ENDING_CALL_GRACE_S = 0.5
 class StsLimits:
     idle_timeout_s: float = 10.0
     max_concurrent_sessions: int = 4
+    max_first_words_wait_s: float = 0.0  # 0: new sessions are not refused for the brain's queue
     max_system_prompt_chars: int = 4000
     max_tokens_limit: int = 1024
     endpointing: Endpointing = Endpointing(hangover_ms=400)
@@ -62,6 +63,7 @@ class StsLimits:
         return cls(
             idle_timeout_s=section.idle_timeout_seconds,
             max_concurrent_sessions=section.max_concurrent_sessions,
+            max_first_words_wait_s=section.max_first_words_wait_ms / 1000,
             max_system_prompt_chars=section.max_system_prompt_chars,
             max_tokens_limit=section.max_tokens_limit,
             endpointing=endpointing_defaults(section.endpointing),
@@ -72,14 +74,32 @@ class StsLimits:
         )
 
 
+class _FirstWordsWait:
+    """Admission's predicted wait (``Admission.check``) for a conversation: what a committed turn would wait now
+    before its reply starts (``StsEngine.first_words_wait_s``; 0 when the engine cannot say)."""
+
+    def __init__(self, engine: StsEngine):
+        self.engine = engine
+
+    def predicted_first_audio(self) -> float:
+        return self.engine.first_words_wait_s() or 0.0
+
+
 class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
     def __init__(self, service: str, engine: StsEngine, limits: StsLimits):
         self.service = service
         self.engine = engine
         self.limits = limits
         self._admission = Admission(
-            service, limits.max_concurrent_sessions, 0, field="moss_sts.max_concurrent_sessions", unit="sessions"
+            service,
+            limits.max_concurrent_sessions,
+            limits.max_first_words_wait_s,
+            field="moss_sts.max_concurrent_sessions",
+            unit="sessions",
+            wait_field="moss_sts.max_first_words_wait_ms",
+            waits_for="start a turn's reply",
         )
+        self._first_words = _FirstWordsWait(engine)
         self.labels = (service, engine.served_by if service != engine.service else engine.name)
         # The latency series exist at 0 from the start, so a rate() on the dashboard sees the very first event.
         for histogram in (metrics.STS_FIRST_AUDIO, metrics.STS_BARGE_IN_TO_SILENCE):
@@ -111,7 +131,7 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
         options, in_fmt, out_fmt = self._options(first.config, context)
         self.engine.check_options(options)
         await self._admission.room(ENDING_CALL_GRACE_S)
-        with self._admission.stream() as free_place:  # a place, or RESOURCE_EXHAUSTED
+        with self._admission.stream(self._first_words) as free_place:  # a place, or RESOURCE_EXHAUSTED
             session = await self.engine.open_session(options)
             pump = asyncio.create_task(self._pump(requests, session, in_fmt))
             relay = _Relay(options.request_id, out_fmt, self.labels)

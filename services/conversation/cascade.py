@@ -130,6 +130,9 @@ class CascadeStsEngine(StsEngine):
     async def voices(self) -> list[VoiceInfo]:
         return await self.tts.voices()
 
+    def first_words_wait_s(self) -> float | None:
+        return self.brain.queue.turn_wait_s()
+
     def check_options(self, options: SessionOptions) -> None:
         from services.common.engines import RecognitionOptions
 
