@@ -28,8 +28,11 @@ from services.common.config.asr import AsrServiceConfig
 from services.common.engines import AsrEngine, AsrStream, RecognitionOptions
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.scheduler import cpu_cores
+from services.engines.asr.budgets import FinalsInFlight, InterimBudget
+from services.engines.asr.finals import FinalText
 from services.engines.asr.models import base_model_dir, tiny_en_dir
-from services.engines.asr.pipeline import FinalsInFlight, FinalText, InterimBudget, Spotting, TwoPassStream
+from services.engines.asr.pipeline import TwoPassStream
+from services.engines.asr.spotting import Spotting
 from services.engines.asr.turn_model import TurnSupport
 from services.engines.asr.vad import RATE, SileroVad
 

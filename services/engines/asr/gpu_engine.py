@@ -33,6 +33,7 @@ import numpy as np
 from services.common.config.asr import AsrServiceConfig
 from services.common.engines import AsrEngine, AsrStream, Offloadable, RecognitionOptions, WordTiming
 from services.common.errors import FailedPrecondition, InvalidArgument
+from services.engines.asr.budgets import FinalsInFlight
 from services.engines.asr.cpu_engine import (
     REPEATING_COMPRESSION_RATIO,
     draft_budget,
@@ -42,7 +43,8 @@ from services.engines.asr.cpu_engine import (
     spotting,
     whisper_language,
 )
-from services.engines.asr.pipeline import FinalsInFlight, FinalText, TwoPassStream
+from services.engines.asr.finals import FinalText
+from services.engines.asr.pipeline import TwoPassStream
 from services.engines.asr.turn_model import TurnSupport
 from services.engines.asr.vad import RATE, SileroVad
 
