@@ -15,19 +15,13 @@ import dataclasses
 from dataclasses import dataclass
 
 from services.common import audio
-from services.common.convert.asr import MODES, TEXT_CHECKS, event_fields
-from services.common.engines import (
-    TEXT_CHECK_OFF,
-    TEXT_CHECK_ON,
-    AsrEngine,
-    Endpointing,
-    RecognitionOptions,
-)
+from services.common.convert.asr import endpointing_values, event_fields
+from services.common.endpointing import BadSetting, from_config, resolve
+from services.common.engines import AsrEngine, Endpointing, RecognitionOptions
 from services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
 from services.common.rpc import request_id
 from services.common.scheduler import Admission, cpu_cores
 from services.common.text import spoken_words
-from services.common.turn_text import bad_word
 from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
 
 MAX_HINTS = 100
@@ -80,22 +74,8 @@ def streams_per_core(engine: str) -> int:
 
 
 def endpointing_defaults(section) -> Endpointing:
-    """An endpointing config section (config.base.AsrEndpointingConfig) as the defaults of a stream's fields."""
-    return Endpointing(
-        section.threshold,
-        section.min_speech_ms,
-        section.hangover_ms,
-        section.max_utterance_ms,
-        mode=section.mode,
-        turn_threshold=section.turn_threshold,
-        min_silence_ms=section.min_silence_ms,
-        max_silence_ms=section.max_silence_ms,
-        text_check=TEXT_CHECK_ON if section.text_check else TEXT_CHECK_OFF,
-        non_final_words=tuple(section.non_final_words),
-        sentence_end_silence_ms=section.sentence_end_silence_ms,
-        early_silence_ms=section.early_silence_ms,
-        early_turn_threshold=section.early_turn_threshold,
-    )
+    """An endpointing config section (config.base.endpointing_section) as the defaults of a stream's fields."""
+    return from_config(section)
 
 
 class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
@@ -251,88 +231,14 @@ def spot_phrases(phrases) -> tuple[str, ...]:
 
 
 def endpointing_from_config(e, d: Endpointing) -> Endpointing:
-    """A request's EndpointingConfig checked against this server's defaults/limits ``d`` (0 fields take defaults).
+    """A request's EndpointingConfig checked against this server's defaults/limits ``d`` (0 fields take defaults):
+    the bounds of services/common/endpointing.py's SETTINGS, INVALID_ARGUMENT naming the field refused.
 
     One place for the rules, shared by Recognizer and Conversation configs."""
-    threshold = e.threshold or d.threshold
-    if not 0 < threshold < 1:
-        raise InvalidArgument("config.endpointing.threshold", f"{e.threshold} is outside 0..1 (0 means {d.threshold})")
-    min_speech = e.min_speech_ms or d.min_speech_ms
-    if min_speech > 5000:
-        raise InvalidArgument("config.endpointing.min_speech_ms", f"{min_speech} is over 5000")
-    hangover = e.hangover_ms or d.hangover_ms
-    if not 32 <= hangover <= 5000:
-        raise InvalidArgument(
-            "config.endpointing.hangover_ms", f"{hangover} is outside 32..5000 (0 means {d.hangover_ms})"
-        )
-    max_utt = e.max_utterance_ms or d.max_utterance_ms
-    if not 1000 <= max_utt <= d.max_utterance_ms:
-        raise InvalidArgument(
-            "config.endpointing.max_utterance_ms",
-            f"{max_utt} is outside 1000..{d.max_utterance_ms} (this server's limit; 0 means the limit)",
-        )
-    mode = MODES.get(e.mode)
-    if mode is None:
-        raise InvalidArgument("config.endpointing.mode", f"{e.mode} is not a known mode (0 unspecified, 1, 2)")
-    turn_threshold = e.turn_threshold or d.turn_threshold
-    if not 0 < turn_threshold < 1:
-        raise InvalidArgument(
-            "config.endpointing.turn_threshold", f"{e.turn_threshold} is outside 0..1 (0 means {d.turn_threshold})"
-        )
-    min_silence = e.min_silence_ms or d.min_silence_ms
-    max_silence = e.max_silence_ms or d.max_silence_ms
-    if max_silence > MAX_SILENCE_MS:
-        raise InvalidArgument("config.endpointing.max_silence_ms", f"{max_silence} is over {MAX_SILENCE_MS}")
-    if not WINDOW_MS <= min_silence <= max_silence:
-        raise InvalidArgument(
-            "config.endpointing.min_silence_ms",
-            f"{min_silence} must be {WINDOW_MS}..max_silence_ms ({max_silence}); 0 means {d.min_silence_ms}",
-        )
-    text_check = TEXT_CHECKS.get(e.text_check)
-    if text_check is None:
-        raise InvalidArgument(
-            "config.endpointing.text_check", f"{e.text_check} is not a known setting (0 unspecified, 1 on, 2 off)"
-        )
-    sentence_end_silence = e.sentence_end_silence_ms or d.sentence_end_silence_ms
-    if not WINDOW_MS <= sentence_end_silence <= MAX_SILENCE_MS:
-        raise InvalidArgument(
-            "config.endpointing.sentence_end_silence_ms",
-            f"{sentence_end_silence} is outside {WINDOW_MS}..{MAX_SILENCE_MS} (0 means {d.sentence_end_silence_ms})",
-        )
-    if e.early_silence_ms and not WINDOW_MS <= e.early_silence_ms <= MAX_SILENCE_MS:
-        raise InvalidArgument(
-            "config.endpointing.early_silence_ms",
-            f"{e.early_silence_ms} is outside {WINDOW_MS}..{MAX_SILENCE_MS} (0 means {d.early_silence_ms})",
-        )
-    early_turn_threshold = e.early_turn_threshold or d.early_turn_threshold
-    if not 0 < early_turn_threshold <= 1:
-        raise InvalidArgument(
-            "config.endpointing.early_turn_threshold",
-            f"{e.early_turn_threshold} is outside 0..1 (0 means {d.early_turn_threshold})",
-        )
-    words = tuple(w.strip().lower() for w in e.non_final_words)
-    problem = bad_word(words)
-    if problem:
-        raise InvalidArgument("config.endpointing.non_final_words", problem)
-    return Endpointing(
-        threshold,
-        min_speech,
-        hangover,
-        max_utt,
-        mode=mode or d.mode,
-        turn_threshold=turn_threshold,
-        min_silence_ms=min_silence,
-        max_silence_ms=max_silence,
-        text_check=text_check or d.text_check,
-        non_final_words=words or d.non_final_words,
-        sentence_end_silence_ms=sentence_end_silence,
-        early_silence_ms=e.early_silence_ms or d.early_silence_ms,
-        early_turn_threshold=early_turn_threshold,
-    )
-
-
-MAX_SILENCE_MS = 10_000
-WINDOW_MS = 32  # one VAD window: the least silence that can be judged
+    try:
+        return resolve(endpointing_values(e), d)
+    except BadSetting as bad:
+        raise InvalidArgument(f"config.endpointing.{bad.name}", bad.message) from None
 
 
 async def next_or_idle(requests, idle_timeout_s: float, setting: str):

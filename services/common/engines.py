@@ -14,6 +14,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from services.common import languages
+from services.common.endpointing import SEMANTIC_MODE as SEMANTIC_MODE
+from services.common.endpointing import SILENCE_MODE as SILENCE_MODE
+from services.common.endpointing import TEXT_CHECK_OFF as TEXT_CHECK_OFF
+from services.common.endpointing import TEXT_CHECK_ON as TEXT_CHECK_ON
+from services.common.endpointing import Endpointing
 from services.common.errors import FailedPrecondition
 from services.common.text import BufferPolicy, FirstSegment, TextEvent, stream_segments
 
@@ -159,10 +164,8 @@ class TtsEngine(abc.ABC):
 # take the caller's audio as it came (``native_sample_rate`` 0) and their backend resamples.
 
 
-# Endpointing modes: how an utterance ends. "" = the service's default (resolved by whoever owns the config).
-SILENCE_MODE, SEMANTIC_MODE = "silence", "semantic"
-# Semantic endpointing's text check (Endpointing.text_check): on, off; "" = the service's default.
-TEXT_CHECK_ON, TEXT_CHECK_OFF = "on", "off"
+# Endpointing (when speech starts and ends: modes, the text check, the stream's settings) is declared once, with
+# every default and bound, in services/common/endpointing.py; its names are re-exported here for the engines.
 
 
 class ScheduledTtsEngine(TtsEngine):
@@ -182,35 +185,6 @@ class ScheduledTtsEngine(TtsEngine):
         self, text: str, options: SynthesisOptions, playback, first_segment: FirstSegment | None
     ) -> AsyncIterator[AudioPiece]:
         """Speak ``text`` (cut by ``first_segment``, None: sentences only) as ``playback`` (a Playback)."""
-
-
-@dataclass(frozen=True)
-class Endpointing:
-    """When speech starts and ends (Silero VAD probabilities per 32 ms window).
-
-    ``mode`` SILENCE_MODE: an utterance ends after ``hangover_ms`` of silence. SEMANTIC_MODE: after
-    ``min_silence_ms`` of silence a turn model judges whether the speaker has finished (a TURN_ESTIMATE event);
-    complete (probability >= ``turn_threshold``) ends the utterance there, incomplete keeps it open (judged again
-    while the silence lasts) up to ``max_silence_ms``. ``text_check`` (TEXT_CHECK_ON / TEXT_CHECK_OFF, "" = the
-    service's default): a "complete" after a word of ``non_final_words`` (() = the service's list) in the English
-    text so far keeps the turn open, and an "incomplete" on words that read as a finished sentence ends the utterance
-    after ``sentence_end_silence_ms`` (services/common/turn_text.py). A first judgement after ``early_silence_ms``
-    (when that is under ``min_silence_ms``) ends the utterance only if the model is sure (probability >=
-    ``early_turn_threshold``); anything less waits for the judgement at ``min_silence_ms``."""
-
-    threshold: float = 0.5
-    min_speech_ms: int = 250
-    hangover_ms: int = 200
-    max_utterance_ms: int = 30_000
-    mode: str = ""
-    turn_threshold: float = 0.5
-    min_silence_ms: int = 160
-    max_silence_ms: int = 1500
-    text_check: str = ""
-    non_final_words: tuple[str, ...] = ()
-    sentence_end_silence_ms: int = 600
-    early_silence_ms: int = 96
-    early_turn_threshold: float = 0.85
 
 
 @dataclass(frozen=True)

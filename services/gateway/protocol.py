@@ -14,6 +14,11 @@ import json
 import grpc
 
 from services.common import audio
+from services.common.convert.asr import endpointing_proto
+from services.common.endpointing import CHOICE, FLOAT, INT, SWITCH, WORDS
+from services.common.endpointing import NAMES as ENDPOINTING_NAMES
+from services.common.endpointing import SETTINGS as ENDPOINTING_SETTINGS
+from services.common.turn_text import bad_word
 from voice.v1 import audio_pb2, conversation_pb2, recognizer_pb2, routing_pb2
 
 # Application close codes (RFC 6455 leaves 4000-4999 to applications).
@@ -104,23 +109,10 @@ CONFIG_FIELDS = (
     "barge_in",
     "client_cancels_echo",
 )
-ENDPOINTING_FIELDS = (
-    "mode",
-    "threshold",
-    "hangover_ms",
-    "turn_threshold",
-    "min_silence_ms",
-    "max_silence_ms",
-    "sentence_end_silence_ms",
-    "early_silence_ms",
-    "early_turn_threshold",
-)
+# The endpointing object: every setting of services/common/endpointing.py, by the config file's names and values
+# (mode "silence"/"semantic", text_check true/false, non_final_words a list), 0 or absent = the service's default.
+ENDPOINTING_FIELDS = ENDPOINTING_NAMES
 BARGE_IN_FIELDS = ("disabled", "min_speech_ms", "stop_words", "min_words", "backchannels")
-ENDPOINTING_MODES = {
-    "": recognizer_pb2.EndpointingConfig.MODE_UNSPECIFIED,
-    "silence": recognizer_pb2.EndpointingConfig.MODE_SILENCE,
-    "semantic": recognizer_pb2.EndpointingConfig.MODE_SEMANTIC,
-}
 DEFAULT_OUTPUT_RATE = 16_000
 
 
@@ -146,12 +138,8 @@ def conversation_config(message: dict, max_text_chars: int = 5000) -> tuple[str,
     engine = _take(message, "config.", "engine", *text)
     temperature = _take(message, "config.", "temperature", (int, float), 0, lambda t: 0 <= t <= 2, "a number 0..2")
     max_tokens = _take(message, "config.", "max_tokens", int, 0, lambda n: 0 <= n <= 4096, "a whole number 0..4096")
-    endpointing = _take(message, "config.", "endpointing", dict, {}, None, "an object")
-    _no_unknown(endpointing, "config.endpointing.", ENDPOINTING_FIELDS)
+    endpointing = _endpointing(_take(message, "config.", "endpointing", dict, {}, None, "an object"))
     ms = (int, 0, lambda n: 0 <= n <= 60_000, "a whole number of ms, 0..60000")
-    fraction = ((int, float), 0, lambda t: 0 <= t <= 1, "a number 0..1")
-    where = "config.endpointing."
-    mode = _take(endpointing, where, "mode", str, "", lambda m: m in ENDPOINTING_MODES, "silence or semantic")
     barge_in = _take(message, "config.", "barge_in", dict, {}, None, "an object")
     _no_unknown(barge_in, "config.barge_in.", BARGE_IN_FIELDS)
     words = (list, [], None, "a list of strings")
@@ -164,17 +152,7 @@ def conversation_config(message: dict, max_text_chars: int = 5000) -> tuple[str,
         system_prompt=system_prompt,
         language=language,
         sampling=conversation_pb2.SamplingConfig(temperature=float(temperature), max_tokens=max_tokens),
-        endpointing=recognizer_pb2.EndpointingConfig(
-            mode=ENDPOINTING_MODES[mode],
-            threshold=float(_take(endpointing, where, "threshold", *fraction)),
-            hangover_ms=_take(endpointing, where, "hangover_ms", *ms),
-            turn_threshold=float(_take(endpointing, where, "turn_threshold", *fraction)),
-            min_silence_ms=_take(endpointing, where, "min_silence_ms", *ms),
-            max_silence_ms=_take(endpointing, where, "max_silence_ms", *ms),
-            sentence_end_silence_ms=_take(endpointing, where, "sentence_end_silence_ms", *ms),
-            early_silence_ms=_take(endpointing, where, "early_silence_ms", *ms),
-            early_turn_threshold=float(_take(endpointing, where, "early_turn_threshold", *fraction)),
-        ),
+        endpointing=endpointing,
         barge_in=conversation_pb2.BargeInConfig(
             disabled=_take(barge_in, "config.barge_in.", "disabled", bool, False, None, "true or false"),
             min_speech_ms=_take(barge_in, "config.barge_in.", "min_speech_ms", *ms),
@@ -186,6 +164,36 @@ def conversation_config(message: dict, max_text_chars: int = 5000) -> tuple[str,
         client_cancels_echo=_take(message, "config.", "client_cancels_echo", bool, False, None, "true or false"),
     )
     return request_id, config
+
+
+def _endpointing(obj: dict) -> recognizer_pb2.EndpointingConfig:
+    """The config's endpointing object checked against the settings' bounds (services/common/endpointing.py)."""
+    where = "config.endpointing."
+    _no_unknown(obj, where, ENDPOINTING_FIELDS)
+    values = {}
+    for s in ENDPOINTING_SETTINGS:
+        if s.name not in obj:
+            continue
+        if s.kind == WORDS:
+            words = _take(obj, where, s.name, list, [], None, "a list of words")
+            problem = bad_word([w.strip().lower() for w in words])
+            if problem:
+                raise ProtocolError(BAD_FIELD, f"{where}{s.name}: {problem}")
+            values[s.name] = s.engine_value(words)
+        elif s.kind == SWITCH:
+            values[s.name] = s.engine_value(_take(obj, where, s.name, bool, False, None, "true or false"))
+        elif s.kind == CHOICE:
+            choices = " or ".join(s.choices)
+            values[s.name] = _take(obj, where, s.name, str, "", lambda c, s=s: c in ("", *s.choices), choices)
+        else:
+            kind, what = (int, f"a whole number of {s.unit}") if s.kind == INT else ((int, float), "a number")
+            zero = (
+                f" {s.bounds_text()} (0: the default)" if s.in_bounds(0) else f": 0 (the default) or {s.bounds_text()}"
+            )
+            hint = what + zero
+            value = _take(obj, where, s.name, kind, 0, lambda v, s=s: v == 0 or s.in_bounds(v), hint)
+            values[s.name] = float(value) if s.kind == FLOAT else value
+    return endpointing_proto(values)
 
 
 CONTROLS = {

@@ -3,8 +3,8 @@
 The session is the GA ``session`` object as the official SDK types it (``openai.types.realtime``): ``RealtimeSession``
 keeps the effective settings, checks a ``session.update`` (all or nothing; a ``RealtimeError`` names the ``param``),
 and maps what reaches the fleet onto the conversation WebSocket's own config message (services/gateway/protocol.py:
-one definition of endpointing, barge-in and the rest), which ``protocol.conversation_config`` turns into the
-ConversationConfig of the Converse stream.
+one set of checks of barge-in and the rest; endpointing's are services/common/endpointing.py's), which
+``protocol.conversation_config`` turns into the ConversationConfig of the Converse stream.
 
 ``CLIENT_EVENTS`` and ``SERVER_EVENTS`` say, for every event type of the SDK's unions, whether this route supports it,
 maps it onto something of ours, or refuses it (and why). docs/gateway.md's compatibility table is checked against them
@@ -18,6 +18,8 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
+from services.common.endpointing import BY_NAME as ENDPOINTING
+from services.common.endpointing import INT, Setting
 from services.gateway import protocol
 
 # The fleet side of a Realtime session: user audio goes to the Converse stream at 16 kHz (the recognizers' rate) and
@@ -28,12 +30,16 @@ FLEET_OUTPUT_RATE = 24_000
 PCM_RATE = 24_000  # audio/pcm: s16le mono at 24 kHz, the only rate the GA protocol has
 G711_RATE = 8_000  # audio/pcmu, audio/pcma: 8-bit G.711 at 8 kHz (phone lines)
 FORMAT_RATES = {"audio/pcm": PCM_RATE, "audio/pcmu": G711_RATE, "audio/pcma": G711_RATE}
+# turn_detection onto the endpointing settings (services/common/endpointing.py, their bounds too): server_vad's
+# threshold is ``threshold``, its silence_duration_ms ``hangover_ms``; semantic_vad's eagerness sets ``max_silence_ms``.
+THRESHOLD, HANGOVER = ENDPOINTING["threshold"], ENDPOINTING["hangover_ms"]
 # semantic_vad eagerness -> the longest silence the turn model may wait for an unfinished turn (OpenAI documents 8 s /
-# 4 s / 2 s for low / medium / high). "auto" keeps the fleet's tuned default (moss_sts.endpointing.max_silence_ms).
+# 4 s / 2 s for low / medium / high; protocol.conversation_config holds them to max_silence_ms's bounds). "auto" keeps
+# the fleet's tuned default (moss_sts.endpointing.max_silence_ms).
 EAGERNESS_MAX_SILENCE_MS = {"low": 8000, "medium": 4000, "high": 2000, "auto": 0}
 # turn_detection null: the client commits each turn; the gateway holds the audio and feeds it at response.create, so
 # the recognizer's silence endpointing only needs to be long enough never to split a committed turn (its maximum).
-MANUAL_HANGOVER_MS = 5000
+MANUAL_HANGOVER_MS = HANGOVER.high
 # server_vad's documented defaults (the session shows them; silence_duration_ms becomes our hangover).
 SERVER_VAD_DEFAULTS = {
     "type": "server_vad",
@@ -332,14 +338,26 @@ def _refuse_set(obj: dict, where: str, name: str, why: str, allowed=(None,)) -> 
         raise RealtimeError(f"'{where}.{name}' is not served by this fleet: {why}.", f"{where}.{name}", "unsupported")
 
 
-def _number(value, param: str, low: float, high: float, integer: bool = False, open_low: bool = False):
+def _number(value, param: str, low: float, high: float, integer: bool = False):
     kinds = int if integer else (int, float)
     ok = isinstance(value, kinds) and not isinstance(value, bool)
-    if ok and (value < low or value > high or (open_low and value <= low)):
+    if ok and (value < low or value > high):
         ok = False
     if not ok:
-        span = f"{'an integer' if integer else 'a number'} {'above' if open_low else 'from'} {low:g} to {high:g}"
+        span = f"{'an integer' if integer else 'a number'} from {low:g} to {high:g}"
         raise RealtimeError(f"Invalid value for '{param}': expected {span}, got {_shown(value)}.", param)
+    return value
+
+
+def _setting(value, param: str, setting: Setting):
+    """A turn_detection value that becomes an endpointing setting: within that setting's bounds (0 is not "the
+    default" here)."""
+    kinds = int if setting.kind == INT else (int, float)
+    if not isinstance(value, kinds) or isinstance(value, bool) or not setting.in_bounds(value):
+        what = "an integer" if setting.kind == INT else "a number"
+        raise RealtimeError(
+            f"Invalid value for '{param}': expected {what} {setting.bounds_text()}, got {_shown(value)}.", param
+        )
     return value
 
 
@@ -410,10 +428,10 @@ def _turn_detection(value, current: dict | None, param: str, responds: bool = Tr
         base = dict(current) if current and current["type"] == kind else dict(SEMANTIC_VAD_DEFAULTS)
     merged = {**base, **{k: v for k, v in td.items()}}
     if kind == "server_vad":
-        # The recognizer's own speech-probability bound (EndpointingConfig.threshold), strictly inside 0..1.
-        merged["threshold"] = _number(merged["threshold"], f"{param}.threshold", 0.0, 0.99, open_low=True)
-        merged["silence_duration_ms"] = _number(
-            merged["silence_duration_ms"], f"{param}.silence_duration_ms", 32, 5000, integer=True
+        # The recognizer's own speech-probability bound and hangover, within those settings' bounds.
+        merged["threshold"] = _setting(merged["threshold"], f"{param}.threshold", THRESHOLD)
+        merged["silence_duration_ms"] = _setting(
+            merged["silence_duration_ms"], f"{param}.silence_duration_ms", HANGOVER
         )
         # Accepted and shown; the recognizer keeps its own pre-roll before a speech start (docs/gateway.md).
         merged["prefix_padding_ms"] = _number(

@@ -201,8 +201,12 @@ def _field_comments(model: type[BaseModel]) -> dict[str, str]:
     """Field name -> the comment lines right above its declaration, in ``model`` and the classes it extends."""
     comments: dict[str, str] = {}
     for cls in reversed([c for c in model.__mro__ if issubclass(c, BaseModel) and c is not BaseModel]):
+        try:
+            source = inspect.getsource(cls)
+        except OSError:  # a model made by create_model (the endpointing sections): its fields carry descriptions
+            continue
         block: list[str] = []
-        for line in inspect.getsource(cls).splitlines()[1:]:
+        for line in source.splitlines()[1:]:
             text = line.strip()
             if text.startswith("#"):
                 block.append(text.lstrip("#").strip())

@@ -5,19 +5,21 @@ fields, and the sections that more than one service's section is made of.
 
 Each section has its module in this package (``services/common/config/<section>.py``, built from these);
 ``services/common/config/__init__.py`` composes all sections and loads the file. This module imports nothing of the
-project but services.common.text and services.common.turn_text (which import nothing of it), so any section module
-can import it.
+project but services.common.text, services.common.turn_text and services.common.endpointing (which import nothing
+of it), so any section module can import it.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from services.common.endpointing import CHOICE, INT, SWITCH, WORDS, Setting
+from services.common.endpointing import SETTINGS as ENDPOINTING_SETTINGS
 from services.common.text import FirstSegment
-from services.common.turn_text import NON_FINAL_WORDS, bad_word
+from services.common.turn_text import bad_word
 
 MODEL_SERVICES = ("cosyvoice_tts", "qwen_tts", "asr", "moss_sts")
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -307,48 +309,50 @@ class EspeakConfig(Section):
     deterministic: bool = True
 
 
-class AsrEndpointingConfig(Section):
-    """Defaults for a stream's EndpointingConfig fields left at 0 (Silero VAD, 32 ms windows)."""
-
-    threshold: float = bounded(0.5, gt=0, lt=1, says="must be between 0 and 1")
-    min_speech_ms: int = bounded(250, ge=0, le=5000)
-    hangover_ms: int = bounded(200, ge=32, le=5000)
-    max_utterance_ms: int = bounded(30_000, ge=1000, le=120_000)
-    # How an utterance ends when a stream leaves the mode unspecified: "silence" (after hangover_ms) or "semantic"
-    # (a turn model judges each pause; needs the pipecat-ai wheel, docs/asr.md#semantic-endpointing).
-    mode: Literal["silence", "semantic"] = "silence"
-    # Semantic mode: probability at or above which the turn model's "complete" ends the utterance.
-    turn_threshold: float = bounded(0.5, gt=0, lt=1, says="must be between 0 and 1")
-    # Semantic mode: silence before the first judgement, and the most silence an utterance judged incomplete gets.
-    min_silence_ms: int = bounded(160, ge=32, le=10_000)
-    max_silence_ms: int = bounded(1500, ge=32, le=10_000)
-    # Semantic mode, English text: a "complete" from the turn model at a pause right after one of non_final_words
-    # (in the speculative final's text of the utterance so far) keeps the turn open; false = the model alone decides
-    # (docs/asr.md#the-text-check).
-    text_check: bool = True
-    # The words that do not end a turn: by default closed-class words that (almost) never end an English sentence
-    # (articles, possessive determiners, conjunctions, most prepositions, auxiliaries; services/common/turn_text.py).
-    # Single words, any case; a list or "a,b,c".
-    non_final_words: Words = Field(default_factory=lambda: list(NON_FINAL_WORDS))
-    # Semantic mode, text check on: silence that ends an utterance the turn model calls incomplete when its English
-    # words read as a finished sentence (whisper's '.', '?' or '!' after a word that may end one); at or above
-    # max_silence_ms it never applies (docs/asr.md#the-text-check).
-    sentence_end_silence_ms: int = bounded(600, ge=32, le=10_000)
-    # Semantic mode: an earlier, stricter first judgement. After early_silence_ms of silence (0 = none; at or above
-    # min_silence_ms it never comes first) a turn the model is sure of (p >= early_turn_threshold) ends there; anything
-    # less waits for the judgement at min_silence_ms, as without it. At 96 ms the model called a cut phrase complete
-    # at p 0.77 that it called incomplete at 160 (docs/asr.md#semantic-endpointing).
-    early_silence_ms: int = bounded(96, ge=0, le=10_000)
-    early_turn_threshold: float = bounded(0.85, gt=0, le=1, says="must be above 0 and at most 1")
+class EndpointingSection(Section):
+    """An endpointing section: defaults for a stream's EndpointingConfig fields left at 0. Its fields, defaults,
+    bounds and descriptions are services/common/endpointing.py's SETTINGS (``endpointing_section`` makes one)."""
 
     @model_validator(mode="after")
-    def _silences(self):
-        check("min_silence_ms", self.min_silence_ms <= self.max_silence_ms, "must be <= max_silence_ms")
-        check(
-            "non_final_words",
-            bool(self.non_final_words),
-            "must list at least one word (text_check: false turns it off)",
-        )
-        problem = bad_word(self.non_final_words)
-        check("non_final_words", not problem, problem)
+    def _settings(self):
+        for s in ENDPOINTING_SETTINGS:
+            value = getattr(self, s.name)
+            if s.zero and value != 0:
+                check(s.name, s.in_bounds(value), f"must be 0 ({s.zero}) or {s.bounds_text()}")
+            if s.at_most:
+                check(s.name, value <= getattr(self, s.at_most), f"must be <= {s.at_most}")
+            if s.kind == WORDS:
+                check(s.name, bool(value), "must list at least one word (text_check: false turns it off)")
+                problem = bad_word(value)
+                check(s.name, not problem, problem)
         return self
+
+
+def _endpointing_field(s: Setting, default: Any) -> tuple[Any, FieldInfo]:
+    if s.kind == WORDS:
+        return Words, Field(default_factory=lambda: list(default), description=f'{s.doc} A list or "a,b,c".')
+    if s.kind == CHOICE:
+        return Literal[s.choices], Field(default, description=s.doc)
+    if s.kind == SWITCH:
+        return bool, Field(default, description=s.doc)
+    kind = int if s.kind == INT else float
+    if s.zero:  # 0 or the bounds: the section's validator checks; the schema shows 0..high
+        says = f"must be 0 ({s.zero}) or {s.bounds_text()}"
+        return kind, bounded(default, says=says, description=f"{s.doc} 0: {s.zero}.", ge=0, le=s.high)
+    bounds = {k: getattr(s, k) for k in ("ge", "gt", "le", "lt") if getattr(s, k) is not None}
+    return kind, bounded(default, says=f"must be {s.bounds_text()}", description=s.doc, **bounds)
+
+
+def endpointing_section(name: str, doc: str, **defaults: Any) -> type[EndpointingSection]:
+    """A config section (pydantic model) with one field per endpointing setting, named ``name``; ``defaults``: the
+    settings whose default in this section is not the definition's (e.g. moss_sts's ``hangover_ms=400``)."""
+    unknown = set(defaults) - {s.name for s in ENDPOINTING_SETTINGS}
+    if unknown:
+        raise TypeError(f"{name}: no endpointing setting {sorted(unknown)}")
+    fields = {s.name: _endpointing_field(s, defaults.get(s.name, s.default)) for s in ENDPOINTING_SETTINGS}
+    return create_model(name, __base__=EndpointingSection, __doc__=doc, __module__=__name__, **fields)
+
+
+AsrEndpointingConfig = endpointing_section(
+    "AsrEndpointingConfig", "Defaults for a stream's EndpointingConfig fields left at 0 (Silero VAD, 32 ms windows)."
+)

@@ -11,7 +11,6 @@ from services.common.config.base import (
     DEFAULT_BACKCHANNELS,
     DEFAULT_MIN_WORDS,
     DEFAULT_STOP_WORDS,
-    AsrEndpointingConfig,
     EspeakConfig,
     FirstSegment,
     Names,
@@ -19,7 +18,9 @@ from services.common.config.base import (
     TtsServiceConfig,
     bounded,
     check,
+    endpointing_section,
 )
+from services.common.endpointing import SEMANTIC_MODE
 
 
 class MossGpuConfig(Section):
@@ -56,12 +57,13 @@ class MossGpuConfig(Section):
         return self
 
 
-class StsEndpointingConfig(AsrEndpointingConfig):
-    """A conversation's user turns: semantic end of turn (the turn model in the asr engine; docs/conversation.md) and
-    a longer hangover than plain recognition."""
-
-    hangover_ms: int = bounded(400, ge=32, le=5000)
-    mode: Literal["silence", "semantic"] = "semantic"
+StsEndpointingConfig = endpointing_section(
+    "StsEndpointingConfig",
+    "A conversation's user turns: semantic end of turn (the turn model in the asr engine; docs/conversation.md) and a"
+    " longer hangover than plain recognition.",
+    hangover_ms=400,
+    mode=SEMANTIC_MODE,
+)
 
 
 class MossStsConfig(TtsServiceConfig):

@@ -1,19 +1,21 @@
 """Recognizer messages <-> engine types (RecognitionOptions, Endpointing, AsrEvent). Checking a request's fields
-against a server's limits is the servicer's (asr_servicer.endpointing_from_config); this only converts."""
+against a server's limits is the servicer's (asr_servicer.endpointing_from_config); this only converts. The
+endpointing conversion follows services/common/endpointing.py's SETTINGS field by field."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from services.common.audio import S16LE
+from services.common.endpointing import BY_NAME, CHOICE, SWITCH, WORDS, BadSetting, Setting
+from services.common.endpointing import SETTINGS as ENDPOINTING
 from services.common.engines import (
     DRAFT,
     PHRASE_SPOTTED,
     RESULT,
-    SEMANTIC_MODE,
-    SILENCE_MODE,
     SPEECH_END,
     SPEECH_START,
-    TEXT_CHECK_OFF,
-    TEXT_CHECK_ON,
     TURN_ESTIMATE,
     AsrEvent,
     Draft,
@@ -26,21 +28,20 @@ from services.common.engines import (
 )
 from voice.v1 import audio_pb2, recognizer_pb2
 
-# EndpointingConfig.Mode -> Endpointing.mode ("" = unspecified: the defaults' mode, "" again in the router).
-MODES = {
-    recognizer_pb2.EndpointingConfig.MODE_UNSPECIFIED: "",
-    recognizer_pb2.EndpointingConfig.MODE_SILENCE: SILENCE_MODE,
-    recognizer_pb2.EndpointingConfig.MODE_SEMANTIC: SEMANTIC_MODE,
-}
-# Endpointing.mode -> EndpointingConfig.Mode ("" stays unspecified: the backend's default).
-PROTO_MODES = {mode: proto for proto, mode in MODES.items()}
-# EndpointingConfig.TextCheck -> Endpointing.text_check ("" = unspecified: the defaults' setting), and back.
-TEXT_CHECKS = {
-    recognizer_pb2.EndpointingConfig.TEXT_CHECK_UNSPECIFIED: "",
-    recognizer_pb2.EndpointingConfig.TEXT_CHECK_ON: TEXT_CHECK_ON,
-    recognizer_pb2.EndpointingConfig.TEXT_CHECK_OFF: TEXT_CHECK_OFF,
-}
-PROTO_TEXT_CHECKS = {check: proto for proto, check in TEXT_CHECKS.items()}
+_ENDPOINTING = recognizer_pb2.EndpointingConfig.DESCRIPTOR
+
+
+def _enum_values(s: Setting) -> dict[int, str]:
+    """A choice's proto enum (X_UNSPECIFIED = 0, then X_<CHOICE>) -> the engine's values ("" = unspecified)."""
+    enum = _ENDPOINTING.fields_by_name[s.name].enum_type
+    prefix = enum.values_by_number[0].name.removesuffix("UNSPECIFIED")
+    return {0: "", **{enum.values_by_name[prefix + c.upper()].number: c for c in s.choices}}
+
+
+# EndpointingConfig's enums (mode, text_check) -> Endpointing's values, per setting ("" = unspecified: the defaults'
+# value, "" again in the router), and back.
+ENUMS = {s.name: _enum_values(s) for s in ENDPOINTING if s.kind in (CHOICE, SWITCH)}
+PROTO_ENUMS = {name: {value: number for number, value in table.items()} for name, table in ENUMS.items()}
 
 
 def config_to_proto(options: RecognitionOptions) -> recognizer_pb2.RecognitionConfig:
@@ -57,21 +58,37 @@ def config_to_proto(options: RecognitionOptions) -> recognizer_pb2.RecognitionCo
 
 def endpointing_to_proto(e: Endpointing) -> recognizer_pb2.EndpointingConfig:
     """Engine Endpointing -> EndpointingConfig (Recognizer and Conversation configs alike)."""
-    return recognizer_pb2.EndpointingConfig(
-        threshold=e.threshold,
-        min_speech_ms=e.min_speech_ms,
-        hangover_ms=e.hangover_ms,
-        max_utterance_ms=e.max_utterance_ms,
-        mode=PROTO_MODES[e.mode],
-        turn_threshold=e.turn_threshold,
-        min_silence_ms=e.min_silence_ms,
-        max_silence_ms=e.max_silence_ms,
-        text_check=PROTO_TEXT_CHECKS[e.text_check],
-        non_final_words=list(e.non_final_words),
-        sentence_end_silence_ms=e.sentence_end_silence_ms,
-        early_silence_ms=e.early_silence_ms,
-        early_turn_threshold=e.early_turn_threshold,
-    )
+    return endpointing_proto({s.name: getattr(e, s.name) for s in ENDPOINTING})
+
+
+def endpointing_proto(values: Mapping[str, Any]) -> recognizer_pb2.EndpointingConfig:
+    """Endpointing settings in the engine's terms (any of them; one left out stays unset: the service's default) ->
+    EndpointingConfig."""
+    fields = {}
+    for name, value in values.items():
+        if name in PROTO_ENUMS:
+            value = PROTO_ENUMS[name][value]
+        elif BY_NAME[name].kind == WORDS:
+            value = list(value)
+        fields[name] = value
+    return recognizer_pb2.EndpointingConfig(**fields)
+
+
+def endpointing_values(e: recognizer_pb2.EndpointingConfig) -> dict[str, Any]:
+    """An EndpointingConfig's fields in the engine's terms, unchecked (0, "" and () = unset); BadSetting for an enum
+    value this server does not know."""
+    values: dict[str, Any] = {}
+    for s in ENDPOINTING:
+        value = getattr(e, s.name)
+        if s.name in ENUMS:
+            if value not in ENUMS[s.name]:
+                known = ", ".join(f"{n} {v or 'unspecified'}" for n, v in ENUMS[s.name].items())
+                raise BadSetting(s.name, f"{value} is not a known setting ({known})")
+            value = ENUMS[s.name][value]
+        elif s.kind == WORDS:
+            value = tuple(value)
+        values[s.name] = value
+    return values
 
 
 def event_fields(event: AsrEvent) -> dict:
