@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
 from services.common.endpointing import CHOICE, INT, SWITCH, WORDS, Setting
+from services.common.endpointing import SEMANTIC_MODE as SEMANTIC_MODE  # the section modules import only this module
 from services.common.endpointing import SETTINGS as ENDPOINTING_SETTINGS
 from services.common.text import FirstSegment
 from services.common.turn_text import bad_word

@@ -11,6 +11,7 @@ from services.common.config.base import (
     DEFAULT_BACKCHANNELS,
     DEFAULT_MIN_WORDS,
     DEFAULT_STOP_WORDS,
+    SEMANTIC_MODE,
     EspeakConfig,
     FirstSegment,
     Names,
@@ -20,7 +21,6 @@ from services.common.config.base import (
     check,
     endpointing_section,
 )
-from services.common.endpointing import SEMANTIC_MODE
 
 
 class MossGpuConfig(Section):
