@@ -23,6 +23,8 @@ import grpc
 
 from services.cli.common import MODES, Patience, fail, first_reply_now, load_cli_config, router_address
 from services.common import audio, security
+from services.common.convert.asr import endpointing_proto
+from services.common.endpointing import BY_NAME as ENDPOINTING
 from services.residency.lease_client import authority_addresses
 from voice.v1 import (
     audio_pb2,
@@ -148,11 +150,6 @@ def cmd_speak(args) -> int:
 
 # --- transcribe --------------------------------------------------------------------------------------------------
 CHUNK_MS = 100
-ENDPOINTING_MODES = {
-    "": recognizer_pb2.EndpointingConfig.MODE_UNSPECIFIED,
-    "silence": recognizer_pb2.EndpointingConfig.MODE_SILENCE,
-    "semantic": recognizer_pb2.EndpointingConfig.MODE_SEMANTIC,
-}
 
 
 def _recognize_requests(pcm: bytes, rate: int, config, realtime: bool, sent: dict):
@@ -180,9 +177,7 @@ def cmd_transcribe(args) -> int:
         interim_results=args.interim,
         phrase_hints=args.hint or [],
         spot_phrases=args.spot or [],
-        endpointing=recognizer_pb2.EndpointingConfig(
-            hangover_ms=args.hangover_ms or 0, mode=ENDPOINTING_MODES[args.endpointing or ""]
-        ),
+        endpointing=endpointing_proto({"hangover_ms": args.hangover_ms or 0, "mode": args.endpointing or ""}),
     )
     sent: dict = {}
     seconds = len(pcm) / 2 / rate
@@ -436,10 +431,14 @@ def main(argv: list[str] | None = None) -> int:
     transcribe.add_argument(
         "--spot", action="append", help="a phrase to report as soon as it is heard, before the final (repeatable)"
     )
-    transcribe.add_argument("--hangover-ms", type=int, help="silence that ends an utterance (default 200)")
+    transcribe.add_argument(
+        "--hangover-ms",
+        type=int,
+        help=f"silence that ends an utterance (default: the asr service's, {ENDPOINTING['hangover_ms'].default})",
+    )
     transcribe.add_argument(
         "--endpointing",
-        choices=("silence", "semantic"),
+        choices=ENDPOINTING["mode"].choices,
         help="how an utterance ends: after the hangover, or when a turn model hears the speaker has finished"
         " (prints its judgements; default: the asr service's)",
     )
