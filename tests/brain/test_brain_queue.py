@@ -62,7 +62,8 @@ async def test_a_committed_turn_is_served_before_held_work_that_asked_first(brai
         counts = await asyncio.gather(busy, held, reading, turn)
     assert all(counts), f"a reply came back without text: {counts}"
     firsts = [label for label, what in events if what == "first"]
-    assert firsts == ["busy", "turn", "held", "judgement"], events
+    # held and judgement rank alike (in the order they reached the server); the turn goes before both
+    assert firsts[:2] == ["busy", "turn"] and sorted(firsts[2:]) == ["held", "judgement"], events
 
 
 async def test_a_reply_whose_caller_hangs_up_stops_and_frees_the_model(brain):
