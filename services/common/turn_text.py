@@ -4,7 +4,7 @@ ends an English sentence is not the end of the turn, whatever the turn model hea
 The turn model (services/engines/asr/turn_model.py) hears only audio; on a pause mid-phrase it sometimes says
 "complete" (on piper joe, "I need to book a table for | ..." scored 0.71-0.82). The words before the pause are known
 by then: the speculative final of the utterance so far starts at the pause's first judgement
-(services/engines/asr/pipeline.py). When they end with a closed-class word that needs something after it, the turn
+(services/engines/asr/speculation.py, read by services/engines/asr/pause_judge.py). When they end with a closed-class word that needs something after it, the turn
 goes on. Pure text, no model: the asr engines use it, and the config and servicers validate word lists with it.
 
 The list is closed-class words, chosen by what they are, not by any test set's pauses:
