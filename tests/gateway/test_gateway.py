@@ -214,6 +214,8 @@ BAD_SESSIONS = [
     (['{"type": "config", "sample_rate": 1000}'], 4001, "config.sample_rate"),
     (['{"type": "config", "sample_rate": 16000, "barge_in": {"min_words": "two"}}'], 4001, "barge_in.min_words"),
     (['{"type": "config", "sample_rate": 16000, "client_cancels_echo": "yes"}'], 4001, "config.client_cancels_echo"),
+    # endpointing: the definition's bounds (services/common/endpointing.py), refused by the gateway before the router
+    (['{"type": "config", "sample_rate": 16000, "endpointing": {"hangover_ms": 10}}'], 4001, "endpointing.hangover_ms"),
     (['{"type": "config", "sample_rate": 16000}', b"\x00\x00\x00"], 4003, "16-bit"),
     (['{"type": "config", "sample_rate": 16000}', b"\x00\x00" * 32000], 4003, "max_frame_ms"),
     (['{"type": "config", "sample_rate": 16000}', b"\x00\x00" * 160_000], 1009, ""),  # over max_message_bytes
