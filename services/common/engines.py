@@ -493,11 +493,6 @@ class StsSession(abc.ABC):
 
 
 class StsEngine(abc.ABC):
-    def first_words_wait_s(self) -> float | None:
-        """What a committed turn would wait now before its reply can start (the servicer's admission refuses new
-        sessions past moss_sts.max_first_words_wait_ms); None: the engine cannot say."""
-        return None
-
     """Speech to speech (spoken dialogue). One instance serves many concurrent sessions."""
 
     name: str
@@ -523,6 +518,11 @@ class StsEngine(abc.ABC):
 
     @abc.abstractmethod
     async def open_session(self, options: SessionOptions) -> StsSession: ...
+
+    def first_words_wait_s(self) -> float | None:
+        """What a committed turn would wait now before its reply can start (the servicer's admission refuses new
+        sessions past moss_sts.max_first_words_wait_ms); None: the engine cannot say."""
+        return None
 
     def resident_bytes(self) -> int:
         return 0

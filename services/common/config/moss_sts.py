@@ -103,12 +103,12 @@ class MossStsConfig(TtsServiceConfig):
     max_tokens_limit: int = bounded(1024, ge=1, le=32_768)
     # Sessions served at once; more get RESOURCE_EXHAUSTED.
     max_concurrent_sessions: int = bounded(4, ge=1, le=1000)
-    # A session that sends no message for this long ends with DEADLINE_EXCEEDED (send audio continuously).
-    idle_timeout_seconds: float = bounded(10.0, gt=0)
     # A new session is refused (RESOURCE_EXHAUSTED with a retry hint) while a committed turn would wait longer than
     # this for the brain to start its reply (the recent turns' wait, or the turns already queued:
     # services/conversation/brain_queue.py): admitted, it would wait as long for every answer. 0: off.
     max_first_words_wait_ms: int = bounded(1000, ge=0, le=60_000)
+    # A session that sends no message for this long ends with DEADLINE_EXCEEDED (send audio continuously).
+    idle_timeout_seconds: float = bounded(10.0, gt=0)
     # User audio one session may send in all, and turns per session; past either the session ends with
     # RESOURCE_EXHAUSTED.
     max_session_seconds: float = bounded(3600.0, ge=10)
