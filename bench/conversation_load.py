@@ -1,0 +1,146 @@
+"""Conversations at once (issue 49): 1, 2, 4 ... callers, each in its own session through the router, saying complete
+lines of the turn set (bench/turn_set.py) at the pace of real time, playing every reply to its end, then pausing
+PAUSE_S before the next line, as people on a call do. Measured at the client: the line's last word spoken -> the first
+reply audio received, per session (p50 / p95), and how calls ended: served, refused at once (RESOURCE_EXHAUSTED with
+its retry hint) or failed. The callers are bench/turn_taking.py's (a microphone that sends 20 ms frames on schedule
+and a speaker that plays what comes).
+
+``python -m bench.conversation_load [SESSIONS ...]`` runs it on a fresh CPU fleet (brain, asr, moss_sts, router) at the
+shipped defaults and prints the table; ``make bench conversation`` runs it as rows of the conversation benchmark.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+
+from bench import turn_taking
+from bench.turn_set import TurnSet
+from voice.v1 import recognizer_pb2
+
+SESSIONS = (1, 2, 4)
+TURNS = 5  # lines each caller says
+PAUSE_S = 1.0  # the caller's pause after a reply has played, before its next line
+START_SPREAD_S = 1.5  # callers dial in over this long, not in one instant
+
+
+def _caller(channel, turn_set: TurnSet, index: int, seed: int, out: dict) -> None:
+    lines = list(turn_set.complete)
+    random.Random(seed * 100 + index).shuffle(lines)
+    caller = turn_taking.Caller(
+        channel, turn_taking.conversation_config(recognizer_pb2.EndpointingConfig.MODE_SEMANTIC)
+    )
+    latencies, timings, without_reply = [], [], 0
+    try:
+        for line_id in lines[:TURNS]:
+            line = turn_set.line(line_id)
+            first_turn = caller.next_turn()
+            said = caller.say(f"{index}:{line_id}", line.pcm)
+            if not _played_out(caller, first_turn, said):
+                break
+            first_audio = caller.of("reply_audio", first_turn)
+            if first_audio:
+                latencies.append(first_audio[0][0] - said.spoken_at(line.speech_end_ms))
+            else:
+                without_reply += 1
+            timings.extend(turn_taking._timings(e) for e in caller.turns_ended(first_turn).values())
+            time.sleep(PAUSE_S)
+    finally:
+        caller.close()
+    error = caller.error
+    if isinstance(error, grpc.RpcError) and error.code() != grpc.StatusCode.CANCELLED:
+        code = error.code()
+        ending = "refused" if code == grpc.StatusCode.RESOURCE_EXHAUSTED and not latencies else "failed"
+        out[index] = {
+            "latencies": latencies,
+            "timings": timings,
+            "ending": ending,
+            "status": f"{code.name}: {error.details()}",
+        }
+        return
+    out[index] = {"latencies": latencies, "timings": timings, "ending": "served", "without_reply": without_reply}
+
+
+def _played_out(caller: turn_taking.Caller, first_turn: int, said, timeout: float = 90.0) -> bool:
+    """Wait until the line is said and every turn it caused has ended (its reply played); False if the call ended."""
+    deadline = time.monotonic() + timeout
+    while not said.done.wait(0.05):
+        if caller.done.is_set() or time.monotonic() > deadline:
+            return False
+    while time.monotonic() < deadline:
+        if caller.done.is_set():
+            return False
+        ended = caller.turns_ended(first_turn)
+        if ended and not caller.open_turns(first_turn) and time.monotonic() - caller.last_activity(first_turn) > 0.5:
+            return True
+        time.sleep(0.05)
+    return True
+
+
+def measure(channel, turn_set: TurnSet, sessions: int, seed: int = 23) -> dict[int, dict]:
+    """``sessions`` callers at once; per caller: latencies (s), ending (served / refused / failed), status."""
+    out: dict[int, dict] = {}
+    threads = []
+    for i in range(sessions):
+        thread = threading.Thread(target=_caller, args=(channel, turn_set, i, seed, out), name=f"caller-{i}")
+        thread.start()
+        threads.append(thread)
+        time.sleep(START_SPREAD_S / max(1, sessions))
+    for thread in threads:
+        thread.join()
+    return out
+
+
+def p50_p95(xs: list[float]) -> tuple[float, float] | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return float(np.median(xs)), xs[min(len(xs) - 1, max(0, round(0.95 * len(xs)) - 1))]
+
+
+def table(results: dict[int, dict[int, dict]]) -> str:
+    """The markdown table: one row per number of sessions, each served session's p50 / p95 (ms)."""
+    rows = [
+        "| sessions at once | first reply audio p50 / p95 per served session (ms) | served | refused | failed |",
+        "|---|---|---|---|---|",
+    ]
+    for n, callers in sorted(results.items()):
+        per = []
+        for i in sorted(callers):
+            c = callers[i]
+            stats = p50_p95(c["latencies"])
+            if c["ending"] == "served" and stats:
+                per.append(f"{stats[0] * 1000:.0f} / {stats[1] * 1000:.0f} (n={len(c['latencies'])})")
+        endings = [c["ending"] for c in callers.values()]
+        rows.append(
+            f"| {n} | {'; '.join(per) or '-'} | {endings.count('served')} | {endings.count('refused')} |"
+            f" {endings.count('failed')} |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str]) -> None:
+    from bench.turn_set import build
+
+    sessions = tuple(int(a) for a in argv) or SESSIONS
+    turn_set = build(23)
+    results = {}
+    with turn_taking.conversation_fleet({"moss_sts": {"default_max_tokens": 80}}) as channel:
+        for n in sessions:
+            results[n] = measure(channel, turn_set, n)
+            print(table({n: results[n]}), flush=True)
+            for c in results[n].values():
+                for t in c["timings"]:
+                    print("  ", t, flush=True)
+                if c["ending"] != "served":
+                    print(f"  {c['ending']}: {c['status']}", flush=True)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
