@@ -11,6 +11,8 @@ shipped defaults and prints the table; ``make bench conversation`` runs it as ro
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import sys
 import threading
@@ -130,7 +132,9 @@ def main(argv: list[str]) -> None:
     sessions = tuple(int(a) for a in argv) or SESSIONS
     turn_set = build(23)
     results = {}
-    with turn_taking.conversation_fleet({"moss_sts": {"default_max_tokens": 80}}) as channel:
+    overrides = json.loads(os.environ.get("BENCH_OVERRIDES", "{}"))  # config sections, e.g. {"brain": {...}}
+    overrides.setdefault("moss_sts", {}).setdefault("default_max_tokens", 80)  # the shipped default
+    with turn_taking.conversation_fleet(overrides) as channel:
         for n in sessions:
             results[n] = measure(channel, turn_set, n)
             print(table({n: results[n]}), flush=True)

@@ -38,7 +38,11 @@ class BrainConfig(Section):
     # Model name clients send (the local server serves the GGUF under this alias; for vLLM: its served model name).
     model: str = bounded("smollm2-135m-instruct", pattern=r"\S", says="must name the served model")
     n_ctx: int = bounded(2048, ge=256, le=131_072)
-    n_threads: int = bounded(2, ge=1, le=64)
+    # Threads the model runs on. One: the brain shares the cores with the fleet's recognizer and voices, and two
+    # OpenMP threads on two busy cores wait for each other at every barrier: 4 conversations at once through the
+    # router on a 2-core AMD EPYC (2026-11-28, bench/conversation_load.py), first reply audio p50 11.8-17.3 s per
+    # session with 2 threads, 3.9-7.2 s with 1; one session alone 1.74 / 2.17 s (p50 / p95) with 2, 1.59 / 1.89 s with 1.
+    n_threads: int = bounded(1, ge=1, le=64)
     # The local server's prompt cache (llama-cpp-python's LlamaRAMCache; 0 = off): the model state after each reply
     # is kept, and the next request resumes from the longest cached prefix of its prompt, so a turn evaluates only
     # its new tokens even when sessions alternate on the one model (without it, only the previous request's prefix
