@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.common import audio, metrics
@@ -32,7 +33,7 @@ from services.common.engines import (
 )
 from services.common.errors import InvalidArgument
 from services.common.rpc import request_id
-from services.common.scheduler import Admission
+from services.common.scheduler import Admission, cpu_cores
 from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc
 
 DEFAULT_OUTPUT_RATE = 16_000
@@ -43,6 +44,20 @@ MAX_BARGE_IN_PHRASE_CHARS = 64
 # A new session at capacity waits this long for a place to free before it is refused: a caller who hangs up and calls
 # again at once can overtake its own hang-up (the cancel and the new call race, across the router most of all).
 ENDING_CALL_GRACE_S = 0.5
+# Conversations a CPU cascade serves at once per core when moss_sts.max_concurrent_sessions is 0, measured: callers
+# speaking complete lines at real time through the router, replies played out (bench/conversation_load.py, 2-core AMD
+# EPYC, 2026-11-28): one session alone p95 1.89 s from speech end to first reply audio; 2 at once 2.20 / 3.16 s (each
+# within twice the single p95); 3 at once 6.4-10.6 s, 4 at once 8.6-14.3 s. MOSS-Speech on a card: a fixed default
+# until a card's bench says otherwise.
+CPU_SESSIONS_PER_CORE = 1
+GPU_SESSIONS = 4
+
+
+def session_capacity(section) -> int:
+    """moss_sts.max_concurrent_sessions, or its measured default for the engine on this machine (0 in the config)."""
+    if section.max_concurrent_sessions:
+        return section.max_concurrent_sessions
+    return GPU_SESSIONS if section.engine == "gpu" else CPU_SESSIONS_PER_CORE * cpu_cores()
 
 
 @dataclass(frozen=True)
@@ -62,7 +77,7 @@ class StsLimits:
     def from_config(cls, section) -> StsLimits:
         return cls(
             idle_timeout_s=section.idle_timeout_seconds,
-            max_concurrent_sessions=section.max_concurrent_sessions,
+            max_concurrent_sessions=session_capacity(section),
             max_first_words_wait_s=section.max_first_words_wait_ms / 1000,
             max_system_prompt_chars=section.max_system_prompt_chars,
             max_tokens_limit=section.max_tokens_limit,
@@ -76,12 +91,16 @@ class StsLimits:
 
 class _FirstWordsWait:
     """Admission's predicted wait (``Admission.check``) for a conversation: what a committed turn would wait now
-    before its reply starts (``StsEngine.first_words_wait_s``; 0 when the engine cannot say)."""
+    before its reply starts (``StsEngine.first_words_wait_s``; 0 when the engine cannot say, or when no session is
+    open: nothing is left of the load the recent turns waited behind)."""
 
-    def __init__(self, engine: StsEngine):
+    def __init__(self, engine: StsEngine, sessions: Callable[[], int] = lambda: 1):
         self.engine = engine
+        self.sessions = sessions
 
     def predicted_first_audio(self) -> float:
+        if not self.sessions():
+            return 0.0
         return self.engine.first_words_wait_s() or 0.0
 
 
@@ -99,7 +118,7 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
             wait_field="moss_sts.max_first_words_wait_ms",
             waits_for="start a turn's reply",
         )
-        self._first_words = _FirstWordsWait(engine)
+        self._first_words = _FirstWordsWait(engine, lambda: self._admission.active)
         self.labels = (service, engine.served_by if service != engine.service else engine.name)
         # The latency series exist at 0 from the start, so a rate() on the dashboard sees the very first event.
         for histogram in (metrics.STS_FIRST_AUDIO, metrics.STS_BARGE_IN_TO_SILENCE):

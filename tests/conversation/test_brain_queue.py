@@ -191,3 +191,18 @@ def test_a_new_session_is_refused_while_a_committed_turn_would_wait_past_the_bud
     for within in (0.5, None):  # within the budget, or an engine that cannot say: admitted
         with admission.stream(_FirstWordsWait(WaitingEngine(within))):
             assert admission.active == 1
+    # No session open: the load the recent turns waited behind has gone, whatever they waited.
+    with admission.stream(_FirstWordsWait(WaitingEngine(3.0), sessions=lambda: 0)):
+        assert admission.active == 1
+
+
+@pytest.mark.parametrize(("engine", "configured", "expected"), [("cpu", 0, None), ("gpu", 0, 4), ("cpu", 7, 7)])
+def test_the_default_session_capacity_is_the_measured_one_per_core_for_the_cpu_cascade(engine, configured, expected):
+    from services.common.config import load_config
+    from services.common.scheduler import cpu_cores
+    from services.common.sts_servicer import CPU_SESSIONS_PER_CORE, StsLimits
+
+    section = load_config().moss_sts.model_copy(update={"engine": engine, "max_concurrent_sessions": configured})
+    capacity = StsLimits.from_config(section).max_concurrent_sessions
+    assert capacity == (expected if expected is not None else CPU_SESSIONS_PER_CORE * cpu_cores())
+    assert load_config().moss_sts.max_concurrent_sessions == 0  # shipped: the measured default

@@ -39,7 +39,14 @@ def fleet(tmp_path_factory):
         services=("asr", "brain", "moss_sts", "router"),
         # Short replies (12 tokens): a call that hangs up after its turn waits for its reply to play out (paced to
         # playback), and what is tested is the hang-up and the redial, not the reply.
-        moss_sts={"max_concurrent_sessions": CAPACITY, "idle_timeout_seconds": 5, "default_max_tokens": 12},
+        # No refusal for the brain's queue (moss_sts.max_first_words_wait_ms 0): what is tested is the hang-up race
+        # at a fixed capacity, with four callers on a machine that serves two in real time.
+        moss_sts={
+            "max_concurrent_sessions": CAPACITY,
+            "max_first_words_wait_ms": 0,
+            "idle_timeout_seconds": 5,
+            "default_max_tokens": 12,
+        },
     )
     yield running
     running.fleet.stop()

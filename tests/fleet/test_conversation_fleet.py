@@ -149,6 +149,9 @@ def conv(tmp_path_factory):
             "max_user_turn_seconds": 12,
             "default_max_tokens": 32,
             "turn_commit_ms": 1000,
+            # Four places (the default on 2 cores is 2, sts_servicer.CPU_SESSIONS_PER_CORE): some tests here have
+            # three users at once, and the capacity test fills four.
+            "max_concurrent_sessions": 4,
             # Each utterance, final and echo-line decision in the fleet's moss_sts.log: a failure here says what the
             # dialogue heard (conversation tests meet intermittent mishearings on some CPUs).
             "log_level": "DEBUG",

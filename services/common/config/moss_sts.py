@@ -101,8 +101,9 @@ class MossStsConfig(TtsServiceConfig):
     # Reply length when the client's sampling.max_tokens is 0, and the most a client may ask for.
     default_max_tokens: int = bounded(80, ge=1, says="must be 1..max_tokens_limit")
     max_tokens_limit: int = bounded(1024, ge=1, le=32_768)
-    # Sessions served at once; more get RESOURCE_EXHAUSTED.
-    max_concurrent_sessions: int = bounded(4, ge=1, le=1000)
+    # Sessions served at once; more get RESOURCE_EXHAUSTED. 0: what was measured to stay real-time: the CPU
+    # cascade, 1 per core (2 on 2 cores, services/common/sts_servicer.py says why); MOSS-Speech on a card, 4.
+    max_concurrent_sessions: int = bounded(0, ge=0, le=1000, says="must be 0 (the measured default) or 1..1000")
     # A new session is refused (RESOURCE_EXHAUSTED with a retry hint) while a committed turn would wait longer than
     # this for the brain to start its reply (the recent turns' wait, or the turns already queued:
     # services/conversation/brain_queue.py): admitted, it would wait as long for every answer. 0: off.
