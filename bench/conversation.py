@@ -28,7 +28,7 @@ import os
 import tempfile
 import time
 
-from bench import turn_taking
+from bench import conversation_load, turn_taking
 from bench.harness import RESULTS, Row, scrape, total
 from bench.turn_set import Counts
 from bench.turn_set import build as build_turn_set
@@ -45,8 +45,6 @@ LINES = [
     "How are you today?",
 ]
 TURNS = 12
-SESSIONS = (1, 4)  # callers talking at once (issue 10)
-SESSION_TURNS = 4
 BARGE_INS = 6
 SILENT_TURNS: list[str] = []  # completed turns that sent no reply audio (their reply text), across the run
 TURN_SET_SEED = 23
@@ -95,26 +93,6 @@ def _turns(channel, say, n: int) -> tuple[list[float], list[float]]:
     finally:
         close(talk)
     return server, client
-
-
-def _sessions(channel, say, sessions: int, turns: int) -> list[float]:
-    """``sessions`` callers talking at once, ``turns`` turns each: the server's speech end -> first reply audio."""
-    import threading
-
-    results: list[float] = []
-    lock = threading.Lock()
-
-    def one():
-        server, _ = _turns(channel, say, turns)
-        with lock:
-            results.extend(server)
-
-    threads = [threading.Thread(target=one) for _ in range(sessions)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
 
 
 def _barge_ins(channel, say, n: int) -> tuple[list[float], list[float]]:
@@ -186,27 +164,19 @@ def run():
         for line in LINES:
             say(line)
         server, client = _turns(channel, say, TURNS)
-        concurrent = {k: _sessions(channel, say, k, SESSION_TURNS) for k in SESSIONS}
         to_silence, cut = _barge_ins(channel, say, BARGE_INS)
         before = segment_cache_lookups(fleet)
         passes, trials = turn_taking.measure(channel, turn_set, TURN_SET_SEED)
         after = segment_cache_lookups(fleet)
     hits, misses = (round(after[k] - before[k]) for k in ("hit", "miss"))
+    load = conversation_load.run_all()  # conversations at once, on a fleet of their own at the shipped defaults
     turn_rows, turn_tables, raw = turn_taking.report(passes, trials, "semantic")
     RAW_TURNS.parent.mkdir(parents=True, exist_ok=True)
     RAW_TURNS.write_text(json.dumps({"seed": TURN_SET_SEED, "set": str(turn_set.directory), **raw}, indent=1))
     rows = [
         Row("speech end -> first reply audio (server TurnTimings)", "s", server, "includes the 400 ms hangover"),
         Row("last user frame sent -> first reply audio (caller)", "s", client, "line's trailing silence inside"),
-        *(
-            Row(
-                f"speech end -> first reply audio, {k} concurrent sessions (server)",
-                "s",
-                lat,
-                f"{SESSION_TURNS} turns per session",
-            )
-            for k, lat in concurrent.items()
-        ),
+        *conversation_load.rows(load),
         Row("barge-in speech sent -> last reply audio (caller)", "s", to_silence, "includes min_speech 500 ms"),
         Row("last reply audio -> interrupted event (caller)", "s", cut),
         *turn_rows,
@@ -220,5 +190,6 @@ def run():
         "turn_set": f"seed {TURN_SET_SEED}, {counts}; raw records in bench/results/latest/raw/{RAW_TURNS.name}",
         "turn_set_reply_openings_from_the_segment_cache": f"{hits} of {hits + misses} (docs/scheduling.md#segment-cache)",
         **turn_tables,
+        "conversations_at_once": conversation_load.table(load),
     }
     return rows, extra

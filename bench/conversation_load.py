@@ -5,8 +5,9 @@ reply audio received, per session (p50 / p95), and how calls ended: served, refu
 its retry hint) or failed. The callers are bench/turn_taking.py's (a microphone that sends 20 ms frames on schedule
 and a speaker that plays what comes).
 
-``python -m bench.conversation_load [SESSIONS ...]`` runs it on a fresh CPU fleet (brain, asr, moss_sts, router) at the
-shipped defaults and prints the table; ``make bench conversation`` runs it as rows of the conversation benchmark.
+``python -m bench.conversation_load [OUT_DIR] [SESSIONS ...]`` runs it on a fresh CPU fleet (brain, asr, moss_sts,
+router) at the shipped defaults, with one caller more than the capacity last, and prints the table;
+``make bench conversation`` runs it as rows of the conversation benchmark.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from bench import turn_taking
 from bench.turn_set import TurnSet
 from voice.v1 import recognizer_pb2
 
-SESSIONS = (1, 2, 4)
+SESSIONS = (1, 2, 4)  # and one more than the capacity, whose extra caller must be refused at once
 TURNS = 5  # lines each caller says
 PAUSE_S = 1.0  # the caller's pause after a reply has played, before its next line
 START_SPREAD_S = 1.5  # callers dial in over this long, not in one instant
@@ -126,24 +127,70 @@ def table(results: dict[int, dict[int, dict]]) -> str:
     return "\n".join(rows)
 
 
-def main(argv: list[str]) -> None:
-    from bench.turn_set import build
+def rows(results: dict[int, dict[int, dict]]) -> list:
+    """Harness rows: per number of sessions, every served session's latencies pooled, per-session p95s and the
+    endings in the note."""
+    from bench.harness import Row
 
-    sessions = tuple(int(a) for a in argv) or SESSIONS
+    out = []
+    for n, callers in sorted(results.items()):
+        served = [c for c in callers.values() if c["ending"] == "served"]
+        p95s = [f"{p50_p95(c['latencies'])[1] * 1000:.0f}" for c in served if c["latencies"]]
+        endings = [c["ending"] for c in callers.values()]
+        refusals = [c["status"] for c in callers.values() if c["ending"] == "refused"]
+        note = (
+            f"{TURNS} real-time lines each, replies played; per-session p95 ms: {', '.join(p95s) or '-'};"
+            f" served {endings.count('served')}, refused {endings.count('refused')}, failed {endings.count('failed')}"
+            + (f"; refused with: {refusals[0][:160]}" if refusals else "")
+        )
+        latencies = [x for c in served for x in c["latencies"]]
+        out.append(
+            Row(f"{n} conversation(s) at once: line's speech end -> first reply audio (caller)", "s", latencies, note)
+        )
+    return out
+
+
+def run_all(sessions: tuple[int, ...] = SESSIONS) -> dict[int, dict[int, dict]]:
+    """A fresh fleet at the shipped defaults (replies up to moss_sts.default_max_tokens), each number of sessions in
+    turn, then one caller more than the capacity."""
+    from bench.turn_set import build
+    from services.common.config import load_config
+    from services.common.sts_servicer import StsLimits
+
     turn_set = build(23)
+    capacity = StsLimits.from_config(load_config().moss_sts).max_concurrent_sessions
     results = {}
     overrides = json.loads(os.environ.get("BENCH_OVERRIDES", "{}"))  # config sections, e.g. {"brain": {...}}
-    overrides.setdefault("moss_sts", {}).setdefault("default_max_tokens", 80)  # the shipped default
+    # the shipped reply length (conversation_fleet caps it at 48 otherwise)
+    overrides.setdefault("moss_sts", {}).setdefault("default_max_tokens", load_config().moss_sts.default_max_tokens)
     with turn_taking.conversation_fleet(overrides) as channel:
-        for n in sessions:
+        for n in sorted({*sessions, capacity + 1}):
             results[n] = measure(channel, turn_set, n)
-            print(table({n: results[n]}), flush=True)
-            for c in results[n].values():
-                for t in c["timings"]:
-                    print("  ", t, flush=True)
-                if c["ending"] != "served":
-                    print(f"  {c['ending']}: {c['status']}", flush=True)
-    print(table(results))
+    return results
+
+
+def main(argv: list[str]) -> None:
+    """``python -m bench.conversation_load [OUT_DIR] [SESSIONS ...]``: the table, and OUT_DIR/results.json + .md."""
+    import datetime
+    import pathlib
+
+    from bench.harness import machine
+
+    out = pathlib.Path(argv[0]) if argv and not argv[0].isdigit() else None
+    sessions = tuple(int(a) for a in argv[1 if out else 0 :]) or SESSIONS
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    results = run_all(sessions)
+    text = table(results)
+    print(text)
+    for callers in results.values():
+        for c in callers.values():
+            if c["ending"] != "served":
+                print(f"  {c['ending']}: {c['status']}")
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        record = {"started": started, "machine": machine(), "turns": TURNS, "pause_s": PAUSE_S, "results": results}
+        (out / "results.json").write_text(json.dumps(record, indent=1, default=str))
+        (out / "results.md").write_text(f"Started {started}; machine: {record['machine']}\n\n{text}\n")
 
 
 if __name__ == "__main__":
