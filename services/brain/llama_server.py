@@ -171,6 +171,35 @@ def add_turn_route(app) -> None:
             raise HTTPException(status_code=400, detail=str(e)) from None
 
 
+def cache_states_without_logits() -> None:
+    """Prompt-cache entries without the logits nothing reads. ``Llama.save_state`` copies ``Llama._scores`` (the
+    first n_tokens rows of its logits array) into every state the RAM prompt cache keeps. With ``logits_all`` off (the
+    brain's setting: server.py) that array has n_batch rows (512) which nothing fills or reads (sampling reads
+    llama.cpp's own logits), and a row is the vocabulary's logits: SmolLM2, 49,152 x 4 B = 192 KiB, up to 96 MiB per
+    entry, while the cache's bound (``brain.prompt_cache_mb``) counts only llama.cpp's state (~23 KB a token). The
+    brain grew from 223 to 1,244 MB over ~35 conversation turns with a 64 MiB bound (issue 45). Here a state of a
+    model without logits_all is saved with one row (``load_state`` broadcasts it over the rows it restores, as it
+    restored rows nothing reads)."""
+    from llama_cpp.llama import Llama
+
+    if getattr(Llama.save_state, "voicefleet_without_logits", False):
+        return
+    save_state = Llama.save_state
+
+    def save_state_without_logits(self):
+        if self._logits_all:  # noqa: SLF001 - the library's own flag: logits are kept and read then
+            return save_state(self)
+        kept = self.scores
+        self.scores = kept[:1]  # ``_scores`` (what save_state copies) is ``scores[:n_tokens]``: one row at most
+        try:
+            return save_state(self)
+        finally:
+            self.scores = kept
+
+    save_state_without_logits.voicefleet_without_logits = True
+    Llama.save_state = save_state_without_logits
+
+
 def install() -> None:
     """Route llama_cpp.server.app's model calls to the one thread, its model lock through the queue in order of kind,
     and add the end-of-turn route (before the server's ``__main__`` imports ``create_app``)."""
@@ -179,6 +208,7 @@ def install() -> None:
     for name in ("run_in_threadpool", "iterate_in_threadpool", "create_app", "get_llama_proxy", "_llama_proxy"):
         if not hasattr(app, name):  # a llama-cpp-python that no longer calls them: say so rather than run slow
             raise RuntimeError(f"llama_cpp.server.app has no {name}; services/brain/llama_server.py needs updating")
+    cache_states_without_logits()
     app.run_in_threadpool = run_on_llama_thread
     app.iterate_in_threadpool = iterate_on_llama_thread
     stock_proxy = app.get_llama_proxy

@@ -129,3 +129,34 @@ async def test_a_read_ahead_leaves_the_turn_only_its_last_words(monkeypatch):
     # ran what follows the draft ("evening.", the template's end) and its reply's first token.
     assert read >= 12, read
     assert warm * 2 < cold, (warm, cold)
+
+
+def test_the_prompt_cache_holds_no_more_than_its_bound_says():
+    """What the cache's bound counts (llama.cpp's state) is what its entries hold: each kept state carries no rows of
+    logits that nothing reads (services/brain/llama_server.cache_states_without_logits; before it, up to 96 MiB an
+    entry beside a bound of 64 MiB in all), and the model still answers from a restored state as before."""
+    from llama_cpp.server.model import LlamaProxy
+
+    from services.brain.llama_server import cache_states_without_logits
+
+    cache_states_without_logits()
+    llm = LlamaProxy.load_llama_from_model_settings(server_settings(64))
+    system = {"role": "system", "content": SYSTEM}
+    questions = [
+        "What is the capital of France, and why is it famous?",
+        "Can you recommend a good book about the history of space travel?",
+        "How do I make a cup of green tea without it tasting bitter?",
+        "Hello, my name is Alice and I live in a small town by the sea.",
+    ]
+    replies = [evaluated(llm, [system, {"role": "user", "content": q}])[1] for q in questions]
+    entries = list(llm.cache.cache_state.values())
+    assert len(entries) >= len(questions)  # a state per reply, kept
+    row = llm.n_vocab() * 4
+    held = sum(len(state.llama_state) + state.scores.nbytes + state.input_ids.nbytes for state in entries)
+    counted = llm.cache.cache_size
+    assert all(state.scores.nbytes <= row for state in entries), [state.scores.shape for state in entries]
+    assert held <= counted + len(entries) * (row + llm.n_ctx() * 4), (held, counted)
+    # A restored state still answers: the first question again resumes from its cached state (a few tokens run).
+    n, again = evaluated(llm, [system, {"role": "user", "content": questions[0]}])
+    assert again.strip() and all(r.strip() for r in replies)
+    assert n < 5, f"the cached state was not used: {n} prompt tokens evaluated"

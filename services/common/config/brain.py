@@ -47,9 +47,9 @@ class BrainConfig(Section):
     # is kept, and the next request resumes from the longest cached prefix of its prompt, so a turn evaluates only
     # its new tokens even when sessions alternate on the one model (without it, only the previous request's prefix
     # is reused). The library counts only llama.cpp's state (~23 KB per token of context with SmolLM2) against this
-    # bound, not a logits row per token (~196 KB) it kept while the server computed every token's logits (before
-    # --logits_all False, 2026-11-26): the process could hold ~10x this in RAM then. 64 MiB kept
-    # 4 alternating 8-turn sessions whole (peak RSS 1.2 GB); docs/conversation.md#the-brain.
+    # bound; the logits rows it also copied into each entry (up to 96 MiB, read by nothing) are no longer kept
+    # (services/brain/llama_server.cache_states_without_logits): 4 sessions x 10 turns held 55-64 MiB, where the
+    # entries held 438-601 MiB before (bench/results/brain-memory-2026-11-28/). docs/conversation.md#the-brain.
     prompt_cache_mb: int = bounded(64, ge=0, le=65_536, says="must be 0 (off) or 1..65536 MiB")
     # How many requests the brain serves at once: the in-box llama-cpp-python server, one (its model lock); vLLM, its
     # max_num_seqs. Past that, requests wait in each process's queue, a committed turn's reply first and a read-ahead
