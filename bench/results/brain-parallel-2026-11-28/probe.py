@@ -57,7 +57,9 @@ async def main(url, model, n, max_tokens):
             firsts = sorted(r[0] * 1000 for r in results)
             ends = sorted(r[1] * 1000 for r in results)
             toks = [r[2] for r in results]
-            print(f"round {rnd}: first token ms {[round(x) for x in firsts]}  end ms {[round(x) for x in ends]}  pieces {toks}")
+            print(
+                f"round {rnd}: first token ms {[round(x) for x in firsts]}  end ms {[round(x) for x in ends]}  pieces {toks}"
+            )
 
 
 if __name__ == "__main__":
