@@ -64,7 +64,9 @@ def fleet(tmp_path_factory):
         tmp_path_factory.mktemp("router-faults"),
         services=("cosyvoice_tts", "qwen_tts", "asr", "brain", "moss_sts", "router"),
         router={"health": HEALTH, "routes": {"first_audio_timeout_ms": FIRST_AUDIO_TIMEOUT_MS}},
-        moss_sts={"idle_timeout_seconds": 5, "default_max_tokens": 40},
+        # Three places: test_callers_short_deadlines_do_not_eject_asr_or_moss has three callers at once (the default
+        # on 2 cores is 2, sts_servicer.CPU_SESSIONS_PER_CORE).
+        moss_sts={"idle_timeout_seconds": 5, "default_max_tokens": 40, "max_concurrent_sessions": 3},
     )
     yield running
     for m in running.fleet.members.values():  # nothing left stopped: SIGTERM must reach every process
