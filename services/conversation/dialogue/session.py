@@ -27,7 +27,6 @@ from services.common.engines import (
     END_OF_TURN,
     END_OF_TURN_JUDGED,
     INTERRUPT,
-    INTERRUPTED,
     LISTENING,
     MUTE,
     PHRASE_SPOTTED,
@@ -59,7 +58,6 @@ from services.common.errors import FailedPrecondition, InvalidArgument, Resource
 from services.conversation.barge_in import DEFAULT_STOP_WORDS, words
 from services.conversation.dialogue.caller_sound import CallerSound
 from services.conversation.dialogue.context import Context, Message
-from services.conversation.dialogue.heard import heard_text
 from services.conversation.dialogue.limits import RATE, DialogueLimits
 from services.conversation.dialogue.long_turn import LongTurnGate
 from services.conversation.dialogue.overlap import Overlap, reply_echo
@@ -68,6 +66,7 @@ from services.conversation.dialogue.read_ahead import ReadAhead
 from services.conversation.dialogue.reply import Reply, UserTurn
 from services.conversation.dialogue.stream_time import RecognizerPace, StreamTime
 from services.conversation.dialogue.turn_commit import COMMIT, DISCARD, TurnCommit
+from services.conversation.dialogue.turn_end import turn_end
 from services.conversation.echo import EchoCanceller
 from services.conversation.relay import AudioRing, EventRelay, shifted
 from services.conversation.turn_words import JUDGEMENT_WAIT_MS, WordsJudge
@@ -677,37 +676,12 @@ class DialogueSession(StsSession):
         if self._gen_task is gen:
             self._gen_task = None
         self.context.add(Message("user", turn.text, turn.audio))
-        if error is not None and not reply.interrupted_reason:
-            code = error.code if isinstance(error, VoiceError) else grpc.StatusCode.INTERNAL
-            message = error.message if isinstance(error, VoiceError) else f"reply failed: {type(error).__name__}"
-            if not isinstance(error, VoiceError):
-                log.error("reply failed", exc_info=error)
-            self._emit(StsEvent(TURN_ERROR, turn.index, code=code.value[0], message=message))
-            kept = heard_text(reply.text, reply.pieces)
-            if kept:
-                self.context.add(Message("assistant", kept))
-        else:
-            interrupted = bool(reply.interrupted_reason)
-            heard = heard_text(reply.text, reply.pieces) if interrupted else reply.text.strip()
-            if interrupted:
-                silence = None
-                if reply.interrupted_wall is not None:
-                    last = reply.last_audio_wall or reply.interrupted_wall
-                    silence = max(0.0, last - reply.interrupted_wall)
-                self._emit(
-                    StsEvent(
-                        INTERRUPTED,
-                        turn.index,
-                        reason=reply.interrupted_reason,
-                        audio_sent_ms=round(reply.sent_s * 1000),
-                        heard_text=heard,
-                        silence_after_s=silence,
-                    )
-                )
-            kept = self.assistant_message(reply, heard)
-            if kept is not None:
-                self.context.add(kept)
-            self._emit(StsEvent(TURN_COMPLETE, turn.index), (reply, heard, interrupted))
+        end = turn_end(reply, error)
+        kept = Message("assistant", end.heard) if end.failed else self.assistant_message(reply, end.heard)
+        if kept is not None:
+            self.context.add(kept)
+        for event, extra in end.events:
+            self._emit(event, extra)
         self._reply = None
         self.turn += 1
         self.turns_done += 1
