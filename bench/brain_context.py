@@ -1,4 +1,4 @@
-"""A long conversation through the dialogue's bounded ``Context`` (services/conversation/dialogue.py): time to the
+"""A long conversation through the dialogue's bounded ``Context`` (services/conversation/dialogue/context.py): time to the
 brain's first token per turn, the context dropping one turn whenever it is over a bound against dropping down to half
 of both bounds at once (``Context.TRIM_TO``). llama.cpp + SmolLM2-135M in process (the same
 ``Llama.create_chat_completion`` the server runs), 2 threads, the server's 64 MiB RAM prompt cache, greedy 48-token

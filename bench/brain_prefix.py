@@ -2,7 +2,7 @@
 process (the same ``Llama.create_chat_completion`` the server runs), with and without llama-cpp-python's prompt cache.
 
 A conversation of TURNS user lines; each turn's prompt is the system prompt + every earlier turn (user + the model's
-own reply) + the new line, as services/conversation/dialogue.py builds it. Scenarios: one session, and two sessions
+own reply) + the new line, as services/conversation/dialogue/ builds it. Scenarios: one session, and two sessions
 whose turns alternate on the same model (A1 B1 A2 B2 ...: without a cache each prompt shares only the system prompt
 with the one before, so the whole context is evaluated again). Measured per turn: time to the first streamed token
 and the prompt tokens llama.cpp evaluated (``llama_perf_context``: n_p_eval).

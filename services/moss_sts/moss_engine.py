@@ -70,7 +70,7 @@ from services.common.engines import (
 )
 from services.common.errors import FailedPrecondition
 from services.common.voices import unknown_voice
-from services.conversation.dialogue import RATE, DialogueLimits, DialogueSession, Message, ReplySink, UserTurn, _Reply
+from services.conversation.dialogue import RATE, DialogueLimits, DialogueSession, Message, Reply, ReplySink, UserTurn
 from services.moss_sts.moss_stream import ChunkPlan, StreamingCodecDecoder, TokenTap
 
 log = logging.getLogger("voicefleet.moss_sts.moss")
@@ -488,7 +488,7 @@ class MossSession(DialogueSession):
             with contextlib.suppress(OSError):
                 os.unlink(current)
 
-    def assistant_message(self, reply: _Reply, heard: str) -> Message | None:
+    def assistant_message(self, reply: Reply, heard: str) -> Message | None:
         """The context keeps the reply as the audio that was sent (a speech model has no reply text)."""
         sent = int(reply.sent_s * OUTPUT_RATE) * 2
         pcm = bytes(self._reply_audio[:sent])

@@ -1,5 +1,5 @@
 """A stop word over the agent's reply interrupts it through the recognizer's early spotting (PhraseSpotted, before the
-stop word's final): the dialogue (services/conversation/dialogue.py, shared by moss_sts and the router's fallback)
+stop word's final): the dialogue (services/conversation/dialogue/, shared by moss_sts and the router's fallback)
 listening to a real asr service over gRPC on loopback, as moss_sts does; the caller is piper joe at the pace of real
 time.
 

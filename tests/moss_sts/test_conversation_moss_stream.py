@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.conversation.dialogue import Context, Message, _SentPiece, heard_text
+from services.conversation.dialogue import Context, Message, SentPiece, heard_text
 from services.moss_sts.moss_stream import EOSP, ChunkPlan, StreamingCodecDecoder, TokenTap
 
 SAMPLES_PER_FRAME = 1920  # 80 ms at 24 kHz
@@ -252,12 +252,12 @@ def test_token_tap_picks_codec_frames_of_the_audio_channel():
 def test_heard_text_is_cut_at_the_audio_sent():
     text = "First sentence here. Second sentence is longer than that."
     a, b = (0, 20), (21, len(text))
-    pieces = [_SentPiece(*a, total_samples=100, sent_samples=100), _SentPiece(*b, total_samples=100, sent_samples=50)]
+    pieces = [SentPiece(*a, total_samples=100, sent_samples=100), SentPiece(*b, total_samples=100, sent_samples=50)]
     heard = heard_text(text, pieces)
     assert heard.startswith("First sentence here. Second")
     assert text.startswith(heard) and len(heard) < len(text)
     assert not heard.endswith("lon"), "cut back to a word boundary"
-    assert heard_text(text, [_SentPiece(*a, total_samples=100, sent_samples=0)]) == ""
+    assert heard_text(text, [SentPiece(*a, total_samples=100, sent_samples=0)]) == ""
 
 
 def test_the_silence_before_a_pieces_first_sound_holds_none_of_its_words():
@@ -272,12 +272,12 @@ def test_the_silence_before_a_pieces_first_sound_holds_none_of_its_words():
     assert abs(start - rate // 2) <= 512 and abs(end - len(pcm) // 2) <= 512  # to a 32 ms window
     text = "One sentence. She was a fluffy white cat."
     b = (text.index("She"), len(text))
-    first = _SentPiece(0, len("One sentence."), total_samples=100, sent_samples=100)
-    in_pause = _SentPiece(
+    first = SentPiece(0, len("One sentence."), total_samples=100, sent_samples=100)
+    in_pause = SentPiece(
         *b, total_samples=len(pcm) // 2, sent_samples=rate * 2 // 5, voiced_start=start, voiced_end=end
     )
     assert heard_text(text, [first, in_pause]) == "One sentence."
-    halfway = _SentPiece(*b, total_samples=len(pcm) // 2, sent_samples=rate, voiced_start=start, voiced_end=end)
+    halfway = SentPiece(*b, total_samples=len(pcm) // 2, sent_samples=rate, voiced_start=start, voiced_end=end)
     assert heard_text(text, [first, halfway]) == "One sentence. She was a"
 
 
