@@ -252,7 +252,11 @@ def test_token_tap_picks_codec_frames_of_the_audio_channel():
 def test_heard_text_is_cut_at_the_audio_sent():
     text = "First sentence here. Second sentence is longer than that."
     a, b = (0, 20), (21, len(text))
-    pieces = [SentPiece(*a, total_samples=100, sent_samples=100), SentPiece(*b, total_samples=100, sent_samples=50)]
+    # rate 1000 (a sample a millisecond): the second piece 2 s, 1.3 s of it sent (1 s heard past the last word's worth)
+    pieces = [
+        SentPiece(*a, total_samples=2000, sent_samples=2000, rate=1000),
+        SentPiece(*b, total_samples=2000, sent_samples=1300, rate=1000),
+    ]
     heard = heard_text(text, pieces)
     assert heard.startswith("First sentence here. Second")
     assert text.startswith(heard) and len(heard) < len(text)
@@ -264,6 +268,7 @@ def test_the_silence_before_a_pieces_first_sound_holds_none_of_its_words():
     """A voice pauses before a sentence: a piece cut inside that pause was heard as none of its words (pro rata over
     the whole piece counted a quarter of them); cut halfway through its sound, about half."""
     from services.conversation.dialogue import voiced_span
+    from services.conversation.dialogue.heard import CUT_WORD_MARGIN_MS
 
     rate = 16_000
     tone = (np.sin(np.arange(rate) * 2 * np.pi * 220 / rate) * 8000).astype(np.int16)
@@ -277,7 +282,13 @@ def test_the_silence_before_a_pieces_first_sound_holds_none_of_its_words():
         *b, total_samples=len(pcm) // 2, sent_samples=rate * 2 // 5, voiced_start=start, voiced_end=end
     )
     assert heard_text(text, [first, in_pause]) == "One sentence."
-    halfway = SentPiece(*b, total_samples=len(pcm) // 2, sent_samples=rate, voiced_start=start, voiced_end=end)
+    halfway = SentPiece(
+        *b,
+        total_samples=len(pcm) // 2,
+        sent_samples=rate + rate * CUT_WORD_MARGIN_MS // 1000,  # half its sound, and a word's worth past it
+        voiced_start=start,
+        voiced_end=end,
+    )
     assert heard_text(text, [first, halfway]) == "One sentence. She was a"
 
 

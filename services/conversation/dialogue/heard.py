@@ -3,7 +3,10 @@
 An interrupted reply enters the context (and the INTERRUPTED event) only as far as the user heard it, so the agent
 never "remembers" saying what it did not say. Each audio piece carries the span of the reply text it speaks; a piece
 sent whole counts whole, a piece cut part way counts pro rata by its voiced audio (a voice's pause before a sentence
-holds none of its words), cut back to a word boundary."""
+holds none of its words), less the last CUT_WORD_MARGIN_MS before the cut, cut back to a word boundary: pro rata by
+characters places a word's end no closer than about a word, and a word cut part way is not heard as that word (the
+strict listener, whisper, drops it: the Realtime truncate test's item kept "… backyard. She was a" where the audio
+it got said "… backyard.")."""
 
 from __future__ import annotations
 
@@ -12,6 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.conversation.dialogue.caller_sound import window_levels_db
+
+#: Audio before a cut inside a piece that counts none of its words (about a word).
+CUT_WORD_MARGIN_MS = 300
 
 
 @dataclass
@@ -26,6 +32,7 @@ class SentPiece:
     # before a sentence holds none of them.
     voiced_start: int = 0
     voiced_end: int | None = None
+    rate: int = 16_000  # the piece's sample rate (for CUT_WORD_MARGIN_MS)
 
 
 def voiced_span(pcm: bytes) -> tuple[int, int]:
@@ -39,19 +46,25 @@ def voiced_span(pcm: bytes) -> tuple[int, int]:
     return int(voiced[0]) * window, min(len(pcm) // 2, (int(voiced[-1]) + 1) * window)
 
 
-def heard_text(text: str, pieces: list[SentPiece]) -> str:
+def heard_text(text: str, pieces: list[SentPiece], played_samples: int | None = None) -> str:
     """The prefix of ``text`` whose audio was sent: whole spans of fully sent pieces; a partly sent piece counts
     pro rata by its voiced audio (the silence before its first sound holds no words), cut back to the last word
-    boundary."""
+    boundary. ``played_samples``: only that much of the audio sent, in order, counts (what the caller had played when
+    the reply was cut; the rest was sent ahead of playback and never heard)."""
     end = 0
+    left = played_samples
     for p in pieces:
-        if p.sent_samples <= 0 or p.text_end <= p.text_start:
+        sent = p.sent_samples if left is None else min(p.sent_samples, max(0, left))
+        if left is not None:
+            left -= p.sent_samples
+        if sent <= 0 or p.text_end <= p.text_start:
             continue
-        if p.sent_samples >= p.total_samples:
+        if sent >= p.total_samples:
             end = max(end, p.text_end)
             continue
         voiced_end = p.total_samples if p.voiced_end is None else p.voiced_end
-        spoken = min(1.0, max(0.0, (p.sent_samples - p.voiced_start) / max(1, voiced_end - p.voiced_start)))
+        heard_until = sent - p.rate * CUT_WORD_MARGIN_MS // 1000
+        spoken = min(1.0, max(0.0, (heard_until - p.voiced_start) / max(1, voiced_end - p.voiced_start)))
         cut = p.text_start + int((p.text_end - p.text_start) * spoken)
         while cut > p.text_start and cut < len(text) and not text[cut].isspace():
             cut -= 1
