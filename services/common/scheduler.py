@@ -75,7 +75,9 @@ def split_cores(workers: int) -> tuple[int, int]:
     return workers, max(1, cores // workers)
 
 
-class _Ewma:
+class Ewma:
+    """An exponential average whose first sample replaces the initial guess."""
+
     def __init__(self, initial: float, alpha: float = 0.2):
         self.value = initial
         self.alpha = alpha
@@ -118,8 +120,8 @@ class SegmentScheduler:
         self._waiting: list[tuple[float, int, asyncio.Future, Playback]] = []
         self._order = itertools.count()
         # Seconds a worker holds a first segment, and a continuation (for admission's predicted wait).
-        self.first_step_s = _Ewma(0.2)
-        self.next_step_s = _Ewma(0.4)
+        self.first_step_s = Ewma(0.2)
+        self.next_step_s = Ewma(0.4)
         self._queue_wait = metrics.QUEUE_WAIT.labels(service, engine)  # a request's wait: its first segment's
         self._wait_first = metrics.SCHEDULER_WAIT.labels(service, engine, "first")
         self._wait_next = metrics.SCHEDULER_WAIT.labels(service, engine, "next")
@@ -332,7 +334,7 @@ class Admission:
         self.active = 0
         self._room: asyncio.Event | None = None  # set when a place frees (``room()`` waits on it)
         # A stream's life in seconds (for the retry hint when full); 2 s until measured.
-        self._stream_s = _Ewma(2.0)
+        self._stream_s = Ewma(2.0)
         self.unit = unit  # what is admitted: "streams", or "sessions" for conversations (a refusal's reason label)
         self.wait_field = wait_field  # the config field of the first-wait budget, and what waits (a refusal's words)
         self.waits_for = waits_for

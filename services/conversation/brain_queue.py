@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from services.common import metrics
 from services.common.brain_requests import HELD, JUDGEMENT, KINDS, READ_AHEAD, TURN, RankedPlaces
+from services.common.scheduler import Ewma
 
 __all__ = ["HELD", "JUDGEMENT", "READ_AHEAD", "TURN", "BrainQueue"]
 
@@ -34,9 +35,9 @@ class BrainQueue:
     def __init__(self, service: str, places: int = 1, clock: Callable[[], float] = time.monotonic):
         self.places = RankedPlaces(places)
         self.clock = clock
-        self._turn_wait = _Average(0.0)  # a committed turn's wait for a place (seconds)
+        self._turn_wait = Ewma(0.0, WEIGHT)  # a committed turn's wait for a place (seconds)
         self._turn_wait_at = clock()  # when a committed turn last got its place
-        self._turn_hold = _Average(1.0)  # how long a committed turn's reply holds its place (seconds)
+        self._turn_hold = Ewma(1.0, WEIGHT)  # how long a committed turn's reply holds its place (seconds)
         self._wait = {k: metrics.STS_BRAIN_WAIT.labels(service, k) for k in KINDS}
         self._held = {k: metrics.STS_BRAIN_HELD.labels(service, k) for k in KINDS}
 
@@ -80,13 +81,3 @@ class BrainQueue:
             return
         async with self.place(READ_AHEAD):
             yield True
-
-
-class _Average:
-    def __init__(self, first: float):
-        self.value = first
-        self._seen = False
-
-    def add(self, x: float) -> None:
-        self.value = x if not self._seen else self.value + WEIGHT * (x - self.value)
-        self._seen = True
