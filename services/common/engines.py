@@ -71,6 +71,9 @@ class AudioPiece:
     text_start: int
     text_end: int
     served_by: str
+    # (end char in the request text, end sample in ``pcm``) of each word whose end the voice knows (piper's
+    # alignment), in order; () when it does not say. What a caller heard of a cut reply is counted with it.
+    word_ends: tuple[tuple[int, int], ...] = ()
 
 
 class TtsEngine(abc.ABC):
@@ -472,8 +475,9 @@ class StsSession(abc.ABC):
         """User audio in the options' input rate, s16le mono; send it continuously (silence counts)."""
 
     @abc.abstractmethod
-    async def control(self, action: str) -> None:
-        """INTERRUPT (no-op while listening), END_OF_TURN, MUTE or UNMUTE."""
+    async def control(self, action: str, played_ms: int | None = None) -> None:
+        """INTERRUPT (no-op while listening), END_OF_TURN, MUTE or UNMUTE. ``played_ms`` (INTERRUPT only): how much
+        of the reply the caller has played, when it knows (the context keeps the text of that much)."""
 
     async def interrupt(self) -> None:
         """Stop the agent's reply now (the client's ACTION_INTERRUPT)."""

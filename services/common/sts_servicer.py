@@ -194,7 +194,8 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
                             "control.action",
                             "must be ACTION_INTERRUPT, ACTION_END_OF_TURN, ACTION_MUTE or ACTION_UNMUTE",
                         )
-                    await session.control(action)
+                    control = message.control
+                    await session.control(action, control.played_ms if control.HasField("played_ms") else None)
                 else:
                     raise InvalidArgument("payload", "a message carried nothing; send audio or a control")
             tail = resampler.feed(b"", last=True)

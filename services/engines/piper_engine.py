@@ -36,6 +36,7 @@ from services.common.errors import FailedPrecondition, VoiceError
 from services.common.scheduler import Playback, SegmentScheduler, split_cores
 from services.common.segment_cache import SegmentCache
 from services.common.text import FirstSegment, speech_segments
+from services.engines.piper_words import word_ends
 
 log = logging.getLogger("voicefleet.piper")
 
@@ -125,19 +126,22 @@ class PiperTtsEngine(ScheduledTtsEngine):
             raise FailedPrecondition("piper engine is still loading; retry when the service reports SERVING")
         return [self._info]
 
-    def _synthesize_segment(self, segment: str, speaking_rate: float, seed: int = 0, run_options=None) -> bytes:
+    def _synthesize_segment(
+        self, segment: str, speaking_rate: float, seed: int = 0, run_options=None
+    ) -> tuple[bytes, tuple[tuple[int, int], ...]]:
+        """``segment``'s PCM and its words' ends ((end char in ``segment``, end sample), piper_words.py)."""
         import numpy as np
         from piper import SynthesisConfig
 
         config = SynthesisConfig(length_scale=1.0 / speaking_rate)
         # This thread's graph runs draw their noise from ``seed`` and can be aborted through ``run_options``.
         self._voice.session.use(seed, run_options)
-        pcm = []
-        for chunk in self._voice.synthesize(segment, config):
+        chunks = []
+        for chunk in self._voice.synthesize(segment, config, include_alignments=True):
             if not np.all(np.isfinite(chunk.audio_float_array)):
                 raise VoiceError(f"piper produced non-finite audio for {segment[:40]!r}; report this text")
-            pcm.append(chunk.audio_int16_bytes)
-        return b"".join(pcm)
+            chunks.append(chunk)
+        return b"".join(c.audio_int16_bytes for c in chunks), word_ends(segment, chunks)
 
     def _step_done_after_cancel(self, cancelled_at: float, future) -> None:
         if not future.cancelled():
@@ -145,7 +149,9 @@ class PiperTtsEngine(ScheduledTtsEngine):
         self._steps.inc()
         self._cancel_to_stop.observe(time.monotonic() - cancelled_at)
 
-    async def _synthesize_step(self, segment: str, options: SynthesisOptions, playback: Playback) -> bytes:
+    async def _synthesize_step(
+        self, segment: str, options: SynthesisOptions, playback: Playback
+    ) -> tuple[bytes, tuple[tuple[int, int], ...]]:
         """One engine step: ``segment`` synthesized on a worker when it is due (first segments first)."""
         loop = asyncio.get_running_loop()
         run_options = onnxruntime.RunOptions()
@@ -159,7 +165,7 @@ class PiperTtsEngine(ScheduledTtsEngine):
                 run_options,
             )
             try:
-                pcm = await asyncio.shield(future)
+                pcm, ends = await asyncio.shield(future)
             except (asyncio.CancelledError, GeneratorExit):
                 # The caller went away mid-step: abort the graph run in flight (or the one about to start).
                 run_options.terminate = True
@@ -167,7 +173,7 @@ class PiperTtsEngine(ScheduledTtsEngine):
                 raise
         self._steps.inc()
         self._audio_seconds.inc(len(pcm) / 2 / self.native_sample_rate)
-        return pcm
+        return pcm, ends
 
     async def _speak(
         self, text: str, options: SynthesisOptions, playback: Playback, first_segment: FirstSegment | None
@@ -178,24 +184,29 @@ class PiperTtsEngine(ScheduledTtsEngine):
             segment = text[start:end]
             # The stream's first segment (of a whole text, or of a text stream's first call) may have been said before.
             key = (segment, options.speaking_rate, options.seed) if playback.started_at is None else None
-            pcm = self._first_segments.get(key) if key else None
-            if pcm is None:
-                pcm = await self._synthesize_step(segment, options, playback)
+            cached = self._first_segments.get(key) if key else None
+            if cached is None:
+                pcm, ends = await self._synthesize_step(segment, options, playback)
                 if key:
-                    self._first_segments.put(key, pcm)
+                    self._first_segments.put(key, pcm, ends)
+            else:
+                pcm, ends = cached
             playback.produced(len(pcm) / 2 / rate)
+            words = tuple((start + char, sample) for char, sample in ends)
             try:
-                yield AudioPiece(pcm=pcm, sample_rate_hz=rate, text_start=start, text_end=end, served_by=self.served_by)
+                yield AudioPiece(pcm, rate, start, end, self.served_by, word_ends=words)
             except GeneratorExit:
                 self._cancel_to_stop.observe(0.0)  # closed between steps: nothing was in flight
                 raise
 
 
 def _lower_thread_priority(nice: int) -> None:
-    """Run this thread (and the graph runs it makes: intra-op threads are this thread when ``threads`` is 1) at
-    ``nice``; raising one's own nice value needs no privilege."""
+    """Run this thread (and the graph runs it makes: intra-op threads are this thread when ``threads`` is 1)
+    ``nice`` steps below the process's priority (a service started niced stays below itself, not at ``nice``);
+    raising one's own nice value needs no privilege."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
     except OSError as e:  # a sandbox that forbids it: the lanes still order segments, without the OS's help
         log.warning("could not lower the continuation threads' priority (nice %d): %s", nice, e)
 

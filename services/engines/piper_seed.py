@@ -78,6 +78,10 @@ def seeded_model(model_path: str) -> bytes:
     del graph.node[:]
     graph.node.extend(nodes)
     graph.input.append(helper.make_tensor_value_info(NOISE_INPUT, TensorProto.FLOAT, [POOL_SIZE]))
+    # Each phoneme's duration as a second output: piper then gives phoneme alignments (piper_words.py).
+    from piper.patch_voice_with_alignment import add_alignment_output
+
+    add_alignment_output(model)
     return model.SerializeToString()
 
 

@@ -210,8 +210,16 @@ def control(message: dict) -> conversation_pb2.ConverseRequest:
         raise ProtocolError(BAD_CONTROL, "type: config was already sent; a session has one config")
     if kind not in CONTROLS:
         raise ProtocolError(BAD_CONTROL, f"type: unknown {kind[:30]!r}; one of config, {', '.join(CONTROLS)}")
-    _no_unknown(message, f"{kind}.", ("type",))
-    return conversation_pb2.ConverseRequest(control=conversation_pb2.ConversationControl(action=CONTROLS[kind]))
+    if kind != "interrupt":
+        _no_unknown(message, f"{kind}.", ("type",))
+        return conversation_pb2.ConverseRequest(control=conversation_pb2.ConversationControl(action=CONTROLS[kind]))
+    # The page (or any client that buffers) says how much of the reply it played: the context keeps that much.
+    _no_unknown(message, "interrupt.", ("type", "played_ms"))
+    played_ms = message.get("played_ms")
+    if played_ms is not None and (not isinstance(played_ms, int) or isinstance(played_ms, bool) or played_ms < 0):
+        raise ProtocolError(BAD_FIELD, "interrupt.played_ms: a whole number of ms, 0 or more, when given")
+    control = conversation_pb2.ConversationControl(action=CONTROLS[kind], played_ms=played_ms)
+    return conversation_pb2.ConverseRequest(control=control)
 
 
 def check_frame(frame: bytes, rate: int, max_frame_ms: int) -> None:

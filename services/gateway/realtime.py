@@ -631,7 +631,8 @@ class RealtimeConnection:
                 )
             response.cancel_reason = "client_cancelled"
             response.truncated_ms = end_ms
-            await self._control(conversation_pb2.ConversationControl.ACTION_INTERRUPT)
+            # The client's playback position: the context keeps the text of that much of the reply.
+            await self._control(conversation_pb2.ConversationControl.ACTION_INTERRUPT, played_ms=end_ms)
             return  # conversation.item.truncated follows when the stream says what the context kept
         sent_ms = self.item_audio_ms.get(item_id, 0.0)
         if end_ms > sent_ms:
@@ -695,8 +696,9 @@ class RealtimeConnection:
         now = time.monotonic()
         self.fed_until = max(self.fed_until, now) + len(pcm) / 2 / FLEET_INPUT_RATE
 
-    async def _control(self, action) -> None:
-        await self._write(conversation_pb2.ConverseRequest(control=conversation_pb2.ConversationControl(action=action)))
+    async def _control(self, action, played_ms: int | None = None) -> None:
+        control = conversation_pb2.ConversationControl(action=action, played_ms=played_ms)
+        await self._write(conversation_pb2.ConverseRequest(control=control))
 
     async def _keep(self) -> None:
         """Silence while the client sends none (an idle microphone), and the fed turn's watchdog."""

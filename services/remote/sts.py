@@ -43,10 +43,9 @@ class RemoteStsSession(RemoteStream, StsSession):
     async def feed(self, pcm: bytes) -> None:
         await self._write(conversation_pb2.ConverseRequest(audio=pcm))
 
-    async def control(self, action: str) -> None:
-        await self._write(
-            conversation_pb2.ConverseRequest(control=conversation_pb2.ConversationControl(action=PROTO_ACTIONS[action]))
-        )
+    async def control(self, action: str, played_ms: int | None = None) -> None:
+        control = conversation_pb2.ConversationControl(action=PROTO_ACTIONS[action], played_ms=played_ms)
+        await self._write(conversation_pb2.ConverseRequest(control=control))
 
     async def events(self) -> AsyncIterator[StsEvent]:
         served_by = f"{self.backend.name}/remote"

@@ -125,8 +125,8 @@ class _ResidentAsrStream(_HeldStream, AsrStream):
 
 
 class _ResidentStsSession(_HeldStream, StsSession):
-    async def control(self, action: str) -> None:
-        await self.inner.control(action)
+    async def control(self, action: str, played_ms: int | None = None) -> None:
+        await self.inner.control(action, played_ms)
 
     async def interrupt(self) -> None:
         await self.inner.interrupt()

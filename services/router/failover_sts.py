@@ -417,14 +417,14 @@ class FailoverStsSession(StsSession):
                 await self.active.feed(pcm)
             self.ring.append(pcm)  # the caller's audio, for a replay into another session
 
-    async def control(self, action: str) -> None:
+    async def control(self, action: str, played_ms: int | None = None) -> None:
         async with self.lock:
             if action == MUTE:
                 self._muted = True
             elif action == UNMUTE:
                 self._muted = False
             if self.active is not None:
-                await self.active.control(action)
+                await self.active.control(action, played_ms)
 
     async def finish(self) -> None:
         if self._finished:

@@ -19,20 +19,20 @@ def test_the_least_recently_used_segment_goes_first_and_the_bytes_held_are_the_e
     cache.put(("a", 1.0, 0), b"a" * 100)
     cache.put(("b", 1.0, 0), b"b" * 100)
     cache.put(("c", 1.0, 0), b"c" * 100)
-    assert cache.get(("a", 1.0, 0)) == b"a" * 100  # "a" is now the most recently used
+    assert cache.get(("a", 1.0, 0)) == (b"a" * 100, ())  # "a" is now the most recently used
     cache.put(("d", 1.0, 0), b"d" * 100)  # over 300 bytes: "b" goes
     assert cache.get(("b", 1.0, 0)) is None
-    assert [cache.get((k, 1.0, 0)) for k in "acd"] == [b"a" * 100, b"c" * 100, b"d" * 100]
+    assert [cache.get((k, 1.0, 0))[0] for k in "acd"] == [b"a" * 100, b"c" * 100, b"d" * 100]
     assert len(cache) == 3 and cache.held_bytes == 300 == held_gauge("cache-lru")
     assert (counted("cache-lru", "hit"), counted("cache-lru", "miss")) == (4, 1)
 
 
 def test_rate_and_seed_are_part_of_the_key():
     cache = SegmentCache("cache-key", "piper", max_bytes=1000)
-    cache.put(("Sure,", 1.0, 7), b"x" * 10)
+    cache.put(("Sure,", 1.0, 7), b"x" * 10, ((5, 4),))
     assert cache.get(("Sure,", 1.0, 8)) is None
     assert cache.get(("Sure,", 1.25, 7)) is None
-    assert cache.get(("Sure,", 1.0, 7)) == b"x" * 10
+    assert cache.get(("Sure,", 1.0, 7)) == (b"x" * 10, ((5, 4),))  # the audio with its word ends
 
 
 def test_audio_larger_than_the_cache_is_not_kept_and_evicts_nothing():
@@ -40,7 +40,7 @@ def test_audio_larger_than_the_cache_is_not_kept_and_evicts_nothing():
     cache.put(("small", 1.0, 0), b"s" * 60)
     cache.put(("big", 1.0, 0), b"b" * 101)
     assert cache.get(("big", 1.0, 0)) is None
-    assert cache.get(("small", 1.0, 0)) == b"s" * 60 and cache.held_bytes == 60
+    assert cache.get(("small", 1.0, 0)) == (b"s" * 60, ()) and cache.held_bytes == 60
 
 
 def test_size_zero_is_off():

@@ -222,6 +222,12 @@ BAD_SESSIONS = [
     (['{"type": "config", "sample_rate": 16000}', '{"type": "louder"}'], 4004, "type"),
     (['{"type": "config", "sample_rate": 16000}', '{"type": "config", "sample_rate": 16000}'], 4004, "config"),
     (['{"type": "config", "sample_rate": 16000}', '{"type": "mute", "now": true}'], 4001, "mute.now"),
+    (
+        ['{"type": "config", "sample_rate": 16000}', '{"type": "interrupt", "played_ms": -5}'],
+        4001,
+        "interrupt.played_ms",
+    ),
+    (['{"type": "config", "sample_rate": 16000}', '{"type": "interrupt", "at": 1}'], 4001, "interrupt.at"),
 ]
 
 

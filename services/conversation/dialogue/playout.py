@@ -42,7 +42,15 @@ class Playout:
             await reply.released.wait()  # a preemptive reply: nothing is sent before the turn commits
         if reply.discarded:
             raise asyncio.CancelledError
-        sent = SentPiece(piece.text_start, piece.text_end, samples, 0, *voiced_span(piece.pcm), piece.sample_rate_hz)
+        sent = SentPiece(
+            piece.text_start,
+            piece.text_end,
+            samples,
+            0,
+            *voiced_span(piece.pcm),
+            piece.sample_rate_hz,
+            word_ends=piece.word_ends,
+        )
         reply.pieces.append(sent)
         rate = piece.sample_rate_hz
         offset = 0

@@ -43,6 +43,7 @@ class Reply:
     started_speaking: bool = False
     interrupted_reason: str = ""
     interrupted_wall: float | None = None
+    caller_played_ms: int | None = None  # the caller's own playback position at its interrupt, when it sent one
     served_by: str = ""
     # Preemptive: started at a candidate end of turn; text and audio are held until the turn commits.
     held: bool = False

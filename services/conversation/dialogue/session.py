@@ -202,10 +202,10 @@ class DialogueSession(StsSession):
             await asyncio.sleep(0)  # let the recognizer's events for this audio (a SPEECH_START) be read first
         self._check_commit()
 
-    async def control(self, action: str) -> None:
+    async def control(self, action: str, played_ms: int | None = None) -> None:
         if action == INTERRUPT:
             if self.state != LISTENING:
-                self._interrupt("client")
+                self._interrupt("client", played_ms)
             return  # listening: nothing to stop (not an error)
         if action == MUTE:
             self._muted = True
@@ -631,12 +631,13 @@ class DialogueSession(StsSession):
         self.turns_done += 1
         self._emit(StsEvent(STATE, self.turn, state=LISTENING))
 
-    def _interrupt(self, reason: str) -> None:
+    def _interrupt(self, reason: str, played_ms: int | None = None) -> None:
         reply = self._reply
         if reply is None or self._gen_task is None or reply.interrupted_reason:
             return
         reply.interrupted_reason = reason  # audio of this reply still queued is dropped (events())
         reply.interrupted_wall = time.monotonic()
+        reply.caller_played_ms = played_ms
         self._gen_task.cancel()
         if self._echo is not None:
             self._echo.stop_render()  # what the caller has not played yet never plays: no echo of it to expect

@@ -31,15 +31,17 @@ class TurnEnd:
     events: list[tuple[StsEvent, tuple | None]] = field(default_factory=list)
 
 
-def played_samples(reply: Reply) -> int | None:
-    """How much of the reply's audio the caller had played when it was cut: audio goes out up to
-    ``playout_lead_ms`` ahead of playback (playout.py), so what was sent is more than what was heard. Playback is
-    taken to run on the wall clock from the first audio the caller took; None when that cannot be said."""
+def played_s(reply: Reply) -> float | None:
+    """How much of the reply's audio the caller had played when it was cut, in seconds. The caller's own figure when
+    it sent one with its interrupt (a Realtime client's ``audio_end_ms``: it knows its buffer); otherwise estimated:
+    audio goes out up to ``playout_lead_ms`` ahead of playback (playout.py), so what was sent is more than what was
+    heard, and playback is taken to run on the wall clock from the first audio the caller took. None when neither
+    can be said."""
+    if reply.caller_played_ms is not None:
+        return min(reply.sent_s, reply.caller_played_ms / 1000)
     if reply.interrupted_wall is None or reply.first_audio_wall is None or reply.sent_s <= 0:
         return None
-    sent = sum(p.sent_samples for p in reply.pieces)
-    played_s = min(reply.sent_s, max(0.0, reply.interrupted_wall - reply.first_audio_wall))
-    return round(sent * played_s / reply.sent_s)
+    return min(reply.sent_s, max(0.0, reply.interrupted_wall - reply.first_audio_wall))
 
 
 def turn_end(reply: Reply, error: BaseException | None) -> TurnEnd:
@@ -53,7 +55,7 @@ def turn_end(reply: Reply, error: BaseException | None) -> TurnEnd:
         event = StsEvent(TURN_ERROR, index, code=code.value[0], message=message)
         return TurnEnd(heard_text(reply.text, reply.pieces), True, [(event, None)])
     interrupted = bool(reply.interrupted_reason)
-    heard = heard_text(reply.text, reply.pieces, played_samples(reply)) if interrupted else reply.text.strip()
+    heard = heard_text(reply.text, reply.pieces, played_s(reply)) if interrupted else reply.text.strip()
     end = TurnEnd(heard, False)
     if interrupted:
         silence = None

@@ -45,3 +45,41 @@ def test_the_silence_before_a_pieces_first_sound_holds_none_of_its_words():
 def test_a_silent_piece_is_voiced_whole_and_an_empty_one_not_at_all():
     assert voiced_span(silence(100)) == (0, 1600)
     assert voiced_span(b"") == (0, 0)
+
+
+def test_with_the_voices_word_ends_a_cut_piece_counts_the_words_whose_sound_ended():
+    # "Five six seven eight." ends its words at samples 400, 800, 1300 and 1800 of 2000
+    ends = tuple(
+        (TEXT.index(w) + len(w), s) for w, s in (("Five", 400), ("six", 800), ("seven", 1300), ("eight.", 1800))
+    )
+    first = SentPiece(*FIRST, total_samples=100, sent_samples=100)
+    piece = SentPiece(*SECOND, total_samples=2000, sent_samples=1299, word_ends=ends)
+    assert heard_text(TEXT, [first, piece]) == "One two three four. Five six"  # "seven" not yet ended
+    piece.sent_samples = 1300
+    assert heard_text(TEXT, [first, piece]) == "One two three four. Five six seven"
+    piece.sent_samples = 399
+    assert heard_text(TEXT, [first, piece]) == "One two three four."
+
+
+def test_what_the_caller_played_bounds_what_was_sent():
+    first = SentPiece(*FIRST, total_samples=1000, sent_samples=1000, rate=1000)
+    ends = tuple((TEXT.index(w) + len(w), s) for w, s in (("Five", 200), ("six", 400), ("seven", 700), ("eight.", 900)))
+    second = SentPiece(*SECOND, total_samples=1000, sent_samples=800, rate=1000, word_ends=ends)
+    assert heard_text(TEXT, [first, second]) == "One two three four. Five six seven"  # all that was sent
+    assert heard_text(TEXT, [first, second], played_s=1.5) == "One two three four. Five six"  # 0.5 s of the second
+    # 0.9 s of the first piece (no word ends): pro rata, less a word's worth
+    assert heard_text(TEXT, [first, second], played_s=0.9) == "One two"
+    assert heard_text(TEXT, [first, second], played_s=9.0) == "One two three four. Five six seven"
+
+
+def test_chunks_of_one_sentence_count_together_not_each_for_the_whole_sentence():
+    # a remote voice's sentence comes in 200 ms messages, each with the sentence's span
+    first = SentPiece(*FIRST, total_samples=1000, sent_samples=1000, rate=1000)
+    chunks = [SentPiece(*SECOND, total_samples=200, sent_samples=200, rate=1000) for _ in range(5)]
+    for c in chunks[3:]:
+        c.sent_samples = 0
+    heard = heard_text(TEXT, [first, *chunks])  # 600 of the sentence's 1000 ms sent: pro rata, less a word
+    assert heard == "One two three four. Five"
+    for c in chunks:
+        c.sent_samples = 200
+    assert heard_text(TEXT, [first, *chunks]) == TEXT

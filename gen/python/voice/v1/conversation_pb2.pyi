@@ -72,7 +72,7 @@ class ConversationConfig(_message.Message):
     def __init__(self, input_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., output_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., voice: _Optional[str] = ..., system_prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingConfig, _Mapping]] = ..., language: _Optional[str] = ..., endpointing: _Optional[_Union[_recognizer_pb2.EndpointingConfig, _Mapping]] = ..., barge_in: _Optional[_Union[BargeInConfig, _Mapping]] = ..., routing: _Optional[_Union[_routing_pb2.Routing, _Mapping]] = ..., client_cancels_echo: _Optional[bool] = ...) -> None: ...
 
 class ConversationControl(_message.Message):
-    __slots__ = ("action",)
+    __slots__ = ("action", "played_ms")
     class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ACTION_UNSPECIFIED: _ClassVar[ConversationControl.Action]
@@ -86,8 +86,10 @@ class ConversationControl(_message.Message):
     ACTION_MUTE: ConversationControl.Action
     ACTION_UNMUTE: ConversationControl.Action
     ACTION_FIELD_NUMBER: _ClassVar[int]
+    PLAYED_MS_FIELD_NUMBER: _ClassVar[int]
     action: ConversationControl.Action
-    def __init__(self, action: _Optional[_Union[ConversationControl.Action, str]] = ...) -> None: ...
+    played_ms: int
+    def __init__(self, action: _Optional[_Union[ConversationControl.Action, str]] = ..., played_ms: _Optional[int] = ...) -> None: ...
 
 class ConverseRequest(_message.Message):
     __slots__ = ("request_id", "config", "audio", "control")
