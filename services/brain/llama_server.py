@@ -226,6 +226,9 @@ def install() -> None:
 
 
 def main() -> None:
+    from services.common.server import die_with_supervisor
+
+    die_with_supervisor()  # a worker of the brain's front (front.py) dies with it
     install()
     from llama_cpp.server.__main__ import main as serve
 

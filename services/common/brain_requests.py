@@ -81,3 +81,17 @@ class RankedPlaces:
             yield
         finally:
             self.release()
+
+
+def brain_workers(b) -> int:
+    """How many model processes the in-box brain runs (BrainConfig ``b``): ``workers``, or one per core (0)."""
+    from services.common.scheduler import cpu_cores
+
+    return b.workers or cpu_cores()
+
+
+def brain_places(b) -> int:
+    """How many requests a client may have in flight at the brain (BrainConfig ``b``): ``parallel_requests``, or
+    (0) the in-box brain's workers (also when ``base_url`` names the in-box brain's container; for vLLM, say its
+    max_num_seqs: more than it serves would wait in its queue, out of the turns-first order)."""
+    return b.parallel_requests or brain_workers(b)

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from services.common import metrics
-from services.common.brain_requests import JUDGEMENT, KIND_HEADER, READ_AHEAD, TURN
+from services.common.brain_requests import JUDGEMENT, KIND_HEADER, READ_AHEAD, TURN, brain_places
 from services.common.engines import Sampling
 from services.common.errors import Unavailable, VoiceError
 from services.conversation.brain_queue import BrainQueue
@@ -130,7 +130,7 @@ class ChatBrain:
             b.read_timeout_seconds,
             languages=languages,
             examples=b.example_turns,
-            parallel_requests=b.parallel_requests,
+            parallel_requests=brain_places(b),
         )
 
     def prompt(self, messages: list[dict]) -> list[dict]:

@@ -1,5 +1,6 @@
-"""The in-box brain serves its one model in order of kind (services/brain/llama_server.py: a committed turn's
-reply before held replies and readings, whichever process asked) and stops a reply whose caller hung up (issue 49).
+"""The in-box brain serves its model processes in order of kind (a committed turn's reply before held replies and
+readings, whichever process asked) and stops a reply whose caller hung up (issue 49): with one worker, the server's
+own queue (services/brain/llama_server.py); with two, the front's (services/brain/front.py).
 
 Real server (llama.cpp + SmolLM2) on loopback; the order is read from the events, never from times."""
 
@@ -19,9 +20,11 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.background]  # CPU work with
 STORY = [{"role": "user", "content": "Tell me a long story about a brave little dragon."}]
 
 
-@pytest.fixture(scope="module")
-def brain(tmp_path_factory):
-    fleet = LocalFleet.on_free_ports(tmp_path_factory.mktemp("brain-queue"), ("brain",))
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-worker", "two-workers"])
+def brain(tmp_path_factory, request):
+    fleet = LocalFleet.on_free_ports(
+        tmp_path_factory.mktemp("brain-queue"), ("brain",), brain={"workers": request.param}
+    )
     yield fleet
     fleet.stop()
 
@@ -50,20 +53,40 @@ async def reply(
 
 
 async def test_a_committed_turn_is_served_before_held_work_that_asked_first(brain):
+    workers = brain.config.brain.workers
     events: list = []
     async with httpx.AsyncClient(timeout=120) as client:
-        began = asyncio.Event()
-        busy = asyncio.create_task(reply(client, brain, TURN, 60, events, "busy", began=began))
-        await began.wait()  # the model is taken: what follows queues
+        busy, began = [], []
+        for i in range(workers):  # every worker taken: what follows queues
+            began.append(asyncio.Event())
+            busy.append(asyncio.create_task(reply(client, brain, TURN, 60, events, f"busy{i}", began=began[-1])))
+        await asyncio.gather(*(b.wait() for b in began))
         held = asyncio.create_task(reply(client, brain, HELD, 4, events, "held"))
         reading = asyncio.create_task(reply(client, brain, JUDGEMENT, 4, events, "judgement"))
         await asyncio.sleep(0.3)  # both have reached the server's queue before the turn
         turn = asyncio.create_task(reply(client, brain, TURN, 4, events, "turn"))
-        counts = await asyncio.gather(busy, held, reading, turn)
+        counts = await asyncio.gather(*busy, held, reading, turn)
     assert all(counts), f"a reply came back without text: {counts}"
     firsts = [label for label, what in events if what == "first"]
     # held and judgement rank alike (in the order they reached the server); the turn goes before both
-    assert firsts[:2] == ["busy", "turn"] and sorted(firsts[2:]) == ["held", "judgement"], events
+    assert firsts[workers : workers + 1] == ["turn"] and sorted(firsts[workers + 1 :]) == ["held", "judgement"], events
+
+
+async def test_two_workers_serve_two_replies_at_once(brain):
+    """With two workers, a second reply starts while the first is still being written (the front hands it to the
+    free worker); with one, it waits for the first to end."""
+    events: list = []
+    async with httpx.AsyncClient(timeout=120) as client:
+        began = asyncio.Event()
+        first = asyncio.create_task(reply(client, brain, TURN, 120, events, "first", began=began))
+        await began.wait()
+        second = asyncio.create_task(reply(client, brain, TURN, 4, events, "second"))
+        await asyncio.gather(first, second)
+    second_began, first_ended = events.index(("second", "first")), events.index(("first", "done"))
+    if brain.config.brain.workers == 2:
+        assert second_began < first_ended, events
+    else:
+        assert second_began > first_ended, events
 
 
 async def test_a_reply_whose_caller_hangs_up_stops_and_frees_the_model(brain):

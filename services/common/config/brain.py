@@ -51,10 +51,15 @@ class BrainConfig(Section):
     # (services/brain/llama_server.cache_states_without_logits): 4 sessions x 10 turns held 55-64 MiB, where the
     # entries held 438-601 MiB before (bench/results/brain-memory-2026-11-28/). docs/conversation.md#the-brain.
     prompt_cache_mb: int = bounded(64, ge=0, le=65_536, says="must be 0 (off) or 1..65536 MiB")
-    # How many requests the brain serves at once: the in-box llama-cpp-python server, one (its model lock); vLLM, its
-    # max_num_seqs. Past that, requests wait in each process's queue, a committed turn's reply first and a read-ahead
-    # never (services/conversation/brain_queue.py).
-    parallel_requests: int = bounded(1, ge=1, le=256)
+    # Model processes of the in-box brain (0 = one per core), each serving one request at a time on n_threads,
+    # behind one port (services/brain/front.py: requests to a free worker, a committed turn's reply first, a
+    # conversation back to the worker that holds its prompt cache). The GGUF is mapped once; each worker adds its
+    # context and prompt cache (prompt_cache_mb each).
+    workers: int = bounded(0, ge=0, le=64)
+    # How many requests a client sends the brain at once (0 = the in-box brain's workers, base_url or not; for vLLM
+    # give its max_num_seqs). Past that, requests wait in each process's queue, a committed turn's reply first
+    # and a read-ahead never (services/conversation/brain_queue.py).
+    parallel_requests: int = bounded(0, ge=0, le=256)
     # Where clients reach the brain (OpenAI base URL, ending in /v1); "" = http://host:port/v1 (the local server).
     base_url: str = ""
     # Sent as "Authorization: Bearer ..." when set (vLLM --api-key); better given as VOICEFLEET_BRAIN__API_KEY.
