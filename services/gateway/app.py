@@ -59,6 +59,7 @@ TTS_BACKENDS = ("cosyvoice_tts", "qwen_tts", "moss_sts")
 # OpenAI's pcm is 24 kHz s16le mono; wav here is the same samples with a header.
 OPENAI_RATE = 24_000
 SPEECH_FIELDS = ("model", "input", "voice", "response_format", "speed", "instructions", "stream_format", "sample_rate")
+SUBPROTOCOL_KEY = "openai-insecure-api-key."  # a browser's Realtime WebSocket key, offered as a subprotocol
 VOICES_TTL_S = 30.0  # the Realtime route checks a session's voice against the fleet's list, kept this long
 HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -113,6 +114,16 @@ class RealtimeAuth:
     refused: web.Response | None
     metadata: tuple = ()
     settings: RealtimeSession | None = None
+
+
+def _subprotocol_key(request: web.Request) -> str:
+    """The key a browser's WebSocket offers as the subprotocol ``openai-insecure-api-key.<key>`` (browsers cannot set
+    headers on a WebSocket: openai-node's browser client sends its key, a client secret, this way)."""
+    offered = request.headers.get("Sec-WebSocket-Protocol", "")
+    for name in (p.strip() for p in offered.split(",")):
+        if name.startswith(SUBPROTOCOL_KEY):
+            return name[len(SUBPROTOCOL_KEY) :]
+    return ""
 
 
 def _voice_named(body: dict) -> bool:
@@ -180,14 +191,15 @@ class Gateway:
         # Browsers cannot set headers on a WebSocket: the page passes the token in the query (never logged).
         return request.query.get("access_token", "")
 
-    def refuse(self, request: web.Request) -> web.Response | None:
-        """Origin and token checks; a response when refused (the endpoint is counted by the caller)."""
+    def refuse(self, request: web.Request, token: str | None = None) -> web.Response | None:
+        """Origin and token checks (``token``: the request's own, client_token, unless given); a response when
+        refused (the endpoint is counted by the caller)."""
         if not self.origin_allowed(request):
             GATEWAY_REFUSALS.labels("origin").inc()
             return api_error(403, "origin not allowed: add it to gateway.allowed_origins", code="origin")
         tokens = security.settings().bearer_tokens
         if tokens:
-            token = self.client_token(request)
+            token = self.client_token(request) if token is None else token
             if not any(hmac.compare_digest(token, t) for t in tokens):
                 GATEWAY_REFUSALS.labels("unauthenticated").inc()
                 return api_error(
@@ -209,7 +221,7 @@ class Gateway:
         before any audio is taken."""
         if not self.origin_allowed(request):
             return RealtimeAuth(self.refuse(request))
-        token = self.client_token(request)
+        token = self.client_token(request) or _subprotocol_key(request)
         tokens = security.settings().bearer_tokens
         if token.startswith(client_secrets.PREFIX) and not any(hmac.compare_digest(token, t) for t in tokens):
             try:
@@ -223,9 +235,9 @@ class Gateway:
                 return RealtimeAuth(api_error(400, e.message, param=e.param, code=e.code))
             metadata = (("authorization", f"Bearer {secret.token}"),) if secret.token else ()
             return RealtimeAuth(None, metadata, settings)
-        if (refused := self.refuse(request)) is not None:
+        if (refused := self.refuse(request, token)) is not None:
             return RealtimeAuth(refused)
-        return RealtimeAuth(None, self.metadata(request))
+        return RealtimeAuth(None, (("authorization", f"Bearer {token}"),) if token else ())
 
     # --- POST /v1/realtime/client_secrets ---------------------------------------------------------------------------
     async def mint_client_secret(self, request: web.Request) -> web.Response:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import aiohttp
 import openai
 import pytest
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
@@ -86,6 +87,22 @@ async def test_a_secret_minted_with_the_sdk_opens_sessions_with_its_session_conf
         # The real token still opens a session with the defaults.
         plain = await first_event(client, TOKEN)
         assert plain.session.instructions == "" and plain.session.audio.input.format.type == "audio/pcm"
+
+
+async def test_a_browser_offers_its_secret_as_a_subprotocol():
+    """openai-node's browser client cannot set headers on a WebSocket: it offers ``realtime`` and
+    ``openai-insecure-api-key.<key>``; the gateway takes the key from there and answers ``realtime``."""
+    async with gateway() as (_gw, client):
+        secret = await sdk(client, TOKEN).realtime.client_secrets.create(session=SESSION)
+        protocols = ("realtime", f"openai-insecure-api-key.{secret.value}")
+        async with client.ws_connect("/v1/realtime?model=gpt-realtime", protocols=protocols) as ws:
+            assert ws.protocol == "realtime"
+            created = await ws.receive_json(timeout=30)
+        assert created["type"] == "session.created", created
+        assert created["session"]["instructions"] == SESSION["instructions"]
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await client.ws_connect("/v1/realtime", protocols=("realtime", "openai-insecure-api-key.ek_wrong"))
+        assert refused.value.status == 401
 
 
 async def test_wrong_expired_and_misused_secrets_are_refused_with_401():
