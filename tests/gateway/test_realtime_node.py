@@ -35,7 +35,8 @@ def node() -> str:
 
 def test_the_openai_npm_client_does_a_spoken_turn_with_a_client_secret(gateway_fleet, tmp_path):
     base_url = f"http://{gateway_fleet.address('gateway')}/v1"
-    backend = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
+    # The app's backend; its question audio comes from the fleet (a 429 with a retry hint on a busy machine is retried).
+    backend = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=5, timeout=120)
     question = tmp_path / "question.pcm"
     question.write_bytes(
         backend.audio.speech.create(model="tts-1", voice="joe", input=QUESTION, response_format="pcm").content
