@@ -164,7 +164,9 @@ def expiry_seconds(body: dict, default_seconds: float) -> float:
         raise RealtimeError(
             "Invalid value for 'expires_after.anchor': only 'created_at' is supported.", "expires_after.anchor"
         )
-    seconds = expires.get("seconds", default_seconds)
+    if "seconds" not in expires:
+        return default_seconds
+    seconds = expires["seconds"]
     if isinstance(seconds, bool) or not isinstance(seconds, int) or not MIN_SECONDS <= seconds <= MAX_SECONDS:
         raise RealtimeError(
             f"Invalid value for 'expires_after.seconds': an integer {MIN_SECONDS}..{MAX_SECONDS}, got {seconds!r:.20}.",

@@ -208,6 +208,8 @@ def test_the_store_expires_and_bounds_secrets_by_its_clock():
     with pytest.raises(SecretRefused) as caught:
         store.check("ek_unknown")
     assert caught.value.code == "invalid_client_secret"
+    other = ClientSecrets(default_seconds=30, limit=1, clock=lambda: now[0], wall=lambda: 1_000_000.0)
+    assert other.mint({"expires_after": {"anchor": "created_at"}}, "", settings).expires_at == 1_000_030  # the default
     with pytest.raises(RealtimeError) as bad:
         store.mint({"expires_after": {"seconds": 7201}}, "", settings)
     assert bad.value.param == "expires_after.seconds"
