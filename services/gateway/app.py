@@ -5,6 +5,7 @@ Routes:
   GET  /                          the page (static/index.html): Talk and Speak
   GET  /v1/conversation           WebSocket, one voice.v1.Conversation session (session.py, protocol.py)
   GET  /v1/realtime               WebSocket, the OpenAI Realtime protocol onto one Converse stream (realtime.py)
+  POST /v1/realtime/client_secrets  a short-lived key that opens Realtime sessions (client_secrets.py)
   POST /v1/audio/speech           OpenAI-compatible text to speech, streamed (pcm or wav)
   POST /v1/audio/transcriptions   OpenAI-compatible transcription of an uploaded WAV
   GET  /v1/audio/voices           the fleet's voices
@@ -20,6 +21,7 @@ import logging
 import struct
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -36,9 +38,11 @@ from services.common.metrics import (
     GATEWAY_REQUESTS,
     GATEWAY_SESSIONS,
 )
-from services.gateway import protocol
+from services.gateway import client_secrets, protocol
+from services.gateway.client_secrets import ClientSecrets, SecretRefused, SecretsFull
 from services.gateway.protocol import ProtocolError
 from services.gateway.realtime import RealtimeConnection
+from services.gateway.realtime_config import RealtimeError, RealtimeSession
 from services.gateway.session import Session, close_socket
 from voice.v1 import (
     audio_pb2,
@@ -55,6 +59,7 @@ TTS_BACKENDS = ("cosyvoice_tts", "qwen_tts", "moss_sts")
 # OpenAI's pcm is 24 kHz s16le mono; wav here is the same samples with a header.
 OPENAI_RATE = 24_000
 SPEECH_FIELDS = ("model", "input", "voice", "response_format", "speed", "instructions", "stream_format", "sample_rate")
+SUBPROTOCOL_KEY = "openai-insecure-api-key."  # a browser's Realtime WebSocket key, offered as a subprotocol
 VOICES_TTL_S = 30.0  # the Realtime route checks a session's voice against the fleet's list, kept this long
 HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -100,6 +105,34 @@ def wav_header(rate: int) -> bytes:
     )
 
 
+@dataclass
+class RealtimeAuth:
+    """Who may open a Realtime session (Gateway.authorize_realtime): ``refused`` is the HTTP answer when nobody;
+    else ``metadata`` goes to the router with the session's calls, and ``settings`` (a client secret's session) are
+    the session's first settings, or None for the defaults."""
+
+    refused: web.Response | None
+    metadata: tuple = ()
+    settings: RealtimeSession | None = None
+
+
+def _subprotocol_key(request: web.Request) -> str:
+    """The key a browser's WebSocket offers as the subprotocol ``openai-insecure-api-key.<key>`` (browsers cannot set
+    headers on a WebSocket: openai-node's browser client sends its key, a client secret, this way)."""
+    offered = request.headers.get("Sec-WebSocket-Protocol", "")
+    for name in (p.strip() for p in offered.split(",")):
+        if name.startswith(SUBPROTOCOL_KEY):
+            return name[len(SUBPROTOCOL_KEY) :]
+    return ""
+
+
+def _voice_named(body: dict) -> bool:
+    try:
+        return bool(body["session"]["audio"]["output"]["voice"])
+    except (KeyError, TypeError):
+        return False
+
+
 class Gateway:
     def __init__(self, config: Config):
         self.config = config
@@ -108,6 +141,7 @@ class Gateway:
         self.channel: grpc.aio.Channel | None = None
         self.sessions: set[web.WebSocketResponse] = set()
         self._voices: tuple[float, list[str]] = (0.0, [])
+        self.client_secrets = ClientSecrets(self.section.client_secret_seconds, self.section.max_client_secrets)
 
     # --- life ----------------------------------------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -116,6 +150,7 @@ class Gateway:
         app.router.add_static("/static/", STATIC_DIR, show_index=False)
         app.router.add_get("/v1/conversation", self.conversation)
         app.router.add_get("/v1/realtime", self.realtime)
+        app.router.add_post("/v1/realtime/client_secrets", self.mint_client_secret)
         app.router.add_post("/v1/audio/speech", self.speech)
         app.router.add_post("/v1/audio/transcriptions", self.transcriptions)
         app.router.add_get("/v1/audio/voices", self.voices)
@@ -156,14 +191,15 @@ class Gateway:
         # Browsers cannot set headers on a WebSocket: the page passes the token in the query (never logged).
         return request.query.get("access_token", "")
 
-    def refuse(self, request: web.Request) -> web.Response | None:
-        """Origin and token checks; a response when refused (the endpoint is counted by the caller)."""
+    def refuse(self, request: web.Request, token: str | None = None) -> web.Response | None:
+        """Origin and token checks (``token``: the request's own, client_token, unless given); a response when
+        refused (the endpoint is counted by the caller)."""
         if not self.origin_allowed(request):
             GATEWAY_REFUSALS.labels("origin").inc()
             return api_error(403, "origin not allowed: add it to gateway.allowed_origins", code="origin")
         tokens = security.settings().bearer_tokens
         if tokens:
-            token = self.client_token(request)
+            token = self.client_token(request) if token is None else token
             if not any(hmac.compare_digest(token, t) for t in tokens):
                 GATEWAY_REFUSALS.labels("unauthenticated").inc()
                 return api_error(
@@ -176,6 +212,57 @@ class Gateway:
     def metadata(self, request: web.Request) -> tuple:
         token = self.client_token(request)
         return (("authorization", f"Bearer {token}"),) if token else ()
+
+    def authorize_realtime(self, request: web.Request) -> RealtimeAuth:
+        """The access check of the Realtime routes (the WebSocket /v1/realtime, and the WebRTC /v1/realtime/calls):
+        the origin, then the bearer token: one of ``security.bearer_tokens``, or a live client secret (``ek_...``,
+        POST /v1/realtime/client_secrets), whose session settings the session opens with and whose minting token
+        goes to the router. A wrong or expired secret is refused (401) even on a gateway without bearer tokens:
+        before any audio is taken."""
+        if not self.origin_allowed(request):
+            return RealtimeAuth(self.refuse(request))
+        token = self.client_token(request) or _subprotocol_key(request)
+        tokens = security.settings().bearer_tokens
+        if token.startswith(client_secrets.PREFIX) and not any(hmac.compare_digest(token, t) for t in tokens):
+            try:
+                secret = self.client_secrets.check(token)
+                settings = ClientSecrets.session_for(secret, request.query.get("model", ""))
+            except SecretRefused as e:
+                GATEWAY_REFUSALS.labels("unauthenticated").inc()
+                return RealtimeAuth(api_error(401, e.message, code=e.code))
+            except RealtimeError as e:
+                GATEWAY_REFUSALS.labels("bad_input").inc()
+                return RealtimeAuth(api_error(400, e.message, param=e.param, code=e.code))
+            metadata = (("authorization", f"Bearer {secret.token}"),) if secret.token else ()
+            return RealtimeAuth(None, metadata, settings)
+        if (refused := self.refuse(request, token)) is not None:
+            return RealtimeAuth(refused)
+        return RealtimeAuth(None, (("authorization", f"Bearer {token}"),) if token else ())
+
+    # --- POST /v1/realtime/client_secrets ---------------------------------------------------------------------------
+    async def mint_client_secret(self, request: web.Request) -> web.Response:
+        """OpenAI's client secrets: the real bearer token buys a short-lived ``ek_`` key and the session it opens."""
+        if (refused := self.refuse(request)) is not None:
+            return self._count("client_secrets", refused)
+        try:
+            body = await request.json() if request.can_read_body else {}
+        except ValueError:
+            return self._count("client_secrets", api_error(400, "the body must be a JSON object"))
+        try:
+            body = client_secrets.check_request(body)
+            # The fleet's voices, to check a voice against (None: not named, or the router could not say).
+            voices = (await self.voice_ids(self.metadata(request))) or None if _voice_named(body) else None
+            settings = client_secrets.request_session(body, voices, self.section.max_text_chars)
+            secret = self.client_secrets.mint(body, self.client_token(request), settings)
+        except RealtimeError as e:
+            GATEWAY_REFUSALS.labels("bad_input").inc()
+            return self._count("client_secrets", api_error(400, e.message, param=e.param, code=e.code))
+        except SecretsFull as e:
+            GATEWAY_REFUSALS.labels("max_client_secrets").inc()
+            return self._count("client_secrets", api_error(429, str(e), code="too_many_client_secrets"))
+        shown = {**secret.settings.as_event(), "expires_at": secret.expires_at}
+        body = {"value": secret.value, "expires_at": secret.expires_at, "session": shown}
+        return self._count("client_secrets", web.json_response(body))
 
     # --- simple routes -------------------------------------------------------------------------------------------
     async def page(self, _request: web.Request) -> web.StreamResponse:
@@ -442,8 +529,9 @@ class Gateway:
         return ids
 
     async def realtime(self, request: web.Request) -> web.StreamResponse:
-        if (refused := self.refuse(request)) is not None:
-            return self._count("realtime", refused)
+        auth = self.authorize_realtime(request)
+        if auth.refused is not None:
+            return self._count("realtime", auth.refused)
         # Browsers offer the "realtime" subprotocol (OpenAI's browser snippet); the SDKs send none.
         # Pinged every idle_timeout_seconds: a client that stops answering is gone (no pong in half that) and closed.
         ws = web.WebSocketResponse(
@@ -462,7 +550,7 @@ class Gateway:
             return ws
         self.sessions.add(ws)
         GATEWAY_SESSIONS.inc()
-        metadata = self.metadata(request)
+        metadata = auth.metadata
         try:
             connection = RealtimeConnection(
                 self.section,
@@ -472,6 +560,7 @@ class Gateway:
                 request.query.get("model", ""),
                 lambda: self.voice_ids(metadata),
                 intent=request.query.get("intent", ""),
+                settings=auth.settings,
             )
             code = await connection.run()
         except Exception:  # a bug of ours: this session ends, the gateway and the other sessions go on

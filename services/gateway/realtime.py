@@ -170,13 +170,14 @@ class RealtimeConnection:
         model: str,
         voices: Callable[[], Awaitable[list[str]]],
         intent: str = "",
+        settings: RealtimeSession | None = None,  # the first settings (a client secret's session); None: defaults
     ):
         self.section = section
         self.channel = channel
         self.metadata = metadata
         self.ws = ws
         self.voices = voices
-        self.settings = RealtimeSession(model=model or "gpt-realtime", session_id=new_id("sess"))
+        self.settings = settings or RealtimeSession(model=model or "gpt-realtime", session_id=new_id("sess"))
         if intent == "transcription":
             self.settings.kind = "transcription"
         self.heard: list[str] = []  # transcription sessions: items whose utterance the recognizer is still decoding

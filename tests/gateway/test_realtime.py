@@ -42,7 +42,8 @@ def url(fleet) -> str:
 @pytest.fixture(scope="module")
 def said(gateway_fleet) -> dict[str, bytes]:
     """The questions at 24 kHz (OpenAI's pcm rate), said by the fleet's piper voice through the gateway."""
-    client = openai.OpenAI(base_url=url(gateway_fleet), api_key="unused", max_retries=0, timeout=120)
+    # Setup, not under test: a 429 admission refusal (a busy machine) is retried with its hint.
+    client = openai.OpenAI(base_url=url(gateway_fleet), api_key="unused", max_retries=5, timeout=120)
     return {
         text: client.audio.speech.create(model="tts-1", voice="joe", input=text, response_format="pcm").content
         for text in (QUESTION, SUNNY, CLEARED, *PAUSED, *DICTATED)

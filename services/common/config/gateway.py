@@ -41,6 +41,11 @@ class GatewayConfig(Section):
     allowed_origins: Names = Field(default_factory=list)
     # Deadline of one /v1/audio call through the router, in seconds.
     request_timeout_seconds: float = bounded(120.0, gt=0)
+    # Realtime client secrets (POST /v1/realtime/client_secrets): how long one is good for opening sessions when the
+    # request gives no expires_after (OpenAI's default, 600 s; a request may ask for 10..7200 s), and how many may be
+    # live at once in this process (past it, minting is refused with 429 until some expire).
+    client_secret_seconds: float = bounded(600.0, gt=0, le=7200)
+    max_client_secrets: int = bounded(10_000, ge=1, le=1_000_000)
 
     @field_validator("router")
     @classmethod
