@@ -46,6 +46,7 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import math
 import os
 import time
 from collections.abc import Callable
@@ -58,11 +59,36 @@ MIN_RETRY_S, MAX_RETRY_S = 0.1, 5.0
 
 
 def cpu_cores() -> int:
-    """Cores this process may run on (the container's or taskset's share, not the host's)."""
+    """Cores this process may run on (the container's or taskset's share, not the host's): its CPU affinity, bounded
+    by its cgroup's CPU quota (a Kubernetes ``limits.cpu: "2"`` on a 64-core node is 2: workers and capacities sized
+    from the node's cores would oversubscribe the quota and fill the memory limit)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    quota = cgroup_cpu_quota()
+    return max(1, min(cores, math.ceil(quota))) if quota else cores
+
+
+def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
+    """The CPU quota of this process's cgroup in cores (cgroup v2 ``cpu.max``, or v1 ``cpu.cfs_quota_us`` /
+    ``cpu.cfs_period_us``), None when unlimited or unknown."""
+    try:
+        with open(os.path.join(root, "cpu.max")) as f:
+            quota, _, period = f.read().strip().partition(" ")
+        if quota != "max":
+            return int(quota) / int(period or 100_000)
+        return None
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
+            quota_us = int(f.read())
+        with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
+            period_us = int(f.read())
+    except (OSError, ValueError):
+        return None
+    return quota_us / period_us if quota_us > 0 and period_us > 0 else None
 
 
 def split_cores(workers: int) -> tuple[int, int]:
