@@ -12,6 +12,16 @@ the gateway's /metrics (percentiles interpolated in the buckets).
 Sessions: SESSIONS WebSockets at once, each a config then 40 ms frames at the pace of real time for SESSION_SECONDS
 (like an open microphone); TALKERS of them say a question first and wait for the reply. An error is any error or
 turn_error event, or a close that is not 1000 (ours, at the end).
+
+The OpenAI Realtime route (issue 44), with the official ``openai`` SDK as the client:
+* speech end -> first ``response.output_audio.delta``, against speech end -> first reply audio of a gRPC Converse
+  session through the router, in the same run, alternating, REALTIME_LINES complete lines of the turn-taking set
+  (bench/turn_set.py: real sentences, streamed at real time in 20 ms frames), one session per line, semantic end of
+  turn on both (``semantic_vad`` eagerness auto; MODE_SEMANTIC). Speech end is when the frame holding the last
+  word's end was sent (bench/turn_taking.Said.spoken_at); the goal is Realtime <= 1.05 x gRPC (medians).
+* REALTIME_SESSIONS Realtime sessions at once, each an open microphone (100 ms appends at real time) for
+  SESSION_SECONDS, REALTIME_TALKERS of them asking a question and waiting for ``response.done``: errors (``error``
+  events, failed responses, exceptions) and responses completed.
 """
 
 from __future__ import annotations
@@ -32,6 +42,10 @@ from voice.v1 import audio_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 TEXT = "Hello, thanks for calling. Your order shipped this morning."
 QUESTION = "Please tell me a short story about a friendly dog."
 TTFA_RUNS = 30
+REALTIME_LINES = 8
+REALTIME_SESSIONS = 20
+REALTIME_TALKERS = 2
+REALTIME_SYSTEM = "You are a friendly voice assistant. Answer in one short sentence."
 SESSIONS = 50
 TALKERS = 2
 SESSION_SECONDS = 30
@@ -127,6 +141,136 @@ async def _sessions(url: str) -> dict:
     return results
 
 
+def _pcm24(pcm16: bytes) -> bytes:
+    from services.common import audio
+
+    return audio.resample(pcm16, RATE, 24_000)
+
+
+async def _realtime_line(url: str, line) -> float | None:
+    """``line`` said into a Realtime session of its own at real time (20 ms appends), then silence: its speech end
+    -> the first reply audio delta, in seconds (None: no reply within a minute)."""
+    import base64
+
+    import openai
+
+    from bench.turn_taking import FRAME_MS as MIC_MS
+
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    pcm = _pcm24(line.pcm)
+    step = 48 * MIC_MS  # bytes of 24 kHz s16le per frame
+    sent: list[float] = []  # wall time each frame went out
+    async with client.realtime.connect(model="gpt-realtime") as connection:
+        turn_detection = {"type": "semantic_vad", "eagerness": "auto"}
+        await connection.session.update(
+            session={
+                "type": "realtime",
+                "instructions": REALTIME_SYSTEM,
+                "audio": {"input": {"turn_detection": turn_detection}},
+            }
+        )
+
+        async def microphone():
+            start = time.monotonic()
+            for k in range(60_000 // MIC_MS):
+                await asyncio.sleep(max(0.0, start + k * MIC_MS / 1000 - time.monotonic()))
+                chunk = pcm[k * step : (k + 1) * step] or bytes(step)
+                await connection.input_audio_buffer.append(audio=base64.b64encode(chunk).decode())
+                sent.append(time.monotonic())
+
+        mic = asyncio.create_task(microphone())
+        first = None
+        try:
+            async with asyncio.timeout(60):
+                async for event in connection:
+                    if event.type == "response.output_audio.delta":
+                        first = time.monotonic()
+                        break
+                    if event.type == "error":
+                        raise RuntimeError(f"Realtime error: {event.error.message}")
+        except TimeoutError:
+            return None
+        finally:
+            mic.cancel()
+            await asyncio.gather(mic, return_exceptions=True)
+    # the sample at speech_end_ms was spoken when its frame was captured: the frame's send time less the rest of it
+    sample = line.speech_end_ms * 24
+    k = min(sample // (step // 2), len(sent) - 1)
+    spoken = sent[k] - (step // 2 - (sample - k * step // 2)) / 24_000
+    return first - spoken
+
+
+def _realtime_vs_converse(fleet: LocalFleet, url: str) -> tuple[list[float], list[float], int]:
+    """(Realtime latencies, gRPC Converse latencies, lines without a reply) over REALTIME_LINES lines, alternating."""
+    from bench import turn_taking
+    from bench.turn_set import build
+
+    turn_set = build(23)
+    lines = [turn_set.line(i) for i in turn_set.complete[:REALTIME_LINES]]
+    realtime, converse, missing = [], [], 0
+    with grpc.insecure_channel(fleet.config.router.address) as channel:
+        for n, line in enumerate(lines):
+            rt = asyncio.run(_realtime_line(url, line))
+            record, _ = turn_taking.one_line(channel, line, f"converse-{n}")
+            grpc_s = record.get("speech_end_to_first_audio_s")
+            for value, out in ((rt, realtime), (grpc_s, converse)):
+                if value is None:
+                    missing += 1
+                else:
+                    out.append(value)
+    return realtime, converse, missing
+
+
+async def _realtime_session(url: str, question24: bytes | None, results: dict) -> None:
+    import base64
+
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    try:
+        async with client.realtime.connect(model="gpt-realtime") as connection:
+            await connection.session.update(session={"type": "realtime", "instructions": REALTIME_SYSTEM})
+            audio = (question24 or b"") + bytes(48 * SESSION_SECONDS * 1000)
+            step = 48 * 100
+
+            async def microphone():
+                start = time.monotonic()
+                for k, i in enumerate(range(0, len(audio), step)):
+                    await asyncio.sleep(max(0.0, start + k * 0.1 - time.monotonic()))
+                    await connection.input_audio_buffer.append(audio=base64.b64encode(audio[i : i + step]).decode())
+
+            mic = asyncio.create_task(microphone())
+            try:
+                async for event in connection:
+                    if event.type == "session.created":
+                        results["created"] += 1
+                    elif event.type == "error":
+                        results["errors"].append(event.error.message)
+                    elif event.type == "response.done":
+                        if event.response.status == "completed":
+                            results["responses"] += 1
+                        elif event.response.status == "failed":
+                            results["errors"].append(str(event.response.status_details))
+                    if mic.done():
+                        break
+            finally:
+                mic.cancel()
+                await asyncio.gather(mic, return_exceptions=True)
+    except Exception as e:  # noqa: BLE001 - a benchmark counts every way a session failed
+        results["errors"].append(f"{type(e).__name__}: {e}")
+
+
+async def _realtime_sessions(url: str) -> dict:
+    question = _pcm24(await _question(url))
+    results = {"errors": [], "created": 0, "responses": 0}
+    t0 = time.monotonic()
+    await asyncio.gather(
+        *(_realtime_session(url, question if i < REALTIME_TALKERS else None, results) for i in range(REALTIME_SESSIONS))
+    )
+    results["wall_seconds"] = time.monotonic() - t0
+    return results
+
+
 def run():
     with tempfile.TemporaryDirectory() as tmp:
         fleet = LocalFleet.on_free_ports(
@@ -145,6 +289,8 @@ def run():
             talk_before = buckets(scrape(port), "voicefleet_gateway_added_seconds", endpoint="conversation")
             sessions = asyncio.run(_sessions(url))
             talk_after = buckets(scrape(port), "voicefleet_gateway_added_seconds", endpoint="conversation")
+            realtime, converse, missing = _realtime_vs_converse(fleet, url)
+            realtime_sessions = asyncio.run(_realtime_sessions(url))
         finally:
             fleet.stop()
 
@@ -178,10 +324,41 @@ def run():
         ),
         Row(f"{SESSIONS} concurrent WebSocket sessions: ready", "count", [sessions["ready"]]),
         Row(f"{SESSIONS} concurrent WebSocket sessions: turns completed", "count", [sessions["turns"]]),
+        Row(
+            "Realtime (openai SDK): speech end -> first response.output_audio.delta",
+            "s",
+            realtime,
+            note=f"{REALTIME_LINES} turn-set lines at real time, semantic_vad auto; a session each",
+        ),
+        Row(
+            "gRPC Converse (router): speech end -> first reply audio",
+            "s",
+            converse,
+            note="the same lines, alternating with the Realtime ones, MODE_SEMANTIC",
+        ),
+        Row(
+            "Realtime / gRPC Converse, medians",
+            "ratio",
+            [statistics.median(realtime) / statistics.median(converse)] if realtime and converse else [],
+            note=f"goal <= 1.05; lines without a reply: {missing}",
+        ),
+        Row(
+            f"{REALTIME_SESSIONS} concurrent Realtime sessions: errors",
+            "count",
+            [len(realtime_sessions["errors"])],
+            note=f"{SESSION_SECONDS} s open microphone each; {REALTIME_TALKERS} asking",
+        ),
+        Row(f"{REALTIME_SESSIONS} concurrent Realtime sessions: created", "count", [realtime_sessions["created"]]),
+        Row(
+            f"{REALTIME_SESSIONS} concurrent Realtime sessions: responses completed",
+            "count",
+            [realtime_sessions["responses"]],
+        ),
     ]
     extra = {
         "sessions": {k: v for k, v in sessions.items() if k != "errors"},
         "session_errors": sessions["errors"][:10],
+        "realtime_session_errors": realtime_sessions["errors"][:10],
         "ttfa_runs": TTFA_RUNS,
     }
     return rows, extra
