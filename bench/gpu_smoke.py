@@ -20,8 +20,19 @@ Steps (issue 25):
                (scripts/gpu_stack_probe.py builds them) on CUDA through the engines' offload/reload: generate (CosyVoice
                streamed), offload, reload, the same seed gives the same samples.
   vllm_omni    not run: what the sidecar needs without the hub is written in the skip (VLLM_OMNI_NEEDS).
+  gpu_checks   (any Python with torch) the GPU-only checks no test on CPU can make (issue 46): GpuStreamResampler
+               against whole-signal resampling, check_cuda_host against the real driver, the per-process memory cap
+               (a child capped at 4 GiB holds 3 GiB and is refused 6 GiB), NVML's per-process bytes of that child,
+               card_capacity_bytes from NVML.
+  whisper_cuda  CTranslate2 on CUDA (float16) with whisper tiny.en: the golden WAVs decoded on the CPU (int8) and on
+               the card, the first decode timed apart (it JIT-compiles CTranslate2's kernels on a card newer than the
+               wheel's SASS), transcripts within the strict listener's bound of the CPU's.
 
-`python -m bench.gpu_smoke` runs all; `python -m bench.gpu_smoke --step NAME` runs one step here and prints its JSON.
+`python -m bench.gpu_smoke` runs all (`--steps a,b` some); `python -m bench.gpu_smoke --step NAME` runs one step here
+and prints its JSON. Every report records the commit it ran (``commit()``: git, else the COMMIT file a carry wrote).
+Inputs a card without the CPU fleet's wheels can be given (scripts/asr_card.py sets them): GPU_SMOKE_ASR_SPEECH, the
+asr step's speech as an .npz written on a CPU (piper is not on the card); GPU_SMOKE_ASR_MODELS, ``name=dir,...``
+in place of the wheels' tiny.en and base; GPU_SMOKE_WHISPER_DIR, the whisper_cuda step's model.
 GPU_SMOKE_ASR_DEVICE=cpu runs the asr step's code on CPU (a check of the code itself, not a GPU result: the report
 then goes to bench/results/gpu/cpu-check/).
 """
@@ -83,6 +94,28 @@ def used_bytes() -> int | None:
     return int(memory.used)
 
 
+def commit() -> str:
+    """The commit this tree is: ``git rev-parse HEAD`` (``+changes`` when tracked files differ from it), else the
+    COMMIT file a carry built on a CPU wrote (a card gets a copy of the tree without .git; scripts/asr_card.py)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        if head.returncode == 0:
+            changed = subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout.strip()
+            return head.stdout.strip() + (" +changes" if changed else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for written in (os.environ.get("VOICEFLEET_COMMIT_FILE"), ROOT / ".card" / "COMMIT"):
+        if written and Path(written).is_file():
+            return Path(written).read_text().strip() + " (from the carry's COMMIT: no .git here)"
+    return "unknown: no .git here and no .card/COMMIT"
+
+
 def slug(name: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
 
@@ -105,11 +138,30 @@ def step_asr() -> dict:
         raise Skip(f"no stack: faster-whisper/ctranslate2 not importable ({e}): make install") from None
     if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
         raise Skip(
-            "no card: CTranslate2 sees no CUDA device (driver, or cuBLAS/cuDNN from services/asr/requirements-gpu.txt)"
+            "no card: CTranslate2 sees no CUDA device (no driver, or no libcublas.so.12: services/asr/requirements-gpu.txt)"
         )
-    from bench import evaluation as ev
-    from services.engines.asr.models import base_model_dir, tiny_en_dir
+    texts, stream = asr_speech()
+    out = {"device": device, "audio_s": round(stream.seconds, 2), "sentences": len(texts), "models": {}}
+    for name, model_dir in asr_models():
+        out["models"][name] = asr_over_grpc(device, str(model_dir), texts, stream)
+    return out
 
+
+def asr_speech():
+    """(texts, padded stream) of the asr step: the first six evaluation sentences said by piper's joe, or, where
+    GPU_SMOKE_ASR_SPEECH names one, the same stream read from an .npz written on a CPU (``save_asr_speech``)."""
+    from bench import evaluation as ev
+
+    saved = os.environ.get("GPU_SMOKE_ASR_SPEECH")
+    if saved:
+        import numpy as np
+
+        data = np.load(saved)
+        texts = [str(t) for t in data["texts"]]
+        utterances = tuple(
+            ev.Utterance(t, float(a), float(b)) for t, (a, b) in zip(texts, data["bounds_ms"], strict=True)
+        )
+        return texts, ev.PaddedStream(data["pcm"].tobytes(), int(data["rate"]), utterances)
     speakers = ev.Speakers()
     texts = list(ev.SENTENCES[:6])
 
@@ -120,11 +172,33 @@ def step_asr() -> dict:
         finally:
             await speakers.close()
 
-    stream = ev.padded_stream(asyncio.run(say()), 16000)
-    out = {"device": device, "audio_s": round(stream.seconds, 2), "sentences": len(texts), "models": {}}
-    for name, model_dir in (("tiny.en", tiny_en_dir()), ("base", base_model_dir())):
-        out["models"][name] = asr_over_grpc(device, str(model_dir), texts, stream)
-    return out
+    return texts, ev.padded_stream(asyncio.run(say()), 16000)
+
+
+def save_asr_speech(path: Path) -> Path:
+    """The asr step's speech (piper, here on a CPU) into ``path`` (.npz) for a card that has no piper."""
+    import numpy as np
+
+    texts, stream = asr_speech()
+    np.savez_compressed(
+        path,
+        texts=np.array(texts),
+        pcm=np.frombuffer(stream.pcm, dtype=np.int16),
+        rate=stream.rate,
+        bounds_ms=np.array([(u.start_ms, u.end_ms) for u in stream.utterances]),
+    )
+    return path
+
+
+def asr_models() -> list[tuple[str, Path]]:
+    """(name, directory) of the models the asr step serves: GPU_SMOKE_ASR_MODELS (``name=dir,...``), else the
+    wheels' tiny.en and base."""
+    named = os.environ.get("GPU_SMOKE_ASR_MODELS")
+    if named:
+        return [(n, Path(d)) for n, _, d in (item.partition("=") for item in named.split(",") if item)]
+    from services.engines.asr.models import base_model_dir, tiny_en_dir
+
+    return [("tiny.en", tiny_en_dir()), ("base", base_model_dir())]
 
 
 def asr_config(device: str, model_dir: str) -> dict:
@@ -540,6 +614,189 @@ def step_vllm_omni() -> dict:
     raise Skip("not written: needs " + VLLM_OMNI_NEEDS)
 
 
+# --- the GPU-only checks (issue 46): code no CPU test can reach -----------------------------------------------------
+def resampler_check(torch) -> dict:
+    """GpuStreamResampler (cosyvoice_tts) on the card against torchaudio resampling the whole signal at once."""
+    import torchaudio.functional as F
+
+    from services.cosyvoice_tts.cosyvoice_engine import GpuStreamResampler
+
+    x = torch.randn(24000 * 3, device="cuda", generator=torch.Generator("cuda").manual_seed(0)) * 0.1
+    out = {}
+    for dst in (8000, 16000, 22050, 48000):
+        whole = F.resample(x, 24000, dst)
+        r = GpuStreamResampler(24000, dst, "cuda")
+        parts = [r.feed(x[i : i + 7001]) for i in range(0, len(x), 7001)] + [r.feed(None, last=True)]
+        streamed = torch.cat([p for p in parts if p is not None])
+        same_length = streamed.numel() == whole.numel()
+        err = torch.max(torch.abs(streamed - whole)).item() if same_length else None
+        out[str(dst)] = {"samples": [streamed.numel(), whole.numel()], "max_abs_diff": err}
+    out["ok"] = all(v["max_abs_diff"] is not None and v["max_abs_diff"] < 1e-4 for v in out.values())
+    return out
+
+
+CAP_CHILD = """
+import json, sys, torch
+from services.residency.gpu_host import cap_torch_process
+GIB = 1 << 30
+fraction = cap_torch_process(torch, "gpu_smoke", "cuda:0", 4 * GIB)
+held = torch.empty(3 * GIB, dtype=torch.uint8, device="cuda")
+held.fill_(1)
+torch.cuda.synchronize()
+print("HOLDING", flush=True)
+sys.stdin.readline()
+del held
+torch.cuda.empty_cache()
+try:
+    torch.empty(6 * GIB, dtype=torch.uint8, device="cuda").fill_(1)
+    refused = None
+except torch.OutOfMemoryError as e:
+    refused = str(e).splitlines()[0][:200]
+print(json.dumps({"fraction": fraction, "held_3_gib": True, "refused_6_gib": refused}), flush=True)
+"""
+
+
+def memory_cap_check(python: str) -> dict:
+    """A child process capped at 4 GiB (cap_torch_process, as a torch engine caps itself at start) holds 3 GiB and
+    is refused 6 GiB; while it holds the 3 GiB, NVML's per-process bytes (gpu_host.process_tree_gpu_bytes) are read
+    for it."""
+    from services.residency.gpu_host import gpu_bytes_by_pid, process_tree_gpu_bytes
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    child = subprocess.Popen(
+        [python, "-c", CAP_CHILD], cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = child.stdout.readline().strip()
+        if line != "HOLDING":
+            child.kill()
+            return {"ok": False, "why": f"the child did not reach its 3 GiB (said {line!r}, exit {child.wait()})"}
+        nvml_child = process_tree_gpu_bytes(child.pid)
+        by_pid = gpu_bytes_by_pid()
+        stdout, _ = child.communicate("go\n", timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    result = json.loads(stdout.strip().splitlines()[-1])
+    result["nvml_child_bytes"] = nvml_child
+    result["nvml_pids_seen"] = sorted(by_pid) if by_pid is not None else None
+    result["child_pid"] = child.pid
+    result["ok"] = bool(result["held_3_gib"] and result["refused_6_gib"])
+    return result
+
+
+def step_gpu_checks() -> dict:
+    """GpuStreamResampler vs whole-signal resampling; check_cuda_host with the real driver; the per-process memory
+    cap; NVML's per-process bytes; card_capacity_bytes from NVML (as the router reads the card with capacity_gb 0)."""
+    torch = _torch_on_card("torch")
+    from services.residency.gpu_host import check_cuda_host, driver_cuda_version
+
+    out = {"torch": torch.__version__, "torch_cuda": torch.version.cuda}
+    out["stream_resampler"] = _guarded(lambda: resampler_check(torch))
+    try:
+        check_cuda_host("gpu_smoke", torch.version.cuda)
+        out["check_cuda_host"] = {"ok": True, "driver_cuda": driver_cuda_version()}
+    except Exception as e:  # noqa: BLE001 - a result, not a crash
+        out["check_cuda_host"] = {"ok": False, "why": f"{type(e).__name__}: {e}"}
+    out["memory_cap"] = _guarded(lambda: memory_cap_check(sys.executable))
+
+    def capacity() -> dict:
+        from services.residency.lease_servicer import card_capacity_bytes
+
+        got = card_capacity_bytes(0, 2.0)
+        total = (card() or {}).get("total_bytes")
+        return {"bytes": got, "ok": total is not None and got == total - 2 * GIB, "nvml_total_bytes": total}
+
+    out["card_capacity_bytes"] = _guarded(capacity)
+    out["ok"] = all(isinstance(v, dict) and v.get("ok") for k, v in out.items() if isinstance(v, dict))
+    return out
+
+
+def _guarded(check) -> dict:
+    try:
+        return check()
+    except Exception as e:  # noqa: BLE001 - reported, not raised: the other checks still run
+        return {"ok": False, "why": f"{type(e).__name__}: {str(e)[:400]}"}
+
+
+# --- CTranslate2 on CUDA with real whisper weights ------------------------------------------------------------------
+GOLDEN = ROOT / "tests" / "golden"
+
+
+def golden_wavs() -> list[Path]:
+    return sorted(GOLDEN.glob("*/*.wav"))
+
+
+def step_whisper_cuda() -> dict:
+    """whisper tiny.en through CTranslate2 on CUDA (float16): the golden WAVs decoded as the strict listener does,
+    on the CPU (int8) and the card; the first decode on the card timed apart from the second (CTranslate2 4.8.5's
+    wheel carries SASS up to sm_86 and PTX: on a newer card its kernels are JIT-compiled at first use; the driver
+    keeps them in CUDA_CACHE_PATH)."""
+    try:
+        import ctranslate2
+        from faster_whisper import WhisperModel
+    except ImportError as e:
+        raise Skip(f"no stack: faster-whisper/ctranslate2 not importable ({e})") from None
+    device = os.environ.get("GPU_SMOKE_WHISPER_DEVICE", "cuda")  # cpu: a check of the step's code, not a GPU result
+    if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+        raise Skip(
+            "no card: CTranslate2 sees no CUDA device (no driver, or libcublas.so.12 not found: the soname step of"
+            " scripts/asr_card.py)"
+        )
+    from services.common import audio
+    from tests.speech import INTELLIGIBLE, LISTEN_OPTIONS, at_16k, wer
+
+    model_dir = os.environ.get("GPU_SMOKE_WHISPER_DIR")
+    if not model_dir:
+        from services.engines.asr.models import tiny_en_dir
+
+        model_dir = str(tiny_en_dir())
+    clips = [(w.parent.name + "/" + w.name, at_16k(*audio.read_wav(str(w)))) for w in golden_wavs()]
+
+    def decode(model, x) -> str:
+        segments, _ = model.transcribe(x, language="en", **LISTEN_OPTIONS)
+        return " ".join(s.text.strip() for s in segments)
+
+    cpu = WhisperModel(model_dir, device="cpu", compute_type="int8")
+    on_cpu = {name: decode(cpu, x) for name, x in clips}
+    del cpu
+    t0 = time.monotonic()
+    compute = "float16" if device == "cuda" else "int8"
+    gpu = WhisperModel(model_dir, device=device, compute_type=compute)
+    load_s = time.monotonic() - t0
+    name0, x0 = clips[0]
+    t0 = time.monotonic()
+    first = decode(gpu, x0)
+    first_s = time.monotonic() - t0
+    t0 = time.monotonic()
+    second = decode(gpu, x0)
+    second_s = time.monotonic() - t0
+    on_gpu, seconds = {}, {}
+    for name, x in clips:
+        t0 = time.monotonic()
+        on_gpu[name] = decode(gpu, x)
+        seconds[name] = round(time.monotonic() - t0, 4)
+    clips_out = {
+        name: {"cpu": on_cpu[name], device: on_gpu[name], "wer_vs_cpu": round(wer(on_cpu[name], on_gpu[name]), 3)}
+        for name, _ in clips
+    }
+    return {
+        "ctranslate2": ctranslate2.__version__,
+        "model_dir": model_dir,
+        "device": device,
+        "compute_type": compute,
+        "load_s": round(load_s, 3),
+        "first_decode_s": round(first_s, 3),
+        "second_decode_s": round(second_s, 3),
+        "first_equals_second": first == second,
+        "decode_s": seconds,
+        "clips": clips_out,
+        "bound": INTELLIGIBLE,
+        "ok": first == second and all(c["wer_vs_cpu"] <= INTELLIGIBLE for c in clips_out.values()),
+        "cuda_cache_path": os.environ.get("CUDA_CACHE_PATH"),
+    }
+
+
 # name -> (function, the Python it runs in: "fleet" (this venv), "torch" (any with torch), or a GPU stack's venv)
 STEPS = {
     "asr": (step_asr, "fleet"),
@@ -548,6 +805,8 @@ STEPS = {
     "tiny_qwen_tts": (step_tiny_qwen_tts, "stack:qwen_tts"),
     "tiny_cosyvoice3": (step_tiny_cosyvoice3, "stack:cosyvoice_tts"),
     "vllm_omni": (step_vllm_omni, "stack:qwen_tts_vllm_omni"),
+    "gpu_checks": (step_gpu_checks, "torch"),
+    "whisper_cuda": (step_whisper_cuda, "fleet"),
 }
 
 
@@ -631,7 +890,7 @@ def markdown(report: dict) -> str:
     lines = [
         f"# GPU smoke: {report['card']['name'] if report['card'] else 'no card'}",
         "",
-        f"{report['when']} · {report['host']} · `make gpu-smoke`",
+        f"{report['when']} · {report['host']} · commit {report.get('commit', 'not recorded')} · `make gpu-smoke`",
         "",
         "| step | status | why / numbers |",
         "|---|---|---|",
@@ -647,7 +906,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step", choices=sorted(STEPS))
     parser.add_argument("--timeout", type=float, default=1200.0)
     parser.add_argument("--out", type=Path, help="report directory (default: bench/results/gpu/<card>)")
+    parser.add_argument("--steps", help="comma-separated steps to run (default: all)")
     args = parser.parse_args(argv)
+    names = args.steps.split(",") if args.steps else list(STEPS)
+    unknown = sorted(set(names) - set(STEPS))
+    if unknown:
+        parser.error(f"no such steps: {', '.join(unknown)} (steps: {', '.join(STEPS)})")
     if args.step:
         print(json.dumps(run_step_here(args.step)))
         return 0
@@ -659,11 +923,12 @@ def main(argv: list[str] | None = None) -> int:
 
     steps = {}
     with tempfile.TemporaryDirectory() as scratch:
-        for name in STEPS:
+        for name in names:
             steps[name] = run_step(name, args.timeout, Path(scratch))  # each step checks its card and libraries
             print(f"{name}: {steps[name]['status']} {steps[name].get('why', '')}", flush=True)
     report = {
         "card": found,
+        "commit": commit(),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "host": os.uname().nodename,
         "steps": steps,

@@ -77,7 +77,7 @@ def probe_asr() -> dict:
     cfg = config(asr={"engine": "gpu", "gpu.model_dir": tmp})
     engine = GpuAsrEngine("asr", cfg.asr)
     load = until_weights(engine.start)
-    return {"imported": f"{imported}; cuBLAS/cuDNN preloaded: {len(libs)} libraries", "load": load}
+    return {"imported": f"{imported}; cuBLAS preloaded: {len(libs)} libraries", "load": load}
 
 
 def probe_cosyvoice() -> dict:

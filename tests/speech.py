@@ -55,14 +55,27 @@ def wer(reference: str, hypothesis: str) -> float:
     return evaluation.wer([said(reference)], [said(hypothesis)])
 
 
+# How the strict listener decodes (faster-whisper's transcribe options); bench/gpu_smoke.py decodes on a card the same way.
+LISTEN_OPTIONS = dict(
+    beam_size=5, temperature=0.0, condition_on_previous_text=False, without_timestamps=True, vad_filter=False
+)
+
+
 @functools.cache
 def _whisper(model: str):
+    """``model``: "base", "tiny.en", or a CTranslate2 Whisper model directory (scripts/asr_card.py's int8 tiny.en)."""
     from faster_whisper import WhisperModel
 
     from services.engines.asr.models import base_model_dir, tiny_en_dir
 
-    directory = tiny_en_dir() if model == "tiny.en" else base_model_dir()
+    named = {"tiny.en": tiny_en_dir, "base": base_model_dir}
+    directory = named[model]() if model in named else model
     return WhisperModel(str(directory), device="cpu", compute_type="int8", cpu_threads=2)
+
+
+def at_16k(pcm: bytes, rate: int) -> np.ndarray:
+    """s16le mono ``pcm`` at ``rate`` as whisper's input: float32 at 16 kHz."""
+    return np.frombuffer(audio.resample(pcm, rate, 16000), dtype=np.int16).astype(np.float32) / 32768.0
 
 
 def listen(pcm: bytes, rate: int, model: str = "base", language: str = "en", prompt: str | None = None) -> str:
@@ -70,16 +83,8 @@ def listen(pcm: bytes, rate: int, model: str = "base", language: str = "en", pro
     ``language`` (whisper's code: "en", "zh", ...; base is multilingual, tiny.en is not). ``prompt``: whisper's
     initial prompt, only a script hint that says nothing of the text (the asr service's asr.language_prompts: whisper
     base writes Chinese in Traditional characters without one)."""
-    x = np.frombuffer(audio.resample(pcm, rate, 16000), dtype=np.int16).astype(np.float32) / 32768.0
     segments, _ = _whisper(model).transcribe(
-        x,
-        language=language,
-        beam_size=5,
-        temperature=0.0,
-        condition_on_previous_text=False,
-        without_timestamps=True,
-        vad_filter=False,
-        initial_prompt=prompt,
+        at_16k(pcm, rate), language=language, initial_prompt=prompt, **LISTEN_OPTIONS
     )
     return " ".join(s.text.strip() for s in segments)
 

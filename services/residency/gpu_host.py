@@ -1,6 +1,6 @@
 """The GPU host a GPU engine needs, checked at start with a message that says what to fix (README "GPU host").
 
-CUDA libraries come from the pip wheels in each image (torch's nvidia-* dependencies, CTranslate2's cuBLAS/cuDNN);
+CUDA libraries come from the pip wheels in each image (torch's nvidia-* dependencies, CTranslate2's cuBLAS);
 what the host must bring is an NVIDIA driver new enough for the CUDA version those wheels were built for. The
 driver's CUDA version is read from libcuda itself (``cuDriverGetVersion``), so the check needs no torch and no NVML.
 

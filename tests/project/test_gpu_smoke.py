@@ -43,6 +43,10 @@ def test_without_a_card_or_stacks_every_step_skips_naming_what_is_missing(tmp_pa
     # the fleet's venv has CTranslate2 but no card; every other step has no Python with its libraries
     assert steps["asr"]["why"].startswith("no card: CTranslate2 sees no CUDA device")
     assert steps["torch_offload"]["why"].startswith("no stack: no Python with torch")
+    assert steps["gpu_checks"]["why"].startswith("no stack: no Python with torch")
+    assert steps["whisper_cuda"]["why"].startswith("no card: CTranslate2 sees no CUDA device")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert report["commit"].startswith(head), report["commit"]  # issue 46: each report records its commit
     for name, stack in (
         ("vllm_cosyvoice", "cosyvoice_tts"),
         ("tiny_qwen_tts", "qwen_tts"),
@@ -52,7 +56,7 @@ def test_without_a_card_or_stacks_every_step_skips_naming_what_is_missing(tmp_pa
         why = steps[name]["why"]
         assert why.startswith(f"no stack: no {stack} venv") and f"make check-gpu-stacks STACKS={stack}" in why, why
     markdown = (out / "smoke.md").read_text()
-    assert markdown.startswith("# GPU smoke: no card")
+    assert markdown.startswith("# GPU smoke: no card") and f"commit {report['commit']}" in markdown
     rows = [line for line in markdown.splitlines() if line.startswith("| ") and not line.startswith("| step")]
     assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == list(gpu_smoke.STEPS)
     assert all(" | skipped | no " in row for row in rows)

@@ -7,9 +7,11 @@ same model (greedy) every ``asr.gpu.interim_interval_ms`` -- whisper has no incr
 re-decode of a few seconds costs tens of ms, and it speaks every language whisper knows, unlike pocketsphinx.
 Why faster-whisper and not FunASR: docs/asr.md#gpu-engine.
 
-Heavy imports (faster_whisper, ctranslate2) happen in ``start``. The CUDA 12 cuBLAS/cuDNN 9 libraries come from
-NVIDIA's pip wheels (requirements-gpu.txt) and are loaded here before CTranslate2 needs them, so no
-LD_LIBRARY_PATH setup is needed in the image. The engine also runs with ``asr.gpu.device: cpu`` (int8), which is
+Heavy imports (faster_whisper, ctranslate2) happen in ``start``. CTranslate2 dlopens CUDA 12's ``libcublas.so.12``
+(and no cuDNN); the library comes from NVIDIA's pip wheel (requirements-gpu.txt) and is dlopened here first, so the
+image needs no LD_LIBRARY_PATH -- as written: no card has run this yet (scripts/asr_card.py is the prepared run).
+Unlike the torch engines, this one does not check the driver at start (services/residency/gpu_host.py): it refuses
+with FAILED_PRECONDITION only when CTranslate2 sees no CUDA device. The engine also runs with ``asr.gpu.device: cpu`` (int8), which is
 how its code is tested on machines without a GPU (tests/asr/test_asr_engines.py, with the tiny.en model).
 """
 
@@ -52,12 +54,10 @@ log = logging.getLogger("voicefleet.asr.gpu")
 
 
 def preload_cuda_libraries() -> list[str]:
-    """dlopen cuBLAS and cuDNN from the nvidia-* wheels (RTLD_GLOBAL) so CTranslate2 finds them."""
+    """dlopen cuBLAS from NVIDIA's wheel (RTLD_GLOBAL) so CTranslate2's dlopen of libcublas.so.12 finds it. cuDNN
+    is not loaded: CTranslate2 never uses it (requirements-gpu.txt)."""
     loaded = []
-    for package, patterns in (
-        ("nvidia.cublas", ("libcublasLt.so*", "libcublas.so*")),
-        ("nvidia.cudnn", ("libcudnn*.so*",)),
-    ):
+    for package, patterns in (("nvidia.cublas", ("libcublasLt.so*", "libcublas.so*")),):
         try:
             spec = importlib.util.find_spec(package)
         except ModuleNotFoundError:
