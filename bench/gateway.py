@@ -239,8 +239,7 @@ async def _realtime_session(url: str, question24: bytes | None, results: dict) -
                     await asyncio.sleep(max(0.0, start + k * 0.1 - time.monotonic()))
                     await connection.input_audio_buffer.append(audio=base64.b64encode(audio[i : i + step]).decode())
 
-            mic = asyncio.create_task(microphone())
-            try:
+            async def listen():
                 async for event in connection:
                     if event.type == "session.created":
                         results["created"] += 1
@@ -251,11 +250,14 @@ async def _realtime_session(url: str, question24: bytes | None, results: dict) -
                             results["responses"] += 1
                         elif event.response.status == "failed":
                             results["errors"].append(str(event.response.status_details))
-                    if mic.done():
-                        break
+
+            listener = asyncio.create_task(listen())
+            try:
+                await microphone()  # the session lasts as long as its microphone
+                await asyncio.sleep(1.0)  # events already on their way
             finally:
-                mic.cancel()
-                await asyncio.gather(mic, return_exceptions=True)
+                listener.cancel()
+                await asyncio.gather(listener, return_exceptions=True)
     except Exception as e:  # noqa: BLE001 - a benchmark counts every way a session failed
         results["errors"].append(f"{type(e).__name__}: {e}")
 
