@@ -200,6 +200,10 @@ class RealtimeConnection:
         self.pending_items: list[tuple[str, bool]] = []  # fed at response.create, their Converse turn not shown yet
         self.drop_fed_turn = False  # that fed turn's response was cancelled or failed first: its reply is interrupted
         self.item_audio_ms: dict[str, float] = {}
+        # The last reply that ended whole (item id, Converse turn): the one a client that played it from its buffer
+        # may truncate after the fact; and truncates sent for it, by turn, until the stream says what it kept.
+        self.last_reply: tuple[str, int] | None = None
+        self.truncating: dict[int, tuple[str, int]] = {}
         self.feeding = False  # response.create is writing held audio to the stream
         self.tasks: list[asyncio.Task] = []
 
@@ -640,15 +644,21 @@ class RealtimeConnection:
             raise RealtimeError(
                 f"audio_end_ms {end_ms} is past the {sent_ms:.0f} ms of audio sent for this item", "audio_end_ms"
             )
-        if end_ms < int(sent_ms):
+        if end_ms >= int(sent_ms):
+            self.emit("conversation.item.truncated", item_id=item_id, content_index=0, audio_end_ms=end_ms)
+            return
+        # A reply that ended whole, played from the client's buffer: the context keeps what was played of it, if it is
+        # still the last reply and no other is under way (an interrupt now would cut that one).
+        if self.last_reply is None or self.last_reply[0] != item_id or self.response is not None:
             raise RealtimeError(
-                "a finished reply cannot be cut shorter than the audio sent: the fleet's context keeps the text of the"
-                " audio it sent (the reply in progress can be truncated; a client playback position cannot reach the"
-                " context yet)",
-                "audio_end_ms",
+                "only the last reply can be cut after it ended, and not while another response is in progress: the"
+                " context has gone on from this one",
+                "item_id",
                 "unsupported",
             )
-        self.emit("conversation.item.truncated", item_id=item_id, content_index=0, audio_end_ms=end_ms)
+        turn = self.last_reply[1]
+        self.truncating[turn] = (item_id, end_ms)
+        await self._control(conversation_pb2.ConversationControl.ACTION_INTERRUPT, played_ms=end_ms)
 
     HANDLERS: dict = {}
 
@@ -863,6 +873,9 @@ class RealtimeConnection:
             response = self._response_of(t)
             if response is not None and not response.cancel_reason:
                 response.cancel_reason = CANCEL_REASONS.get(r.interrupted.reason, "turn_detected")
+            truncated = self.truncating.pop(t, None)
+            if response is None and truncated is not None:
+                self._cut_item(*truncated, r.interrupted.heard_text)
         elif kind == "turn_complete":
             c = r.turn_complete
             turn = self.turns.get(t)
@@ -900,6 +913,13 @@ class RealtimeConnection:
         }
         self._keep_item(item)
         return item
+
+    def _cut_item(self, item_id: str, end_ms: int, heard: str) -> None:
+        """A finished reply cut after the fact: its item holds the text of the audio played (what the context kept)."""
+        item = self.items.get(item_id)
+        if item is not None:
+            item["content"][0]["transcript"] = heard
+        self.emit("conversation.item.truncated", item_id=item_id, content_index=0, audio_end_ms=end_ms)
 
     def _keep_item(self, item: dict) -> None:
         if item["id"] not in self.items:
@@ -1100,6 +1120,9 @@ class RealtimeConnection:
                     content_index=0,
                     audio_end_ms=response.truncated_ms,
                 )
+        # Only a spoken reply that ended whole can be cut after the fact (the dialogue keeps no other that way).
+        whole = status == "completed" and response.started and response.modalities == ["audio"]
+        self.last_reply = (response.item_id, response.turn) if whole and response.turn is not None else None
         details = None
         if status == "cancelled":
             details = {"type": "cancelled", "reason": response.cancel_reason or "turn_detected"}

@@ -106,8 +106,9 @@ CLIENT_EVENTS: dict[str, tuple[str, str]] = {
     "conversation.item.delete": (REFUSED, "the dialogue's context cannot be edited through the Converse contract"),
     "conversation.item.truncate": (
         MAPPED,
-        "the reply in progress is interrupted (the context keeps the text of the audio sent); a finished item is"
-        " truncated only where audio_end_ms covers all the audio sent",
+        "the reply in progress is interrupted; the last reply, ended whole, is cut after the fact (ACTION_INTERRUPT"
+        " with played_ms): the item and the context keep the text of audio_end_ms of audio; an older item only where"
+        " audio_end_ms covers all the audio sent",
     ),
     "response.create": (
         MAPPED,

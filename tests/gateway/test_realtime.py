@@ -351,6 +351,31 @@ async def test_truncate_while_the_reply_plays_cancels_it_and_the_item_keeps_what
         assert len(words(heard_by_listener)) < 1.5 * len(words(heard)), (heard, heard_by_listener, written)
 
 
+async def test_truncate_after_the_reply_ended_cuts_the_item_to_what_was_played(gateway_fleet, said):
+    """A WebSocket client has the whole reply in its buffer when its user cuts in: conversation.item.truncate on the
+    finished item, at the client's playback position, leaves the item (and the fleet's context) with the text of the
+    audio played, not the whole reply."""
+    async with connect(gateway_fleet) as connection:
+        await next_event(connection, "session.created")
+        await connection.session.update(session={"type": "realtime", "instructions": SYSTEM})
+        await next_event(connection, "session.updated")
+        events = await speak_until(connection, said[QUESTION], "response.done")
+        whole, pcm = check_spoken_reply(events)
+        item_id = of(events, "response.output_item.done")[-1].item.id
+        cut_at = 2500  # ms of the reply the client played: the first sentence or so
+        assert len(pcm) // 48 > cut_at + 1000, whole  # a reply long enough to be cut
+        await connection.conversation.item.truncate(item_id=item_id, content_index=0, audio_end_ms=cut_at)
+        seen: list = []
+        truncated = await next_event(connection, "conversation.item.truncated", seen)
+        assert "error" not in [e.type for e in seen], of(seen, "error")
+        await connection.conversation.item.retrieve(item_id=item_id)
+        kept = (await next_event(connection, "conversation.item.retrieved")).item.content[0].transcript
+    assert (truncated.item_id, truncated.audio_end_ms) == (item_id, cut_at)
+    assert kept.strip() and whole.startswith(kept.rstrip()) and len(words(kept)) < len(words(whole)), (kept, whole)
+    played = listen(pcm[: 48 * cut_at], 24_000)
+    assert wer_within(kept, played) <= 0.2, (kept, played)  # the bound of the truncate test above, and why
+
+
 async def test_semantic_vad_keeps_a_paused_phrase_as_one_turn(gateway_fleet, said):
     """semantic_vad (eagerness low: up to 8 s for a turn heard unfinished): the fleet's turn model and text check hold
     the turn open through a 2.5 s pause after "... go to", so the phrase is one user item and one response. With

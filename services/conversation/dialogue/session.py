@@ -27,6 +27,7 @@ from services.common.engines import (
     END_OF_TURN,
     END_OF_TURN_JUDGED,
     INTERRUPT,
+    INTERRUPTED,
     LISTENING,
     MUTE,
     PHRASE_SPOTTED,
@@ -58,6 +59,7 @@ from services.common.errors import FailedPrecondition, InvalidArgument, Resource
 from services.conversation.barge_in import DEFAULT_STOP_WORDS, words
 from services.conversation.dialogue.caller_sound import CallerSound
 from services.conversation.dialogue.context import Context, Message
+from services.conversation.dialogue.heard import heard_text
 from services.conversation.dialogue.limits import RATE, DialogueLimits
 from services.conversation.dialogue.long_turn import LongTurnGate
 from services.conversation.dialogue.overlap import Overlap, reply_echo
@@ -114,6 +116,9 @@ class DialogueSession(StsSession):
         self.system_prompt = options.system_prompt or limits.default_system_prompt
         self.max_tokens = options.sampling.max_tokens or limits.default_max_tokens
         self.context = Context(limits.max_context_turns, limits.max_context_chars)
+        # The last reply that ended whole and what the context kept of it: a caller that played it from a buffer
+        # may say later how much it played (INTERRUPT with played_ms while listening: _cut_last_reply).
+        self._last_kept: tuple[Reply, Message] | None = None
         self._relay = EventRelay()  # events to the caller: (event, what a REPLY_AUDIO/TURN_COMPLETE accounts for)
         self._stream: AsrStream | None = None
         self._spotting = self._spotting_paused = False  # the stream spots the stop words; paused (set at open)
@@ -206,6 +211,8 @@ class DialogueSession(StsSession):
         if action == INTERRUPT:
             if self.state != LISTENING:
                 self._interrupt("client", played_ms)
+            elif played_ms is not None:
+                self._cut_last_reply(played_ms)
             return  # listening: nothing to stop (not an error)
         if action == MUTE:
             self._muted = True
@@ -631,6 +638,24 @@ class DialogueSession(StsSession):
         self.turns_done += 1
         self._emit(StsEvent(STATE, self.turn, state=LISTENING))
 
+    def _cut_last_reply(self, played_ms: int) -> None:
+        """The caller played only ``played_ms`` of the last reply, which ended whole (it played from a buffer): the
+        context keeps what that much says, and INTERRUPTED (reason "client") says so for that turn. Only while that
+        reply is still the context's last message (a later reply was written after all of it)."""
+        last = self._last_kept
+        if last is None or not self.context.messages or self.context.messages[-1] is not last[1]:
+            return
+        reply, kept = last
+        heard = heard_text(reply.text, reply.pieces, played_ms / 1000)
+        trimmed = self.assistant_message(reply, heard) if heard != kept.text else kept
+        if trimmed is None:
+            self.context.messages.pop()
+        else:
+            self.context.messages[-1] = trimmed
+        self._last_kept = (reply, trimmed) if trimmed is not None else None
+        sent_ms = round(reply.sent_s * 1000)
+        self._emit(StsEvent(INTERRUPTED, reply.turn.index, reason="client", audio_sent_ms=sent_ms, heard_text=heard))
+
     def _interrupt(self, reason: str, played_ms: int | None = None) -> None:
         reply = self._reply
         if reply is None or self._gen_task is None or reply.interrupted_reason:
@@ -681,6 +706,9 @@ class DialogueSession(StsSession):
         kept = Message("assistant", end.heard) if end.failed else self.assistant_message(reply, end.heard)
         if kept is not None:
             self.context.add(kept)
+        self._last_kept = (
+            (reply, kept) if kept is not None and not end.failed and not reply.interrupted_reason else None
+        )
         for event, extra in end.events:
             self._emit(event, extra)
         self._reply = None

@@ -211,7 +211,8 @@ def virtual_time(monkeypatch):
 
 async def talk(session, sound, total_ms: int, controls=()) -> list:
     """Feed ``session`` 20 ms frames for ``total_ms`` (tone inside the ``sound`` spans, silence elsewhere), at the
-    pace of real time, with ``controls`` ((ms, action)) on the way; every event with its virtual ms."""
+    pace of real time, with ``controls`` ((ms, action) or (ms, action, played_ms)) on the way; every event with its
+    virtual ms."""
     events = []
     t0 = asyncio.get_running_loop().time()
 
@@ -225,7 +226,7 @@ async def talk(session, sound, total_ms: int, controls=()) -> list:
     try:
         for ms in range(0, total_ms, FRAME_MS):
             while controls and controls[0][0] <= ms:
-                await session.control(controls.pop(0)[1])
+                await session.control(*controls.pop(0)[1:])
             loud = any(a <= ms < b for a, b in sound)
             await session.feed(tone(FRAME_MS) if loud else silence(FRAME_MS))
             await asyncio.sleep(FRAME_MS / 1000)

@@ -12,6 +12,7 @@ from services.common.engines import (
     TURN_COMPLETE,
     TURN_ERROR,
     USER_TRANSCRIPT,
+    INTERRUPT,
     BargeIn,
     SessionOptions,
 )
@@ -111,3 +112,27 @@ def test_a_turn_past_max_user_turn_s_fails_and_the_next_one_is_heard(monkeypatch
     [(_, error)] = of(events, TURN_ERROR)
     assert error.turn_index == 0 and error.code == 8  # RESOURCE_EXHAUSTED
     assert s.asked == ["Short."]
+
+
+def test_a_reply_played_from_a_buffer_is_cut_after_it_ended_to_what_was_played(monkeypatch):
+    """The caller got the whole reply and played 2.5 s of it before its user cut in (a Realtime client's truncate
+    of a finished item): the context keeps the text of 2.5 s, and INTERRUPTED says so for that turn."""
+    s = session(TURN)
+    with virtual_time(monkeypatch) as run:
+        events = run(talk(s, [(300, 1000)], 9000, controls=[(8000, INTERRUPT, 2500)]))
+    [(_, done)] = of(events, TURN_COMPLETE)
+    assert not done.result.interrupted and done.result.reply_text == s.reply_text  # it ended whole
+    [(cut_ms, cut)] = of(events, INTERRUPTED)
+    assert cut_ms >= 8000 and cut.turn_index == 0 and cut.reason == "client"
+    first_sentence = "Sure, here is a fairly long answer."  # 1.81 s of its audio: played whole
+    assert cut.heard_text.startswith(first_sentence) and len(cut.heard_text) < len(s.reply_text)
+    assert s.reply_text.startswith(cut.heard_text)
+    assert [m.text for m in s.context.messages] == ["Hello there.", cut.heard_text]
+
+
+def test_a_played_position_with_no_reply_ended_whole_changes_nothing(monkeypatch):
+    s = session(TURN)
+    with virtual_time(monkeypatch) as run:
+        events = run(talk(s, [(300, 1000)], 9000, controls=[(200, INTERRUPT, 1000)]))
+    assert not of(events, INTERRUPTED)
+    assert [m.text for m in s.context.messages] == ["Hello there.", s.reply_text]
