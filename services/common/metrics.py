@@ -284,6 +284,13 @@ STS_BRAIN_HELD = Histogram(
     ["service", "kind"],
     buckets=LATENCY_BUCKETS,
 )
+FOREIGN_REPLIES = Counter(
+    "voicefleet_sts_foreign_replies_total",
+    "Replies whose text the language guard found in a language the session's voice does not speak"
+    " (services/conversation/reply_language.py), by language and what was done: retried (nothing said yet, asked"
+    " again), cut (the reply ended at the text already said), failed (foreign twice: the turn failed).",
+    ["service", "language", "action"],
+)
 STS_BRAIN_FIRST_TOKEN = Histogram(
     "voicefleet_sts_brain_first_token_seconds",
     "Chat request sent to the brain (OpenAI-compatible) to its first streamed text.",

@@ -5,7 +5,8 @@ brain, piper or espeak in the same process); the router's fallback composes REMO
 brain, RemoteTtsEngine for cosyvoice_tts). It only needs ``AsrEngine.open_stream``, ``ChatBrain.stream_chat`` and
 ``TtsEngine.synthesize_text_stream``, and it imports nothing heavy.
 
-Reply path: the brain's text deltas are forwarded as they arrive, both to the caller (REPLY_TEXT) and into
+Reply path: the brain's text deltas are forwarded clause by clause once the language guard passes them
+(reply_language.py: the voice never reads a language it cannot speak), both to the caller (REPLY_TEXT) and into
 ``synthesize_text_stream`` (StreamingSynthesize semantics: speech starts at the reply's first clause or first few
 words, while the brain is still writing; later segments are sentences), so the first audio waits for neither the
 first sentence nor the whole reply.
@@ -22,6 +23,7 @@ from collections.abc import AsyncIterator
 from services.common.engines import (
     AsrEngine,
     BufferPolicy,
+    Sampling,
     SessionOptions,
     StsEngine,
     StsSession,
@@ -30,11 +32,13 @@ from services.common.engines import (
     TtsEngine,
     VoiceInfo,
 )
-from services.common.errors import NotFound
+from services.common.errors import FailedPrecondition, NotFound
+from services.common.metrics import FOREIGN_REPLIES
 from services.common.voices import pick_voice
-from services.conversation.brain import ChatBrain
+from services.conversation.brain import DEFAULT_SEED, ChatBrain
 from services.conversation.brain_queue import HELD, TURN
 from services.conversation.dialogue import DialogueLimits, DialogueSession, ReplySink, UserTurn
+from services.conversation.reply_language import HeldClauses, LanguageGuard
 
 # Speak a clause once it has this many characters (before its sentence ends); speak what is buffered after this
 # long without new text. The reply's FIRST segment is cut earlier still (DialogueLimits.reply_first, from
@@ -47,6 +51,7 @@ class CascadeSession(DialogueSession):
         super().__init__(engine.service, engine.served_by, engine.asr, options, engine.limits)
         self.engine = engine
         self.voice = voice
+        self.language = LanguageGuard(voice.languages)  # the reply's text, judged before the voice reads it
 
     reads_ahead = True
     judges_words = True
@@ -64,19 +69,56 @@ class CascadeSession(DialogueSession):
         messages = self._messages(turn.text)
         deltas: asyncio.Queue[TextEvent | None] = asyncio.Queue()
 
+        async def release(text: str) -> None:
+            await sink.text(text)
+            deltas.put_nowait(TextEvent(text=text))
+
+        async def write(sampling: Sampling) -> tuple[bool, str | None]:
+            """One reply from the brain, released clause by clause as the guard passes it: (anything released,
+            the language of the text that stopped it, if any)."""
+            held = HeldClauses(self.engine.limits.reply_first.words if self.engine.limits.reply_first else 0)
+            released = ""
+            stream = self.engine.brain.stream_chat(
+                messages,
+                sampling,
+                self.max_tokens,
+                self.options.request_id,
+                kind=lambda: TURN if turn.commit_wall is not None else HELD,  # a held reply moves up at commit
+            )
+            async with contextlib.aclosing(stream) as pieces:
+                async for delta in pieces:
+                    ready = held.add(delta)
+                    if ready:
+                        foreign = self.language.foreign(ready) or self.language.foreign(released + ready)
+                        if foreign:
+                            return bool(released), foreign
+                        await release(ready)
+                        released += ready
+            rest = held.rest()
+            if rest:
+                foreign = self.language.foreign(rest) or self.language.foreign(released + rest)
+                if foreign:
+                    return bool(released), foreign
+                await release(rest)
+            return bool(released or rest), None
+
         async def think() -> None:
             try:
-                stream = self.engine.brain.stream_chat(
-                    messages,
-                    self.options.sampling,
-                    self.max_tokens,
-                    self.options.request_id,
-                    kind=lambda: TURN if turn.commit_wall is not None else HELD,  # a held reply moves up at commit
-                )
-                async with contextlib.aclosing(stream) as pieces:
-                    async for delta in pieces:
-                        await sink.text(delta)
-                        deltas.put_nowait(TextEvent(text=delta))
+                sampling = self.options.sampling
+                released, foreign = await write(sampling)
+                if foreign and not released:  # nothing said yet: ask again with another seed
+                    FOREIGN_REPLIES.labels(self.engine.service, foreign, "retried").inc()
+                    retry = dataclasses.replace(sampling, seed=(sampling.seed or DEFAULT_SEED) + 1)
+                    released, foreign = await write(retry)
+                    if foreign and not released:
+                        FOREIGN_REPLIES.labels(self.engine.service, foreign, "failed").inc()
+                        raise FailedPrecondition(
+                            f"the reply model answered in {foreign!r} twice, and the voice {self.voice.id!r} speaks"
+                            f" {', '.join(self.voice.languages)}: nothing of it was said; ask again, or set"
+                            " brain.base_url to a model that answers in the session's language"
+                        )
+                if foreign:
+                    FOREIGN_REPLIES.labels(self.engine.service, foreign, "cut").inc()  # ends at the text released
                 deltas.put_nowait(TextEvent(end=True))
             finally:
                 deltas.put_nowait(None)

@@ -14,8 +14,11 @@ import pytest
 from services.cli.fleet import LocalFleet
 from services.common.config import load_config
 from services.common.config.brain import IN_BOX_REPLY_EXAMPLES, BrainConfig
-from services.common.engines import Sampling
+from services.common.engines import Sampling, SessionOptions, VoiceInfo
 from services.conversation.brain import ChatBrain
+from services.conversation.cascade import CascadeSession, CascadeStsEngine
+from services.conversation.dialogue import DialogueLimits
+from services.conversation.dialogue.reply import UserTurn
 from tests.text_language import language_of
 
 pytestmark = [pytest.mark.timeout(300)]
@@ -30,6 +33,14 @@ COUNTRY_QUESTIONS = [
     "What language do they speak in Portugal?",
 ]
 SEEDS = (1, 2, 3)
+# Words of the examples' answers: a reply about a country that says one its question did not is the example leaking.
+EXAMPLE_WORDS = {w.strip(".,?!").lower() for _, answer in IN_BOX_REPLY_EXAMPLES for w in answer.split() if len(w) > 4}
+
+
+def test_the_examples_share_no_template_with_the_questions_asked_here():
+    for question, _ in IN_BOX_REPLY_EXAMPLES:
+        opening = question.lower().split()[:3]
+        assert all(q.lower().split()[:3] != opening for q in COUNTRY_QUESTIONS), question
 
 
 def test_the_in_box_model_is_shown_english_examples_and_a_model_of_your_own_none():
@@ -59,21 +70,31 @@ def test_examples_come_after_the_system_prompt_and_before_the_turns():
 
 @pytest.mark.background  # CPU work with no clock in it: `make test`'s background lane (scripts/test-lanes.sh)
 def test_questions_about_countries_are_answered_in_english(tmp_path):
+    """Asked about countries, the in-box brain (with its examples) is read in English by the cascade: what the
+    model writes goes through the cascade's language guard (services/conversation/reply_language.py) to a voice
+    that records what it was given to read. Every turn is read, and all of it in English."""
     fleet = LocalFleet.on_free_ports(tmp_path, ("brain",))
     system_prompt = load_config().moss_sts.default_system_prompt
     try:
         b = fleet.config.brain
         brain = ChatBrain(b.url, b.model, "test", read_timeout_s=120.0, examples=b.example_turns)
+        voice = RecordingVoice()
+        engine = CascadeStsEngine("test", None, brain, voice, DialogueLimits(echo_cancellation=False))
 
         async def ask_all() -> list[tuple[str, int, str]]:
             replies = []
             try:
                 for question in COUNTRY_QUESTIONS:
                     for seed in SEEDS:
-                        messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
-                        sampling = Sampling(seed=seed)  # the conversation's defaults
-                        text = "".join([d async for d in brain.stream_chat(messages, sampling, max_tokens=40)])
-                        replies.append((question, seed, text.strip()))
+                        sampling = Sampling(seed=seed, max_tokens=40)  # the conversation's defaults, seed aside
+                        options = SessionOptions(
+                            language="en", system_prompt=system_prompt, request_id="t", sampling=sampling
+                        )
+                        session = CascadeSession(engine, options, JOE)
+                        voice.read = ""
+                        turn = UserTurn(0, question, None, None, 0.0, 0.0)
+                        await session.generate_reply(turn, DiscardingSink())
+                        replies.append((question, seed, voice.read.strip()))
             finally:
                 await brain.close()
             return replies
@@ -86,3 +107,33 @@ def test_questions_about_countries_are_answered_in_english(tmp_path):
     assert not empty, f"replies of fewer than two words: {empty}"
     foreign = [(q, seed, text, lang) for q, seed, text, lang in judged if lang != "en"]
     assert not foreign, f"{len(foreign)} of {len(judged)} replies not in English: {foreign}"
+    said = [(q, text) for q, _, text in replies]
+    leaked = [
+        (q, t)
+        for q, t in said
+        if EXAMPLE_WORDS & ({w.strip(".,?!").lower() for w in t.split()} - set(q.lower().split()))
+    ]
+    assert not leaked, f"replies that repeat the examples: {leaked}"
+
+
+JOE = VoiceInfo("joe", "Joe", ("en-US",), 22050, "test", "piper", "")
+
+
+class RecordingVoice:
+    """Stands in for the TTS engine (not under test here): the text it was given to read."""
+
+    read = ""
+
+    async def synthesize_text_stream(self, events, options, policy):
+        async for event in events:
+            self.read += event.text
+        if False:  # an async generator that speaks nothing
+            yield None
+
+
+class DiscardingSink:
+    async def text(self, delta: str) -> None:
+        pass
+
+    async def audio(self, piece) -> None:
+        pass

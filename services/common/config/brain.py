@@ -11,10 +11,13 @@ from services.common.config.base import Section, bounded
 # them it often answers a question about a country in that country's language, which the English voice then reads:
 # 13 of 48 replies (16 questions x 3 seeds) were French, German, Spanish, Italian or Portuguese by py3langid; with
 # them 0 of 48, and an instruction ("Always answer in English.") changed nothing (docs/conversation.md#languages).
-# Two short exchanges with nothing foreign in them: a shot that names another language primed it.
+# Two short exchanges with nothing foreign in them: a shot that names another language primed it. They share no
+# template with the questions the language test asks (tests/brain/test_brain_language.py): an earlier "What is the
+# capital of Canada?" was the template of most of them, and leaked ("Where is Paris?" -> "The capital of Canada is
+# Paris.").
 IN_BOX_REPLY_EXAMPLES = (
     ("Hi, can you hear me?", "Yes, I can hear you. How can I help?"),
-    ("What is the capital of Canada?", "The capital of Canada is Ottawa."),
+    ("How long should I boil an egg?", "About nine minutes for a hard-boiled egg."),
 )
 
 
