@@ -38,7 +38,7 @@ from services.common.metrics import (
 )
 from services.gateway import protocol
 from services.gateway.protocol import ProtocolError
-from services.gateway.realtime import RealtimeConnection
+from services.gateway.realtime import RealtimeConnection, WebSocketTransport
 from services.gateway.session import Session, close_socket
 from voice.v1 import (
     audio_pb2,
@@ -468,7 +468,7 @@ class Gateway:
                 self.section,
                 self.channel,
                 metadata,
-                ws,
+                WebSocketTransport(ws),
                 request.query.get("model", ""),
                 lambda: self.voice_ids(metadata),
                 intent=request.query.get("intent", ""),
