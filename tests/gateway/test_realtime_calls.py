@@ -158,3 +158,24 @@ async def test_a_call_opens_oai_events_and_its_peer_connection_is_closed_and_cou
     await pc.close()
     assert call_id not in gw.calls and transport.pc.connectionState == "closed"
     assert ended._value.get() == before + 1
+
+
+async def test_hangup_ends_the_call_and_an_unknown_call_is_a_404(gateway):
+    base, gw = gateway
+    pc, sdp = await offer()
+    status, answer, headers = await post_sdp(base, sdp)
+    assert status == 201, answer
+    call_id = headers["Location"].rsplit("/", 1)[-1]
+    transport = gw.calls[call_id][1]
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{base}/v1/realtime/calls/{call_id}/hangup") as reply:
+            hung_up = reply.status
+        async with session.post(f"{base}/v1/realtime/calls/rtc_nope/hangup") as reply:
+            unknown = (reply.status, (await reply.json())["error"]["param"])
+    for _ in range(100):
+        if call_id not in gw.calls:
+            break
+        await asyncio.sleep(0.05)
+    await pc.close()
+    assert hung_up == 200 and unknown == (404, "call_id")
+    assert call_id not in gw.calls and transport.pc.connectionState == "closed"
