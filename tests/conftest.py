@@ -161,12 +161,16 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_terminal_summary(terminalreporter):
     """A loud line when the real-Prometheus or real-browser tests did not run: a green run without them proves less."""
-    browser = [r for r in terminalreporter.stats.get("skipped", []) if "test_gateway_browser.py" in r.nodeid]
+    browser = [
+        r
+        for r in terminalreporter.stats.get("skipped", [])
+        if "test_gateway_browser.py" in r.nodeid or "test_realtime_webrtc.py" in r.nodeid
+    ]
     if browser:
         terminalreporter.write_sep(
             "!",
             f"BROWSER TESTS SKIPPED ({len(browser)}): no chromium or no playwright; the gateway's page (Talk, barge-in,"
-            " Speak) was NOT checked in a browser. Install Debian's chromium (make test does it when run as root).",
+            " Speak, WebRTC calls) was NOT checked in a browser. Install Debian's chromium (make test does it when run as root).",
             red=True,
             bold=True,
         )

@@ -6,6 +6,8 @@ Routes:
   GET  /v1/conversation           WebSocket, one voice.v1.Conversation session (session.py, protocol.py)
   GET  /v1/realtime               WebSocket, the OpenAI Realtime protocol onto one Converse stream (realtime.py)
   POST /v1/realtime/client_secrets  a short-lived key that opens Realtime sessions (client_secrets.py)
+  POST /v1/realtime/calls         WebRTC: an SDP offer in, the answer out; the same Realtime session (webrtc.py)
+  POST /v1/realtime/calls/{id}/hangup   ends that call
   POST /v1/audio/speech           OpenAI-compatible text to speech, streamed (pcm or wav)
   POST /v1/audio/transcriptions   OpenAI-compatible transcription of an uploaded WAV
   GET  /v1/audio/voices           the fleet's voices
@@ -38,11 +40,11 @@ from services.common.metrics import (
     GATEWAY_REQUESTS,
     GATEWAY_SESSIONS,
 )
-from services.gateway import client_secrets, protocol
+from services.gateway import client_secrets, protocol, webrtc
 from services.gateway.client_secrets import ClientSecrets, SecretRefused, SecretsFull
 from services.gateway.protocol import ProtocolError
-from services.gateway.realtime import RealtimeConnection
-from services.gateway.realtime_config import RealtimeError, RealtimeSession
+from services.gateway.realtime import RealtimeConnection, WebSocketTransport
+from services.gateway.realtime_config import RealtimeError, RealtimeSession, apply_update
 from services.gateway.session import Session, close_socket
 from voice.v1 import (
     audio_pb2,
@@ -140,6 +142,7 @@ class Gateway:
         self.router_address = self.section.router or config.router.address
         self.channel: grpc.aio.Channel | None = None
         self.sessions: set[web.WebSocketResponse] = set()
+        self.calls: dict[str, tuple[asyncio.Task, webrtc.WebRTCTransport]] = {}  # WebRTC calls by id
         self._voices: tuple[float, list[str]] = (0.0, [])
         self.client_secrets = ClientSecrets(self.section.client_secret_seconds, self.section.max_client_secrets)
 
@@ -151,6 +154,8 @@ class Gateway:
         app.router.add_get("/v1/conversation", self.conversation)
         app.router.add_get("/v1/realtime", self.realtime)
         app.router.add_post("/v1/realtime/client_secrets", self.mint_client_secret)
+        app.router.add_post("/v1/realtime/calls", self.realtime_calls)
+        app.router.add_post("/v1/realtime/calls/{call_id}/hangup", self.realtime_hangup)
         app.router.add_post("/v1/audio/speech", self.speech)
         app.router.add_post("/v1/audio/transcriptions", self.transcriptions)
         app.router.add_get("/v1/audio/voices", self.voices)
@@ -169,6 +174,13 @@ class Gateway:
     async def _close_sessions(self, _app) -> None:
         for ws in list(self.sessions):
             await ws.close(code=1001, message=b"gateway shutting down")
+        for _, transport in list(self.calls.values()):
+            transport.hang_up()
+        if self.calls:
+            await asyncio.wait([task for task, _ in self.calls.values()], timeout=5)
+
+    def at_capacity(self) -> bool:
+        return len(self.sessions) + len(self.calls) >= self.section.max_sessions
 
     async def _close_channel(self, _app) -> None:
         if self.channel is not None:
@@ -541,7 +553,7 @@ class Gateway:
             protocols=("realtime",),
         )
         await ws.prepare(request)
-        if len(self.sessions) >= self.section.max_sessions:
+        if self.at_capacity():
             GATEWAY_REFUSALS.labels("max_sessions").inc()
             message = f"gateway at capacity (max_sessions={self.section.max_sessions}); retry shortly"
             error = {"type": "server_error", "code": "at_capacity", "message": message, "param": None}
@@ -556,7 +568,7 @@ class Gateway:
                 self.section,
                 self.channel,
                 metadata,
-                ws,
+                WebSocketTransport(ws),
                 request.query.get("model", ""),
                 lambda: self.voice_ids(metadata),
                 intent=request.query.get("intent", ""),
@@ -571,3 +583,110 @@ class Gateway:
             GATEWAY_SESSIONS.dec()
         GATEWAY_REQUESTS.labels("realtime", str(code)).inc()
         return ws
+
+    # --- POST /v1/realtime/calls (WebRTC, OpenAI Realtime) ---------------------------------------------------------
+    async def _call_offer(self, request: web.Request) -> tuple[str, dict | None]:
+        """(the SDP offer, the multipart form's session object or None); CallError naming the field."""
+        kind = request.content_type
+        if kind == "application/sdp":
+            return await request.text(), None
+        if kind in ("multipart/form-data", "application/x-www-form-urlencoded"):
+            try:
+                form = await request.post()
+            except (ValueError, AssertionError, KeyError):
+                raise webrtc.CallError("sdp", "the form could not be read: send 'sdp' (and 'session')") from None
+            fields = {}
+            for name in ("sdp", "session"):
+                value = form.get(name)
+                if isinstance(value, web.FileField):  # a part with a file name
+                    value = value.file.read()
+                if isinstance(value, (bytes, bytearray)):  # a part with a content type of its own (application/sdp)
+                    value = bytes(value).decode("utf-8", "replace")
+                if value is not None:
+                    fields[name] = value
+            if "sdp" not in fields:
+                raise webrtc.CallError("sdp", "sdp: required, the SDP offer as the form's 'sdp' field")
+            session = webrtc.session_field(fields["session"]) if "session" in fields else None
+            return fields["sdp"], session
+        raise webrtc.CallError(
+            "Content-Type",
+            f"Content-Type: {kind or 'none'} is not served; send the SDP offer as application/sdp (or a form,"
+            " multipart/form-data, with 'sdp' and 'session')",
+        )
+
+    async def realtime_calls(self, request: web.Request) -> web.Response:
+        auth = self.authorize_realtime(request)  # a bearer token, or a client secret and the session it opens
+        if auth.refused is not None:
+            return self._count("realtime_calls", auth.refused)
+        try:
+            sdp, session = await self._call_offer(request)
+            webrtc.check_offer(sdp)
+        except webrtc.CallError as e:
+            GATEWAY_REFUSALS.labels("bad_input").inc()
+            status = 415 if e.param == "Content-Type" else 400
+            return self._count("realtime_calls", api_error(status, e.message, param=e.param, code="invalid_value"))
+        if self.at_capacity():
+            GATEWAY_REFUSALS.labels("max_sessions").inc()
+            message = f"gateway at capacity (max_sessions={self.section.max_sessions}); retry shortly"
+            return self._count("realtime_calls", api_error(429, message, code="at_capacity"))
+        metadata = auth.metadata
+        model = request.query.get("model", "") or (session or {}).get("model") or ""
+        call_id = webrtc.new_call_id()
+        transport = webrtc.WebRTCTransport(webrtc.peer_connection(self.section.webrtc_ice_servers), call_id)
+        connection = RealtimeConnection(
+            self.section,
+            self.channel,
+            metadata,
+            transport,
+            model if isinstance(model, str) else "",
+            lambda: self.voice_ids(metadata),
+            settings=auth.settings,
+        )
+        try:
+            if session is not None:
+                out = (session.get("audio") or {}).get("output") if isinstance(session.get("audio"), dict) else None
+                voices = (
+                    (await self.voice_ids(metadata)) or None if isinstance(out, dict) and out.get("voice") else None
+                )
+                connection.settings = apply_update(
+                    connection.settings, session, False, voices, self.section.max_text_chars
+                )
+            answer = await transport.answer(sdp)
+        except RealtimeError as e:
+            await transport.close(1000, "refused")
+            GATEWAY_REFUSALS.labels("bad_input").inc()
+            param = e.param if (e.param or "").startswith("session") else f"session.{e.param}" if e.param else "session"
+            return self._count("realtime_calls", api_error(400, e.message, param=param, code=e.code))
+        except Exception as e:  # noqa: BLE001 - aiortc refusing the offer (ValueError, its own errors)
+            await transport.close(1000, "refused")
+            GATEWAY_REFUSALS.labels("bad_input").inc()
+            message = f"sdp: the offer could not be answered: {type(e).__name__}: {str(e)[:160]}"
+            return self._count("realtime_calls", api_error(400, message, param="sdp", code="invalid_value"))
+        transport.attach(connection)
+        task = asyncio.create_task(self._run_call(call_id, transport, connection), name=f"call-{call_id}")
+        self.calls[call_id] = (task, transport)
+        GATEWAY_SESSIONS.inc()
+        location = f"/v1/realtime/calls/{call_id}"
+        response = web.Response(status=201, text=answer, content_type="application/sdp", headers={"Location": location})
+        return self._count("realtime_calls", response)
+
+    async def _run_call(self, call_id: str, transport, connection: RealtimeConnection) -> None:
+        try:
+            code = await connection.run()
+        except Exception:  # a bug of ours: this call ends, the gateway and the other sessions go on
+            log.exception("realtime call %s failed", call_id)
+            code = 1011
+            await transport.close(code, "gateway error (logged)")
+        finally:
+            self.calls.pop(call_id, None)
+            GATEWAY_SESSIONS.dec()
+        GATEWAY_REQUESTS.labels("realtime_webrtc", str(code)).inc()
+
+    async def realtime_hangup(self, request: web.Request) -> web.Response:
+        if (refused := self.refuse(request)) is not None:
+            return self._count("realtime_hangup", refused)
+        call = self.calls.get(request.match_info["call_id"])
+        if call is None:
+            return self._count("realtime_hangup", api_error(404, "no such call", param="call_id", code="not_found"))
+        call[1].hang_up()
+        return self._count("realtime_hangup", web.json_response({}))

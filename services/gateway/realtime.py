@@ -13,6 +13,10 @@ context; this module turns client events into Converse requests and Converse eve
 - turn_detection null: appended audio is held here; input_audio_buffer.commit makes it a user item, response.create
   feeds it and ends the turn (ACTION_END_OF_TURN). With VAD it is fed as it comes and the stream ends turns itself.
 - One Converse turn = one user item + one response; its events map as listed in realtime_config.SERVER_EVENTS.
+- The transport is a thin adapter: ``WebSocketTransport`` here (events as JSON text messages, audio as base64 in
+  them), ``webrtc.WebRTCTransport`` for ``POST /v1/realtime/calls`` (events on the ``oai-events`` data channel, audio
+  on the media tracks). The connection handles the events the same way for both; a transport with ``media`` set takes
+  the input audio from its track (``feed_input``) and plays the reply audio (``play``) instead of the audio events.
 """
 
 from __future__ import annotations
@@ -81,6 +85,43 @@ CONVERSATION_ONLY = (
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+class WebSocketTransport:
+    """The Realtime WebSocket (``GET /v1/realtime``): client events are its text messages, server events are sent as
+    text messages, audio rides base64 in the events."""
+
+    route = "realtime"
+    media = False
+
+    def __init__(self, ws: web.WebSocketResponse):
+        self.ws = ws
+
+    async def receive(self) -> str:
+        """The next client event's text; ClientGone when the client is gone."""
+        # No idle timeout on messages: a push-to-talk client may say nothing for minutes. A client that is gone stops
+        # answering the socket's pings (aiohttp's heartbeat, every gateway.idle_timeout_seconds) and is closed.
+        message = still_open(self.ws, await self.ws.receive())
+        if message.type != WSMsgType.TEXT:
+            raise RealtimeError(
+                "binary messages are not part of the protocol: send JSON events (audio as base64 in"
+                " input_audio_buffer.append)",
+                None,
+                "invalid_event",
+            )
+        return message.data
+
+    async def send(self, text: str) -> bool:
+        """False when the client is gone."""
+        try:
+            await self.ws.send_str(text)
+            return True
+        except ConnectionResetError:
+            return False
+
+    async def close(self, code: int, reason: str) -> None:
+        if not self.ws.closed:
+            await self.ws.close(code=code, message=protocol.close_reason(reason).encode())
 
 
 @dataclass
@@ -157,16 +198,16 @@ class Response:
 
 
 class RealtimeConnection:
-    """One Realtime WebSocket <-> one Converse stream. Tasks: the socket's reader (client events, in order), the
-    router's reader (Converse events -> server events), the writer (a bounded queue -> the socket) and the keeper
-    (silence while the client sends no audio; the response watchdog)."""
+    """One Realtime session (a WebSocket, or a WebRTC call) <-> one Converse stream. Tasks: the transport's reader
+    (client events, in order), the router's reader (Converse events -> server events), the writer (a bounded queue ->
+    the transport) and the keeper (silence while the client sends no audio; the response watchdog)."""
 
     def __init__(
         self,
         section: GatewayConfig,
         channel: grpc.aio.Channel,
         metadata: tuple,
-        ws: web.WebSocketResponse,
+        transport,
         model: str,
         voices: Callable[[], Awaitable[list[str]]],
         intent: str = "",
@@ -175,7 +216,9 @@ class RealtimeConnection:
         self.section = section
         self.channel = channel
         self.metadata = metadata
-        self.ws = ws
+        self.transport = transport  # WebSocketTransport, webrtc.WebRTCTransport (None in converter-only tests)
+        self.route = getattr(transport, "route", "realtime")  # the metrics' endpoint label
+        self.media = bool(getattr(transport, "media", False))  # audio on media tracks, not in events
         self.voices = voices
         self.settings = settings or RealtimeSession(model=model or "gpt-realtime", session_id=new_id("sess"))
         if intent == "transcription":
@@ -227,8 +270,7 @@ class RealtimeConnection:
             await asyncio.gather(*self.tasks, return_exceptions=True)
         if self.close_code == protocol.SLOW_CLIENT:
             GATEWAY_REFUSALS.labels("slow_client").inc()
-        if not self.ws.closed:
-            await self.ws.close(code=self.close_code, message=protocol.close_reason(self.close_reason).encode())
+        await self.transport.close(self.close_code, self.close_reason)
         return self.close_code
 
     def fail(self, code: int, reason: str) -> None:
@@ -255,37 +297,21 @@ class RealtimeConnection:
     async def _write_socket(self) -> None:
         while (entry := await self.outbound.get()) is not None:
             event, queued = entry
-            try:
-                await self.ws.send_str(json.dumps(event))
-            except ConnectionResetError:
+            if not await self.transport.send(json.dumps(event)):
                 return
             if event["type"] == "response.output_audio.delta":
-                GATEWAY_ADDED.labels("realtime").observe(time.perf_counter() - queued)
+                GATEWAY_ADDED.labels(self.route).observe(time.perf_counter() - queued)
                 GATEWAY_MESSAGES.labels("out", "audio").inc()
             else:
                 GATEWAY_MESSAGES.labels("out", "event").inc()
 
     # --- in --------------------------------------------------------------------------------------------------------
-    async def _receive(self):
-        # No idle timeout on messages: a push-to-talk client may say nothing for minutes. A client that is gone stops
-        # answering the socket's pings (aiohttp's heartbeat, every gateway.idle_timeout_seconds) and is closed.
-        while True:
-            return still_open(self.ws, await self.ws.receive())
-
     async def _read_socket(self) -> None:
         try:
             while not self.done.is_set():
-                message = await self._receive()
                 event_id = None
                 try:
-                    if message.type != WSMsgType.TEXT:
-                        raise RealtimeError(
-                            "binary messages are not part of the protocol: send JSON events (audio as base64 in"
-                            " input_audio_buffer.append)",
-                            None,
-                            "invalid_event",
-                        )
-                    event = _parse(message.data)
+                    event = _parse(await self.transport.receive())
                     event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
                     await self.handle(event)
                 except RealtimeError as e:
@@ -339,6 +365,13 @@ class RealtimeConnection:
     # --- input audio -----------------------------------------------------------------------------------------------
     async def on_append(self, event: dict) -> None:
         _fields(event, ("audio",))
+        if self.media:
+            raise RealtimeError(
+                "over WebRTC the microphone track carries the input audio: input_audio_buffer.append is for WebSocket"
+                " sessions",
+                "type",
+                "unsupported",
+            )
         data = event.get("audio")
         if not isinstance(data, str):
             raise RealtimeError(
@@ -353,8 +386,12 @@ class RealtimeConnection:
                 f"Invalid value for 'audio': {len(raw)} bytes is not a whole number of 16-bit samples (audio/pcm).",
                 "audio",
             )
-        GATEWAY_BYTES.labels("in", "realtime").inc(len(raw))
-        pcm = self.decoder.decode(raw)
+        GATEWAY_BYTES.labels("in", self.route).inc(len(raw))
+        await self.feed_input(self.decoder.decode(raw))
+
+    async def feed_input(self, pcm: bytes) -> None:
+        """User audio at the fleet's input rate, from input_audio_buffer.append or a WebRTC microphone track: streamed
+        to the stream (VAD) or held until commit (turn_detection null); RealtimeError when the held buffer is full."""
         if self.settings.vad or not self.transcribing:  # a manual transcription is one recognition per commit
             await self._ensure_call()
         if self.settings.vad:
@@ -660,6 +697,35 @@ class RealtimeConnection:
         self.truncating[turn] = (item_id, end_ms)
         await self._control(conversation_pb2.ConversationControl.ACTION_INTERRUPT, played_ms=end_ms)
 
+    # --- output audio (WebRTC) -------------------------------------------------------------------------------------
+    async def on_output_audio_clear(self, event: dict) -> None:
+        _fields(event, ())
+        if not self.media:
+            raise RealtimeError(
+                "'output_audio_buffer.clear' is for WebRTC sessions (POST /v1/realtime/calls), where the server plays"
+                " the audio; on the WebSocket the client holds the audio it was sent: stop its playback and send"
+                " response.cancel",
+                "type",
+                "unsupported",
+            )
+        self._clear_output(always=True)
+
+    def _clear_output(self, always: bool = False) -> None:
+        """Drop the reply audio the track still holds; output_audio_buffer.cleared when there was any (or ``always``:
+        the client asked)."""
+        response_id = self.transport.clear()
+        if response_id is not None or always:
+            r = self.response
+            self.emit("output_audio_buffer.cleared", response_id=response_id or (r.id if r is not None else None))
+
+    def playout_started(self, response_id: str) -> None:
+        """The track began playing a response's audio."""
+        self.emit("output_audio_buffer.started", response_id=response_id)
+
+    def playout_stopped(self, response_id: str) -> None:
+        """The track played all of a finished response's audio."""
+        self.emit("output_audio_buffer.stopped", response_id=response_id)
+
     HANDLERS: dict = {}
 
     # --- the Converse stream ---------------------------------------------------------------------------------------
@@ -868,7 +934,11 @@ class RealtimeConnection:
                 self._start_output(response)
                 pcm = r.reply_audio.data
                 response.audio_ms += len(pcm) * 1000 / 2 / FLEET_OUTPUT_RATE
-                self._audio_delta(response, response.encoder.encode(pcm))
+                if self.media:
+                    GATEWAY_BYTES.labels("out", self.route).inc(len(pcm))
+                    self.transport.play(response.id, pcm)
+                else:
+                    self._audio_delta(response, response.encoder.encode(pcm))
         elif kind == "interrupted":
             response = self._response_of(t)
             if response is not None and not response.cancel_reason:
@@ -876,6 +946,8 @@ class RealtimeConnection:
             truncated = self.truncating.pop(t, None)
             if response is None and truncated is not None:
                 self._cut_item(*truncated, r.interrupted.heard_text)
+            if self.media:  # what the track still holds would play over the user: dropped at once
+                self._clear_output()
         elif kind == "turn_complete":
             c = r.turn_complete
             turn = self.turns.get(t)
@@ -1088,7 +1160,7 @@ class RealtimeConnection:
 
     def _audio_delta(self, response: Response, data: bytes) -> None:
         if data:
-            GATEWAY_BYTES.labels("out", "realtime").inc(len(data))
+            GATEWAY_BYTES.labels("out", self.route).inc(len(data))
             self.emit("response.output_audio.delta", **self._part_ids(response), delta=base64.b64encode(data).decode())
 
     def _finish(self, response: Response, status: str, text: str, interrupted: bool = False, error=None) -> None:
@@ -1097,7 +1169,9 @@ class RealtimeConnection:
         self.response = None
         output = []
         if response.started:
-            if response.modalities == ["audio"]:
+            if response.modalities == ["audio"] and self.media:
+                self.transport.play_end(response.id)
+            elif response.modalities == ["audio"]:
                 self._audio_delta(response, response.encoder.encode(b"", last=True))
             text = text if (interrupted or text) else "".join(response.text)
             ids = self._part_ids(response)
@@ -1218,4 +1292,5 @@ RealtimeConnection.HANDLERS = {
     "conversation.item.create": RealtimeConnection.on_item_create,
     "conversation.item.retrieve": RealtimeConnection.on_item_retrieve,
     "conversation.item.truncate": RealtimeConnection.on_item_truncate,
+    "output_audio_buffer.clear": RealtimeConnection.on_output_audio_clear,
 }

@@ -86,7 +86,8 @@ CLIENT_EVENTS: dict[str, tuple[str, str]] = {
     "input_audio_buffer.append": (
         SUPPORTED,
         "decoded (pcm 24 kHz, pcmu/pcma 8 kHz), resampled to 16 kHz; streamed to the Converse stream (VAD) or held"
-        " until response.create (turn_detection null)",
+        " until response.create (turn_detection null); over WebRTC the microphone track is the input (Opus at 48 kHz,"
+        " resampled to 16 kHz, taken the same way) and append is refused",
     ),
     "input_audio_buffer.commit": (
         MAPPED,
@@ -116,7 +117,11 @@ CLIENT_EVENTS: dict[str, tuple[str, str]] = {
         " output_modalities and metadata are honoured, other per-response overrides refused",
     ),
     "response.cancel": (MAPPED, "ACTION_INTERRUPT: the reply stops, response.done says cancelled"),
-    "output_audio_buffer.clear": (REFUSED, "WebRTC/SIP only in the protocol; this route is a WebSocket"),
+    "output_audio_buffer.clear": (
+        SUPPORTED,
+        "WebRTC: drops the reply audio the track still holds (output_audio_buffer.cleared; response.cancel stops the"
+        " reply itself); refused on the WebSocket, where the client holds the audio it was sent",
+    ),
 }
 
 SERVER_EVENTS: dict[str, tuple[str, str]] = {
@@ -167,7 +172,11 @@ SERVER_EVENTS: dict[str, tuple[str, str]] = {
     "response.output_item.done": (SUPPORTED, "the assistant message as the context keeps it"),
     "response.content_part.added": (SUPPORTED, "one audio (or text) part per reply"),
     "response.content_part.done": (SUPPORTED, "with the reply's transcript (what was heard, when interrupted)"),
-    "response.output_audio.delta": (SUPPORTED, "the Converse reply audio, paced at playback, in the output format"),
+    "response.output_audio.delta": (
+        SUPPORTED,
+        "the Converse reply audio, paced at playback, in the output format (WebSocket; over WebRTC it plays on the"
+        " audio track instead)",
+    ),
     "response.output_audio.done": (SUPPORTED, "at the Converse turn's end"),
     "response.output_audio_transcript.delta": (SUPPORTED, "the Converse reply text"),
     "response.output_audio_transcript.done": (SUPPORTED, "the reply text the context keeps"),
@@ -184,9 +193,15 @@ SERVER_EVENTS: dict[str, tuple[str, str]] = {
     "mcp_list_tools.completed": (NOT_SENT, "tools are refused"),
     "mcp_list_tools.failed": (NOT_SENT, "tools are refused"),
     "rate_limits.updated": (NOT_SENT, "the fleet has no token rate limits; admission refuses with an error"),
-    "output_audio_buffer.started": (NOT_SENT, "WebRTC/SIP only"),
-    "output_audio_buffer.stopped": (NOT_SENT, "WebRTC/SIP only"),
-    "output_audio_buffer.cleared": (NOT_SENT, "WebRTC/SIP only"),
+    "output_audio_buffer.started": (SUPPORTED, "WebRTC: the audio track began playing a response's audio"),
+    "output_audio_buffer.stopped": (
+        SUPPORTED,
+        "WebRTC: the audio track played the last of a finished response's audio",
+    ),
+    "output_audio_buffer.cleared": (
+        SUPPORTED,
+        "WebRTC: the track's queued reply audio was dropped (output_audio_buffer.clear, a barge-in, response.cancel)",
+    ),
     "error": (SUPPORTED, "type, code, message, param naming the field, event_id of the client event"),
 }
 

@@ -72,7 +72,8 @@ def test_handlers_are_the_table_and_emitted_events_are_the_sent_ones():
     handled = {k for k, (status, _) in CLIENT_EVENTS.items() if status != REFUSED}
     assert set(realtime.RealtimeConnection.HANDLERS) == handled
     source = Path(realtime.__file__).read_text()
-    named = set(re.findall(r'"((?:session|input_audio_buffer|conversation|response)\.[a-z_.]+|error)"', source))
+    prefixes = "session|input_audio_buffer|output_audio_buffer|conversation|response"
+    named = set(re.findall(rf'"((?:{prefixes})\.[a-z_.]+|error)"', source))
     emitted = named & set(SERVER_EVENTS)
     sent = {k for k, (status, _) in SERVER_EVENTS.items() if status != NOT_SENT}
     assert emitted == sent, emitted ^ sent

@@ -46,6 +46,10 @@ class GatewayConfig(Section):
     # live at once in this process (past it, minting is refused with 429 until some expire).
     client_secret_seconds: float = bounded(600.0, gt=0, le=7200)
     max_client_secrets: int = bounded(10_000, ge=1, le=1_000_000)
+    # STUN servers of WebRTC calls (POST /v1/realtime/calls), "stun:stun.example.org:3478". Empty: the gateway offers
+    # its host addresses only, so the browser must reach them (the same host or network); behind NAT, add a STUN server
+    # (TURN, which needs credentials, is not configurable yet).
+    webrtc_ice_servers: Names = Field(default_factory=list)
 
     @field_validator("router")
     @classmethod
@@ -61,6 +65,14 @@ class GatewayConfig(Section):
             if not (origin == "*" or (origin.startswith(("http://", "https://")) and not origin.endswith("/"))):
                 raise ValueError(f"each must be '*' or scheme://host[:port] without a trailing slash, got {origin!r}")
         return origins
+
+    @field_validator("webrtc_ice_servers")
+    @classmethod
+    def _ice_servers(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith("stun:"):
+                raise ValueError(f"each must be a stun: URL (stun:host:port), got {url!r}")
+        return urls
 
     @model_validator(mode="after")
     def _ports(self):

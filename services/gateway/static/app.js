@@ -1,5 +1,6 @@
-// The page: Talk (microphone -> conversation WebSocket -> reply audio) and Speak (text -> /v1/audio/speech).
-// One AudioContext at 16 kHz for capture and playback; the WebSocket protocol is in docs/gateway.md.
+// The page: Talk (microphone -> conversation WebSocket -> reply audio, or the OpenAI Realtime API over WebRTC) and
+// Speak (text -> /v1/audio/speech). One AudioContext at 16 kHz for capture and playback; the protocols are in
+// docs/gateway.md.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -11,10 +12,16 @@ let socket = null;
 let mic = null;
 let capture = null;
 let muted = false;
+// WebRTC mode (OpenAI's browser flow against /v1/realtime/calls): the peer connection, its oai-events channel, and the
+// reply track's source in the page's audio graph.
+let pc = null;
+let events = null;
+let remoteSource = null;
+let remoteElement = null;
 
 // What the page played, for tests and anyone curious: window.voicefleet.tapStart() / tapTake().
-const tapState = { on: false, chunks: [], samples: 0, marks: {} };
-const status = { events: [], turns: [], speakDone: 0, drained: 0, flushedSamples: [] };
+const tapState = { on: false, chunks: [], samples: 0, marks: {}, lastSound: 0 };
+const status = { events: [], turns: [], speakDone: 0, drained: 0, flushedSamples: [], mode: "websocket" };
 
 function showError(text) {
   $("error").textContent = text;
@@ -38,6 +45,7 @@ async function audio() {
     if (!tapState.on) return;
     tapState.chunks.push(e.data);
     tapState.samples += e.data.length;
+    if (e.data.some((x) => Math.abs(x) > 0.03)) tapState.lastSound = tapState.samples;
   };
   await ctx.resume();
 }
@@ -88,12 +96,21 @@ function send(message) {
   if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify(message));
 }
 
+function sendEvent(event) {
+  if (events && events.readyState === "open") events.send(JSON.stringify(event));
+}
+
 async function startTalking() {
   showError("");
   await audio();
   mic = await navigator.mediaDevices.getUserMedia({
     audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 },
   });
+  status.mode = $("talk-transport").value;
+  if (status.mode === "webrtc") {
+    await startWebRTC();
+    return;
+  }
   const source = ctx.createMediaStreamSource(mic);
   capture = new AudioWorkletNode(ctx, "capture", { numberOfOutputs: 1, outputChannelCount: [1] });
   const silent = ctx.createGain();
@@ -189,9 +206,123 @@ function onEvent(m) {
   }
 }
 
+// --- Talk over WebRTC: OpenAI's browser flow (docs/gateway.md#webrtc-post-v1realtimecalls) ----------------------------
+async function startWebRTC() {
+  pc = new RTCPeerConnection();
+  pc.ontrack = (e) => {
+    const stream = e.streams[0] || new MediaStream([e.track]);
+    // Chrome hands a remote track to Web Audio only while a media element holds it too; the element is muted and
+    // the reply plays through the page's audio graph (where the tap hears it).
+    remoteElement = new Audio();
+    remoteElement.muted = true;
+    remoteElement.srcObject = stream;
+    remoteElement.play().catch(() => {});
+    remoteSource = ctx.createMediaStreamSource(stream);
+    remoteSource.connect(tap);
+  };
+  for (const track of mic.getAudioTracks()) pc.addTrack(track, mic);
+  events = pc.createDataChannel("oai-events");
+  events.onopen = () => {
+    const session = {
+      type: "realtime",
+      instructions: $("system").value,
+      audio: { input: { transcription: { model: "whisper-1", language: "en" } }, output: {} },
+    };
+    if ($("talk-voice").value) session.audio.output.voice = $("talk-voice").value;
+    events.send(JSON.stringify({ type: "session.update", session }));
+    $("state").textContent = "listening";
+  };
+  events.onmessage = (e) => onRealtimeEvent(JSON.parse(e.data));
+  events.onclose = () => {
+    if (pc) stopTalking();
+  };
+  pc.onconnectionstatechange = () => {
+    if (pc && pc.connectionState === "failed") {
+      showError("WebRTC connection failed");
+      stopTalking();
+    }
+  };
+  await pc.setLocalDescription(await pc.createOffer());
+  const r = await fetch("/v1/realtime/calls", {
+    method: "POST",
+    body: pc.localDescription.sdp,
+    headers: { "Content-Type": "application/sdp", ...authHeaders() },
+  });
+  if (r.status !== 201) {
+    const error = await r.json().catch(() => ({ error: { message: r.statusText } }));
+    stopTalking();
+    showError(`call refused: ${r.status} ${error.error.message}`);
+    return;
+  }
+  status.call = r.headers.get("Location");
+  await pc.setRemoteDescription({ type: "answer", sdp: await r.text() });
+  setTalking(true);
+}
+
+let lastUserText = "";
+
+function onRealtimeEvent(m) {
+  status.events.push(m);
+  switch (m.type) {
+    case "input_audio_buffer.speech_started":
+      $("state").textContent = "listening (speech)";
+      break;
+    case "response.created":
+      $("state").textContent = "thinking";
+      $("reply-text").textContent = "";
+      break;
+    case "conversation.item.input_audio_transcription.completed":
+      lastUserText = m.transcript;
+      $("user-text").textContent = m.transcript;
+      break;
+    case "response.output_audio_transcript.delta":
+    case "response.output_text.delta":
+      $("reply-text").textContent += m.delta;
+      break;
+    case "output_audio_buffer.started":
+      if (tapState.marks.replyStarted === undefined) tapState.marks.replyStarted = tapState.samples;
+      $("state").textContent = "speaking";
+      break;
+    case "output_audio_buffer.stopped":
+      status.drained += 1;
+      $("state").textContent = "listening";
+      break;
+    case "output_audio_buffer.cleared":
+      tapState.marks.flush = tapState.samples;
+      $("state").textContent = "interrupted";
+      break;
+    case "response.done": {
+      const r = m.response;
+      const part = r.output[0] && r.output[0].content[0];
+      const said = part ? part.transcript || part.text || "" : "";
+      status.turns.push({ status: r.status, user_text: lastUserText, reply_text: said, response_id: r.id });
+      const row = document.createElement("tr");
+      const cells = [status.turns.length, lastUserText, said + (r.status === "cancelled" ? " (interrupted)" : ""), "", "", r.status];
+      for (const c of cells) {
+        const td = document.createElement("td");
+        td.textContent = c;
+        row.appendChild(td);
+      }
+      $("turns").appendChild(row);
+      break;
+    }
+    case "error":
+      showError(`realtime: ${m.error.code}: ${m.error.message}`);
+      break;
+  }
+}
+
 function stopTalking() {
   if (socket && socket.readyState <= WebSocket.OPEN) socket.close(1000, "hang up");
   socket = null;
+  if (events) events.close();
+  events = null;
+  if (pc) pc.close();
+  pc = null;
+  if (remoteSource) remoteSource.disconnect();
+  remoteSource = null;
+  if (remoteElement) remoteElement.srcObject = null;
+  remoteElement = null;
   if (mic) mic.getTracks().forEach((t) => t.stop());
   mic = null;
   if (capture) capture.disconnect();
@@ -206,6 +337,8 @@ function stopTalking() {
 function toggleMute() {
   muted = !muted;
   send({ type: muted ? "mute" : "unmute" });
+  // WebRTC: a disabled track sends silence.
+  if (pc && mic) for (const track of mic.getAudioTracks()) track.enabled = !muted;
   $("talk-mute").textContent = muted ? "Unmute" : "Mute";
   $("talk-mute").setAttribute("aria-pressed", String(muted));
 }
@@ -278,7 +411,10 @@ window.voicefleet = {
     tapState.chunks = [];
     tapState.samples = 0;
     tapState.marks = {};
+    tapState.lastSound = 0;
   },
+  // Seconds of silence at the end of what was tapped (what is still arriving plays within them).
+  tapQuiet: () => (tapState.samples - tapState.lastSound) / (ctx ? ctx.sampleRate : RATE),
   // Everything tapped since tapStart as base64 s16le, and the sample indexes of marks (flush, audioAfterFlush).
   tapTake() {
     const all = new Int16Array(tapState.samples);
@@ -297,7 +433,12 @@ $("talk-mute").onclick = toggleMute;
 $("talk-interrupt").onclick = () => {
   send({ type: "interrupt" });
   flushPlayback();
+  sendEvent({ type: "response.cancel" });
+  sendEvent({ type: "output_audio_buffer.clear" });
 };
-$("talk-end-turn").onclick = () => send({ type: "end_of_turn" });
+$("talk-end-turn").onclick = () => {
+  send({ type: "end_of_turn" });
+  sendEvent({ type: "input_audio_buffer.commit" });
+};
 $("speak-play").onclick = () => speak().catch((e) => showError(`speak: ${e}`));
 loadVoices();

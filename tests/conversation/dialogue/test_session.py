@@ -5,6 +5,7 @@ barge-in by a stop word, a backchannel that does not interrupt, a turn that runs
 from __future__ import annotations
 
 from services.common.engines import (
+    INTERRUPT,
     INTERRUPTED,
     REPLY_TEXT,
     STATE,
@@ -12,7 +13,6 @@ from services.common.engines import (
     TURN_COMPLETE,
     TURN_ERROR,
     USER_TRANSCRIPT,
-    INTERRUPT,
     BargeIn,
     SessionOptions,
 )
