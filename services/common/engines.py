@@ -75,6 +75,16 @@ class AudioPiece:
     # alignment), in order; () when it does not say. What a caller heard of a cut reply is counted with it.
     word_ends: tuple[tuple[int, int], ...] = ()
 
+    def shifted(self, chars: int) -> AudioPiece:
+        """The same piece with its text positions (span and word ends) ``chars`` further on: a segment's piece placed
+        in the whole text."""
+        return dataclasses.replace(
+            self,
+            text_start=self.text_start + chars,
+            text_end=self.text_end + chars,
+            word_ends=tuple((char + chars, sample) for char, sample in self.word_ends),
+        )
+
 
 class TtsEngine(abc.ABC):
     """Text to speech. One instance serves many concurrent streams."""
@@ -117,9 +127,7 @@ class TtsEngine(abc.ABC):
             async for segment in segments:
                 async with contextlib.aclosing(speak(segment.text, options)) as pieces:
                     async for piece in pieces:
-                        yield dataclasses.replace(
-                            piece, text_start=piece.text_start + segment.start, text_end=piece.text_end + segment.start
-                        )
+                        yield piece.shifted(segment.start)
 
     #: Where the first segment of streaming text is cut (its chunking config's rule; services.common.text
     #: FirstSegment). None: the first segment is cut like every other (the caller's BufferPolicy alone).

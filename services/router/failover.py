@@ -241,9 +241,7 @@ class RoutedTts(TtsEngine):
                             if piece is _DONE:
                                 return
                             last_audio = time.monotonic()
-                            piece = dataclasses.replace(
-                                piece, text_start=base + piece.text_start, text_end=base + piece.text_end
-                            )
+                            piece = piece.shifted(base)
                             spoken_end = max(spoken_end, piece.text_end)
                             received = time.perf_counter()
                             yield piece

@@ -96,3 +96,21 @@ async def test_audio_cut_where_a_word_ends_says_the_text_up_to_that_word(piper):
         said = SENTENCE[:char]
         heard = listen(pcm[: 2 * sample], pieces[0].sample_rate_hz)
         assert wer(said, heard) <= INTELLIGIBLE, (said, heard)
+
+
+async def test_streamed_text_places_its_words_in_the_whole_text(piper):
+    """A reply streamed word by word (the cascade's path): each segment's word ends are positions in the whole reply,
+    not in the segment (they were, and a cut reply then kept only its first sentence)."""
+    from services.common.engines import BufferPolicy, TextEvent
+
+    async def deltas():
+        for i, word in enumerate(SENTENCE.split(" ")):
+            yield TextEvent(text=(" " if i else "") + word)
+        yield TextEvent(end=True)
+
+    stream = piper.synthesize_text_stream(deltas(), SynthesisOptions(voice="joe"), BufferPolicy(min_chars=20))
+    pieces = [p async for p in stream]
+    assert len(pieces) > 1
+    chars = [char for p in pieces for char, _ in p.word_ends]
+    assert chars == [m.end() for m in re.finditer(r"\S+", SENTENCE)]
+    assert all(p.text_start < char <= p.text_end for p in pieces for char, _ in p.word_ends)

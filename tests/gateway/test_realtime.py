@@ -22,7 +22,11 @@ pytestmark = [pytest.mark.realtime, pytest.mark.timeout(300)]
 # clearly). Not test_gateway.py's dog story: its seeded reply is cut for the voice at "... tail and | he loved ...",
 # and piper says a segment's lone first "he" so that the strict listener hears "eat" (WER 0.12-0.38 on 2026-11-28).
 QUESTION = "Please tell me a short story about a friendly cat."
-SUNNY = "What do you like to do on a sunny day?"
+# The manual turn's question. Its reply is checked by the strict listener like any; the earlier "What do you like to do
+# on a sunny day?" drew "I like to spend time outdoors, hiking and fishing." once the brain's examples changed
+# (2026-11-29), whose "outdoors" whisper base heard as "out boars" on a knife edge: the same audio without its last
+# 5 ms was heard right. The voice is judged on sentence sets elsewhere (tests/cosyvoice_tts); here it is the route.
+RELAX = "What is a good way to relax after work?"
 CLEARED = "What is the tallest mountain in the world?"
 TYPED = "Please tell me a short story about a friendly horse."
 # A phrase with a pause in it, after a word that does not end a sentence: one turn for semantic_vad.
@@ -46,7 +50,7 @@ def said(gateway_fleet) -> dict[str, bytes]:
     client = openai.OpenAI(base_url=url(gateway_fleet), api_key="unused", max_retries=5, timeout=120)
     return {
         text: client.audio.speech.create(model="tts-1", voice="joe", input=text, response_format="pcm").content
-        for text in (QUESTION, SUNNY, CLEARED, *PAUSED, *DICTATED)
+        for text in (QUESTION, RELAX, CLEARED, *PAUSED, *DICTATED)
     }
 
 
@@ -224,7 +228,7 @@ async def test_bad_events_get_errors_and_the_session_goes_on_with_manual_turns(g
         await append(connection, said[CLEARED], 48, paced=False)
         await connection.input_audio_buffer.clear()
         await next_event(connection, "input_audio_buffer.cleared")
-        await append(connection, said[SUNNY], 48, paced=False)
+        await append(connection, said[RELAX], 48, paced=False)
         await connection.input_audio_buffer.commit()
         committed = await next_event(connection, "input_audio_buffer.committed")
         added = await next_event(connection, "conversation.item.added")
@@ -278,7 +282,7 @@ async def test_bad_events_get_errors_and_the_session_goes_on_with_manual_turns(g
     assert not of(text_only, "response.output_audio.delta")  # text only: no audio went out
     user = of(manual, "conversation.item.input_audio_transcription.completed")[0]
     assert user.item_id == committed.item_id
-    assert wer(SUNNY, user.transcript) <= 0.2, user.transcript  # the cleared question is not in it
+    assert wer(RELAX, user.transcript) <= 0.2, user.transcript  # the cleared question is not in it
     assert retrieved.item.content[0].transcript == user.transcript
     transcript, pcm = check_spoken_reply(manual)
     error, heard = intelligible(transcript, pcm, 24_000)

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from tests.conftest import start_fleet
-from tests.gateway.test_realtime import CLEARED, SUNNY, SYSTEM, check_spoken_reply, connect, next_event, of, url
+from tests.gateway.test_realtime import CLEARED, RELAX, SYSTEM, check_spoken_reply, connect, next_event, of, url
 from tests.gateway.test_realtime import speak_until as _speak_until
 from tests.speech import INTELLIGIBLE, intelligible, wer
 
@@ -70,7 +70,7 @@ async def test_the_same_session_is_answered_by_the_fallback_after_moss_sts_is_ki
     # The questions said by the fleet (cosyvoice_tts's piper); a 429 with its retry hint just after the start is retried.
     speech = openai.OpenAI(base_url=url(fleet), api_key="unused", max_retries=5, timeout=120).audio.speech
     said = {
-        q: speech.create(model="tts-1", voice="joe", input=q, response_format="pcm").content for q in (CLEARED, SUNNY)
+        q: speech.create(model="tts-1", voice="joe", input=q, response_format="pcm").content for q in (CLEARED, RELAX)
     }
     before = failovers(fleet)
     async with connect(fleet) as connection:
@@ -97,11 +97,11 @@ async def test_the_same_session_is_answered_by_the_fallback_after_moss_sts_is_ki
         # The router sees its Converse stream to moss_sts break and moves the session to its cascade (counted).
         assert await moved(fleet, before), "the router never failed over"
 
-        second = await spoken_turn(connection, said[SUNNY], SUNNY)
+        second = await spoken_turn(connection, said[RELAX], RELAX)
         # The same session and conversation: both user items and both replies are in it.
         user_items = [of(turns, "input_audio_buffer.committed")[-1].item_id for turns in (first, second)]
         assert user_items[0] != user_items[1]
-        for item_id, question in zip(user_items, (CLEARED, SUNNY), strict=True):
+        for item_id, question in zip(user_items, (CLEARED, RELAX), strict=True):
             await connection.conversation.item.retrieve(item_id=item_id)
             retrieved = await next_event(connection, "conversation.item.retrieved")
             assert retrieved.item.id == item_id and retrieved.item.role == "user", retrieved
