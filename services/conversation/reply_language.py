@@ -41,6 +41,11 @@ DRIFTS = ("en", "fr", "de", "es", "it", "pt", "nl")
 FOREIGN_CONFIDENCE = 0.75
 #: Text held without a clause mark is judged once it is this long (the voice's own buffering: 40 characters).
 MAX_HELD_CHARS = 40
+#: Text with fewer letters is not judged (it passes): "2 plus 2" scored French at 0.91; from 10 letters on, none of
+#: the English openings tried scored another language at 0.75 ("2 plus 2 equals" French 0.50), while "El primer
+#: capital" scored Spanish 0.82, "Die Hauptstadt" German 0.91 (2026-11-29). The first text is held until it has this
+#: many letters too (or a clause ends): a few ms of the first words' latency, one token at most.
+MIN_JUDGED_LETTERS = 10
 _CLAUSE_END = re.compile(r"[,;:.!?\u2026](\s|$)")
 _COMPLETE_WORD = re.compile(r"\S+\s")  # a word with the whitespace after it: complete
 
@@ -54,7 +59,7 @@ class LanguageGuard:
 
     def foreign(self, text: str) -> str | None:
         """The language ``text`` is confidently written in, when the voice does not speak it; else None."""
-        if not any(c.isalpha() for c in text):
+        if sum(c.isalpha() for c in text) < MIN_JUDGED_LETTERS:
             return None
         language, confidence = self._identifier.classify(text)
         if confidence < FOREIGN_CONFIDENCE or any(tags.matches(language, t) for t in self.languages):
@@ -79,17 +84,22 @@ class HeldClauses:
             cut = ends[-1].end()
         elif len(self._held) >= MAX_HELD_CHARS:
             cut = len(self._held)
-        elif (
-            self._first
-            and self._first_words
-            and len(words := list(_COMPLETE_WORD.finditer(self._held))) >= (self._first_words)
-        ):
-            cut = words[self._first_words - 1].end()
+        elif self._first and self._first_words and (first := self._first_cut()):
+            cut = first
         else:
             return ""
         ready, self._held = self._held[:cut], self._held[cut:]
         self._first = False
         return ready
+
+    def _first_cut(self) -> int:
+        """Where the first text can go: after ``first_words`` complete words and MIN_JUDGED_LETTERS letters (0: not
+        yet)."""
+        words = list(_COMPLETE_WORD.finditer(self._held))
+        for n, word in enumerate(words, 1):
+            if n >= self._first_words and sum(c.isalpha() for c in self._held[: word.end()]) >= MIN_JUDGED_LETTERS:
+                return word.end()
+        return 0
 
     def rest(self) -> str:
         rest, self._held = self._held, ""

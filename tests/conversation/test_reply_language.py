@@ -23,7 +23,14 @@ ENGLISH = "The capital of Spain is Madrid. It is a big city."
 
 def test_english_passes_and_a_confident_other_language_does_not():
     guard = LanguageGuard(("en-US",))
-    for text in ("Sure,", "The capital", "Madrid is the capital of Spain.", "Berlin is", "I think so,"):
+    for text in (
+        "Sure,",
+        "The capital",
+        "Madrid is the capital of Spain.",
+        "Berlin is",
+        "I think so,",
+        "2 plus 2 is 4.",
+    ):
         assert guard.foreign(text) is None, text
     assert guard.foreign("El primer capital del país,") == "es"
     assert guard.foreign("Berlin ist die Hauptstadt.") == "de"
@@ -33,8 +40,18 @@ def test_english_passes_and_a_confident_other_language_does_not():
 
 def test_text_is_held_until_a_clause_ends_and_the_first_text_after_the_first_words():
     held = HeldClauses(first_words=2)
-    assert [held.add(d) for d in ("The", " capital", " of")] == ["", "", "The capital "]  # "capital" is complete
+    # two complete words with 10 letters: "The capital " (a shorter start waits for its next word)
+    assert [held.add(d) for d in ("The", " capital", " of")] == ["", "", "The capital "]
     assert [held.add(d) for d in (" Spain", " is", " Madrid", ".")] == ["", "", "", "of Spain is Madrid."]
+    short = HeldClauses(first_words=2)
+    assert [short.add(d) for d in ("2", " plus", " 2", " is", " four", " now")] == [
+        "",
+        "",
+        "",
+        "",
+        "",
+        "2 plus 2 is four ",
+    ]
     assert [held.add(d) for d in (" It", " is", " big")] == ["", "", ""]  # not the first text: a clause, no words
     assert held.rest() == " It is big"
 
