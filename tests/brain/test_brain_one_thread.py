@@ -91,8 +91,10 @@ async def test_concurrent_streaming_requests_run_the_model_on_one_thread(monkeyp
         return evaluate(self, tokens)
 
     monkeypatch.setattr(llama_cpp.Llama, "eval", recording_eval)
+    # n_threads 1, the shipped brain.n_threads: with 2 OpenMP threads on cores busy with the rest of `make test`
+    # (its other lane), the four replies took over 180 s once (2026-11-29); 23 s on a quiet machine.
     model = ModelSettings(
-        model=str(smollm2_path()), model_alias="brain", n_ctx=512, n_threads=2, verbose=False, logits_all=False
+        model=str(smollm2_path()), model_alias="brain", n_ctx=512, n_threads=1, verbose=False, logits_all=False
     )
     server = app.create_app(server_settings=ServerSettings(interrupt_requests=False), model_settings=[model])
 
