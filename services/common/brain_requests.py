@@ -84,10 +84,12 @@ class RankedPlaces:
 
 
 def brain_workers(b) -> int:
-    """How many model processes the in-box brain runs (BrainConfig ``b``): ``workers``, or one per core (0)."""
+    """How many model processes the in-box brain runs (BrainConfig ``b``): ``workers``, or (0) one per two cores, at
+    least one. On 2 cores a second worker served 1-2 conversations no faster (bench/results/conversation-load-
+    2026-11-29-workers/: the cores, shared with the recognizer and the voice, are the limit) and cost 240 MB."""
     from services.common.scheduler import cpu_cores
 
-    return b.workers or cpu_cores()
+    return b.workers or max(1, cpu_cores() // 2)
 
 
 def brain_places(b) -> int:

@@ -54,7 +54,8 @@ class BrainConfig(Section):
     # (services/brain/llama_server.cache_states_without_logits): 4 sessions x 10 turns held 55-64 MiB, where the
     # entries held 438-601 MiB before (bench/results/brain-memory-2026-11-28/). docs/conversation.md#the-brain.
     prompt_cache_mb: int = bounded(64, ge=0, le=65_536, says="must be 0 (off) or 1..65536 MiB")
-    # Model processes of the in-box brain (0 = one per core), each serving one request at a time on n_threads,
+    # Model processes of the in-box brain (0 = one per two cores, at least one: on 2 cores a second one served 1-2
+    # conversations no faster and cost 240 MB), each serving one request at a time on n_threads,
     # behind one port (services/brain/front.py: requests to a free worker, a committed turn's reply first, a
     # conversation back to the worker that holds its prompt cache). The GGUF is mapped once; each worker adds its
     # context and prompt cache (prompt_cache_mb each).
