@@ -36,6 +36,13 @@ DICTATED = ("The quick brown fox jumps over the lazy dog.", "The children are pl
 SYSTEM = "You are a friendly voice assistant. Answer in English, in one or two short sentences."
 # A microphone's appends: 100 ms each (clients send 20-100 ms); fewer messages leave the 2-core fleet more CPU.
 CHUNK_MS = 100
+# A spoken session: the system prompt, short replies, the user's transcript in English, the fleet's piper voice.
+SPOKEN_SESSION = {
+    "type": "realtime",
+    "instructions": SYSTEM,
+    "max_output_tokens": 40,
+    "audio": {"input": {"transcription": {"model": "whisper-1", "language": "en"}}, "output": {"voice": "joe"}},
+}
 EVENT_WAIT_S = 90  # the longest wait for any one event (a CPU fleet answering); never a timing assert
 
 
@@ -122,17 +129,7 @@ async def test_spoken_question_gets_transcript_reply_audio_and_done(gateway_flee
     async with connect(gateway_fleet) as connection:
         created = await next_event(connection, "session.created")
         assert created.session.audio.input.turn_detection.type == "server_vad"
-        await connection.session.update(
-            session={
-                "type": "realtime",
-                "instructions": SYSTEM,
-                "max_output_tokens": 40,
-                "audio": {
-                    "input": {"transcription": {"model": "whisper-1", "language": "en"}},
-                    "output": {"voice": "joe"},
-                },
-            }
-        )
+        await connection.session.update(session=SPOKEN_SESSION)
         updated = await next_event(connection, "session.updated")
         assert updated.session.audio.output.voice == "joe" and updated.session.instructions == SYSTEM
         events = await speak_until(connection, said[QUESTION], "response.done")

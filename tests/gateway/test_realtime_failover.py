@@ -16,7 +16,16 @@ import openai
 import pytest
 
 from tests.conftest import start_fleet
-from tests.gateway.test_realtime import CLEARED, RELAX, SYSTEM, check_spoken_reply, connect, next_event, of, url
+from tests.gateway.test_realtime import (
+    CLEARED,
+    RELAX,
+    SPOKEN_SESSION,
+    check_spoken_reply,
+    connect,
+    next_event,
+    of,
+    url,
+)
 from tests.gateway.test_realtime import speak_until as _speak_until
 from tests.speech import INTELLIGIBLE, intelligible, wer
 
@@ -75,17 +84,7 @@ async def test_the_same_session_is_answered_by_the_fallback_after_moss_sts_is_ki
     before = failovers(fleet)
     async with connect(fleet) as connection:
         await next_event(connection, "session.created")
-        await connection.session.update(
-            session={
-                "type": "realtime",
-                "instructions": SYSTEM,
-                "max_output_tokens": 40,
-                "audio": {
-                    "input": {"transcription": {"model": "whisper-1", "language": "en"}},
-                    "output": {"voice": "joe"},
-                },
-            }
-        )
+        await connection.session.update(session=SPOKEN_SESSION)
         await next_event(connection, "session.updated")
         # moss_sts's reply is not what is under test here (the strict listener judges it in test_realtime.py).
         first = await spoken_turn(connection, said[CLEARED], CLEARED, listened=False)

@@ -16,6 +16,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from tests.gateway.test_realtime import SPOKEN_SESSION, SYSTEM
 from tests.speech import INTELLIGIBLE, intelligible, wer
 
 pytestmark = [pytest.mark.realtime, pytest.mark.timeout(300)]
@@ -23,7 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("realtime_client.mjs")
 # test_realtime.py's question: the CPU voice says its replies clearly.
 QUESTION = "Please tell me a short story about a friendly cat."
-SYSTEM = "You are a friendly voice assistant. Answer in English, in one or two short sentences."
 
 
 def node() -> str:
@@ -42,15 +42,7 @@ def test_the_openai_npm_client_does_a_spoken_turn_with_a_client_secret(gateway_f
         backend.audio.speech.create(model="tts-1", voice="joe", input=QUESTION, response_format="pcm").content
     )
     secret = backend.realtime.client_secrets.create(
-        session={
-            "type": "realtime",
-            "instructions": SYSTEM,
-            "max_output_tokens": 40,
-            "audio": {
-                "input": {"transcription": {"model": "whisper-1", "language": "en"}},
-                "output": {"voice": "joe"},
-            },
-        },
+        session=SPOKEN_SESSION,
         expires_after={"anchor": "created_at", "seconds": 600},
     )
     reply = tmp_path / "reply.pcm"
