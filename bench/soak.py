@@ -13,7 +13,9 @@ the arrivals; a client thread pool bounds what is in flight):
 Report per workload: requests, latency p50/p95/p99, RTF, errors by gRPC status code (barge-ins are deliberate and
 counted apart) or by ``EMPTY:<what>`` for a call that ended OK with nothing in it (a synthesis or stream with no
 audio, a recognition with no final or an empty one, a turn completed with no reply audio): empty is an error, never
-a success; per fleet process: RSS and open file descriptors after warm-up, at the baseline (``baseline_after_s``
+a success. A synthesis, stream or recognition refused by admission with a retry hint is tried again after the hint,
+up to 4 tries (a client honouring gRPC's pushback does the same), and the refusal is noted under ``deliberate``;
+per fleet process: RSS and open file descriptors after warm-up, at the baseline (``baseline_after_s``
 into the run: the working set grows until every workload has run at its peak concurrency, then must stay flat; the
 2026-11-24 mixed run grew asr from 529 to ~1150 MB in its first 6 minutes and stayed there) and at the end; growth
 is counted from the baseline. A progress line every
@@ -42,6 +44,7 @@ import grpc
 
 from bench.harness import RESULTS, machine
 from services.cli.fleet import LocalFleet
+from services.common.errors import RETRY_PUSHBACK_KEY
 from tests.fleet.test_conversation_fleet import Talk, close
 from voice.v1 import (
     audio_pb2,
@@ -318,6 +321,36 @@ def converse(channel, stats: Stats, voices: dict[str, bytes], turns: int, barge_
 
 
 # --- driver -------------------------------------------------------------------------------------------------------
+# A refusal with a retry hint is admission keeping what it let in real-time (services/common/scheduler.py), not a
+# failure: a client waits the hint and tries again, as gRPC's own retry policy does with the pushback trailer. The
+# soak does the same for the calls that are refused before any work (not a conversation: it would replay its turns),
+# a few times at most; a refusal without a hint, or one past the last try, is an error.
+RETRIED_WORKLOADS = ("synthesize", "stream", "asr")
+MAX_TRIES = 4
+
+
+def retry_hint_s(error: grpc.RpcError) -> float | None:
+    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    for key, value in error.trailing_metadata() or ():
+        if key == RETRY_PUSHBACK_KEY:
+            return int(value) / 1000
+    return None
+
+
+def served(workload: str, stats: Stats, fn, *args):
+    """``fn(*args)``, tried again after each refusal's retry hint (module comment above)."""
+    for attempt in range(1, MAX_TRIES + 1):
+        try:
+            return fn(*args)
+        except grpc.RpcError as e:
+            hint = retry_hint_s(e)
+            if workload not in RETRIED_WORKLOADS or hint is None or attempt == MAX_TRIES:
+                raise
+            stats.note(workload, "refused with a retry hint, tried again")
+            time.sleep(hint)
+
+
 def run_profile(profile: Profile, fleet: LocalFleet, name: str = "custom") -> dict:
     stats = Stats()
     address = fleet.config.router.address
@@ -353,7 +386,7 @@ def run_profile(profile: Profile, fleet: LocalFleet, name: str = "custom") -> di
 
     def guarded(workload, fn, *args):
         try:
-            result = fn(*args)
+            result = served(workload, stats, fn, *args)
             if workload == "converse" and isinstance(result, int):
                 with lock:
                     turns_done[0] += result
