@@ -102,6 +102,8 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
             stream = await self.engine.open_stream(options)
             pump = asyncio.create_task(self._pump(requests, stream, fmt, options.sample_rate_hz))
             try:
+                # Taken: a fleet client waits for this before it sends audio (services/remote/base.py, accepted()).
+                await context.send_initial_metadata(())
                 async for event in stream.events():
                     yield recognizer_pb2.StreamingRecognizeResponse(
                         request_id=options.request_id, **event_fields(event)

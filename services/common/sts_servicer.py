@@ -155,6 +155,8 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
             pump = asyncio.create_task(self._pump(requests, session, in_fmt))
             relay = _Relay(options.request_id, out_fmt, self.labels)
             try:
+                # Taken: the router waits for this before it sends audio (services/remote/base.py, accepted()).
+                await context.send_initial_metadata(())
                 async for event in session.events():
                     for response in relay.responses(event):
                         yield response

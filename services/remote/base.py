@@ -113,6 +113,25 @@ class RemoteStream:
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
             pass  # the call has ended; _replies() raises its status
 
+    async def accepted(self) -> None:
+        """Wait until the backend has taken the call: its servicer sends initial metadata once it admitted and opened
+        it (services/common/asr_servicer.py, sts_servicer.py). A refusal (RESOURCE_EXHAUSTED at capacity, a bad
+        config) is raised here, at open, with its status and retry hint. Without the wait, the first audio written
+        races the refusal: gRPC then fails the write and sets the call's status to INTERNAL "Internal error from
+        Core" on our side, which counted a full backend as a broken one (2026-11-29: asr's capacity refusals under
+        moss_sts ejected moss_sts from the router)."""
+        await self.call.initial_metadata()
+        if self.call.done():
+            code = await self.call.code()
+            if code not in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED):
+                error = grpc.aio.AioRpcError(
+                    code,
+                    await self.call.initial_metadata(),
+                    await self.call.trailing_metadata(),
+                    details=await self.call.details(),
+                )
+                raise failed(self.backend, error)
+
     async def finish(self) -> None:
         if not self._finished:
             self._finished = True
