@@ -950,6 +950,17 @@ class RealtimeConnection:
                 self._clear_output()
         elif kind == "turn_complete":
             c = r.turn_complete
+            tm = c.timings
+            log.info(
+                "realtime turn %d: speech end -> commit %d ms, -> transcript %d ms, transcript -> first text %d ms,"
+                " speech end -> first audio %d ms%s",
+                t,
+                tm.speech_end_to_commit_ms,
+                tm.speech_end_to_transcript_ms,
+                tm.transcript_to_first_text_ms,
+                tm.speech_end_to_first_audio_ms,
+                " (preemptive)" if tm.preemptive else "",
+            )
             turn = self.turns.get(t)
             if turn is not None and not turn.committed:
                 turn.finals = [c.user_text] if c.user_text else turn.finals
