@@ -15,6 +15,9 @@ from services.common.engines import RESULT, SPEECH_END, SPEECH_START, Endpointin
 from services.common.errors import FailedPrecondition
 from services.engines.asr.vad import WINDOW, Endpointer, SileroVad
 
+# `make test`'s second lane (the engines' parts in process on whole files: no clock): scripts/test-lanes.sh.
+pytestmark = pytest.mark.background
+
 MS = 16  # samples per ms at 16 kHz
 
 

@@ -11,6 +11,9 @@ import pytest
 
 from bench import evaluation as ev
 
+# `make test`'s second lane (word error rates on whole files in process: no clock): scripts/test-lanes.sh.
+pytestmark = pytest.mark.background
+
 SENTENCES = list(ev.SENTENCES[0::3])
 # Corpus WER bounds per (voice, condition): what these 8 sentences (61 words) measured on 2026-11-25 (2 cores AMD
 # EPYC; the noise is seeded and both voices are deterministic, so a rerun hears the same), plus a margin of about

@@ -11,6 +11,9 @@ import pytest
 from services.common import audio
 from tests.speech import INTELLIGIBLE, intelligible
 
+# `make test`'s second lane (CLI commands against the tts fleet, each checked by what it wrote: no clock): scripts/test-lanes.sh.
+pytestmark = pytest.mark.background
+
 
 @pytest.fixture(scope="module")
 def fleet(tts_fleet):

@@ -12,6 +12,9 @@ from services.common import audio
 from tests.speech import INTELLIGIBLE, intelligible, speech_like
 from voice.v1 import audio_pb2, synthesizer_pb2
 
+# `make test`'s second lane (whole syntheses checked by the strict listener: no clock): scripts/test-lanes.sh.
+pytestmark = pytest.mark.background
+
 SENTENCE = "hello world this is a test"
 
 

@@ -22,6 +22,9 @@ from tests.conftest import settled_steps as settled
 from tests.speech import INTELLIGIBLE, intelligible, speech_like
 from voice.v1 import audio_pb2, routing_pb2, synthesizer_pb2, synthesizer_pb2_grpc
 
+# `make test`'s second lane (syntheses checked by the strict listener, voices and routes, bad input: no clock): scripts/test-lanes.sh.
+pytestmark = pytest.mark.background
+
 SENTENCE = "the children are playing in the garden"
 LONG_TEXT = " ".join(f"This is sentence number {i} of a long announcement." for i in range(1, 31))
 
