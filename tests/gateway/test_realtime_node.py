@@ -3,8 +3,8 @@ from 'openai/realtime/ws', on the ``ws`` package; both pinned in package.json) d
 gateway on a real CPU fleet (tests/gateway/realtime_client.mjs under ``node``). The app's backend side is the Python SDK: it
 mints a client secret with the session's settings, and the Node client connects with that secret only, as a browser
 or phone app would. The Python side judges what Node got: the session's settings, the user's transcript, a completed
-response whose audio the strict listener hears as its transcript. Marked ``realtime`` (`make test-realtime`, which
-installs node_modules from package-lock.json first)."""
+response whose audio the strict listener hears as its transcript. In `make test` (which installs node_modules from
+package-lock.json first), on the gateway fleet the main lane already runs."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 from tests.gateway.test_realtime import SPOKEN_SESSION, SYSTEM
 from tests.speech import INTELLIGIBLE, intelligible, wer
 
-pytestmark = [pytest.mark.realtime, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("realtime_client.mjs")
 # test_realtime.py's question: the CPU voice says its replies clearly.
@@ -29,7 +29,7 @@ QUESTION = "Please tell me a short story about a friendly cat."
 def node() -> str:
     found = shutil.which("node")
     if found is None or not (ROOT / "node_modules" / "openai" / "realtime" / "ws.js").exists():
-        pytest.fail("node and the openai npm package are needed: `make test-realtime` installs them (npm ci)")
+        pytest.fail("node and the openai npm package are needed: `make test` installs them (npm ci)")
     return found
 
 
