@@ -7,7 +7,8 @@ and a speaker that plays what comes).
 
 ``python -m bench.conversation_load [OUT_DIR] [SESSIONS ...]`` runs it on a fresh CPU fleet (brain, asr, moss_sts,
 router) at the shipped defaults, with one caller more than the capacity last, and prints the table;
-``make bench conversation`` runs it as rows of the conversation benchmark.
+``make bench conversation`` runs it as rows of the conversation benchmark. ``BENCH_FALLBACK=1`` runs it with no
+moss_sts in the fleet: the router's fallback cascade serves every session (what callers get while moss_sts is down).
 """
 
 from __future__ import annotations
@@ -163,7 +164,10 @@ def run_all(sessions: tuple[int, ...] = SESSIONS) -> dict[int, dict[int, dict]]:
     overrides = json.loads(os.environ.get("BENCH_OVERRIDES", "{}"))  # config sections, e.g. {"brain": {...}}
     # the shipped reply length (conversation_fleet caps it at 48 otherwise)
     overrides.setdefault("moss_sts", {}).setdefault("default_max_tokens", load_config().moss_sts.default_max_tokens)
-    with turn_taking.conversation_fleet(overrides) as channel:
+    # BENCH_FALLBACK=1: no moss_sts in the fleet, so the router's own cascade (its fallback: remote asr -> brain ->
+    # cosyvoice_tts) serves every session, at the same capacity (the router admits by the moss_sts section's).
+    services = ("brain", "asr", "cosyvoice_tts", "router") if os.environ.get("BENCH_FALLBACK") == "1" else None
+    with turn_taking.conversation_fleet(overrides, **({"services": services} if services else {})) as channel:
         for n in sorted({*sessions, capacity + 1}):
             results[n] = measure(channel, turn_set, n)
     return results

@@ -205,13 +205,15 @@ async def _realtime_line(url: str, line) -> float | None:
     return first - spoken
 
 
-def _realtime_vs_converse(fleet: LocalFleet, url: str) -> tuple[list[float], list[float], int]:
-    """(Realtime latencies, gRPC Converse latencies, lines without a reply) over REALTIME_LINES lines, alternating."""
+def _realtime_vs_converse(
+    fleet: LocalFleet, url: str, count: int = REALTIME_LINES
+) -> tuple[list[float], list[float], int]:
+    """(Realtime latencies, gRPC Converse latencies, lines without a reply) over ``count`` lines, alternating."""
     from bench import turn_taking
     from bench.turn_set import build
 
     turn_set = build(23)
-    lines = [turn_set.line(i) for i in turn_set.complete[:REALTIME_LINES]]
+    lines = [turn_set.line(i) for i in turn_set.complete[:count]]
     realtime, converse, missing = [], [], 0
     with grpc.insecure_channel(fleet.config.router.address) as channel:
         for n, line in enumerate(lines):
@@ -384,7 +386,7 @@ def run():
     return rows, extra
 
 
-def realtime_ratio() -> dict:
+def realtime_ratio(count: int = REALTIME_LINES) -> dict:
     """``python -m bench.gateway ratio``: the Realtime-vs-Converse comparison alone, on a fleet of its own (the full
     run's 70 concurrent sessions before it leave the 2-core machine too loaded for ``make bench``'s load check)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -392,14 +394,14 @@ def realtime_ratio() -> dict:
             tmp, services=("asr", "brain", "moss_sts", "router", "gateway"), moss_sts={"default_max_tokens": 32}
         )
         try:
-            realtime, converse, missing = _realtime_vs_converse(fleet, f"http://{fleet.config.gateway.address}")
+            realtime, converse, missing = _realtime_vs_converse(fleet, f"http://{fleet.config.gateway.address}", count)
         finally:
             fleet.stop()
     from bench.harness import machine
 
     return {
         "machine": machine(),
-        "lines": REALTIME_LINES,
+        "lines": count,
         "realtime_ms": [round(x * 1000) for x in realtime],
         "converse_ms": [round(x * 1000) for x in converse],
         "realtime_median_ms": round(statistics.median(realtime) * 1000) if realtime else None,
@@ -414,6 +416,6 @@ def realtime_ratio() -> dict:
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:] != ["ratio"]:
-        sys.exit("usage: python -m bench.gateway ratio   (make bench gateway runs the whole benchmark)")
-    print(json.dumps(realtime_ratio(), indent=2))
+    if sys.argv[1:2] != ["ratio"] or not all(a.isdigit() for a in sys.argv[2:3]):
+        sys.exit("usage: python -m bench.gateway ratio [LINES]   (make bench gateway runs the whole benchmark)")
+    print(json.dumps(realtime_ratio(int(sys.argv[2]) if sys.argv[2:] else REALTIME_LINES), indent=2))

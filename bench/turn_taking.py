@@ -456,7 +456,7 @@ def one_line(channel, line, label: str, mode: int = recognizer_pb2.EndpointingCo
 
 
 @contextlib.contextmanager
-def conversation_fleet(overrides: dict | None = None):
+def conversation_fleet(overrides: dict | None = None, services=("brain", "asr", "moss_sts", "router")):
     """A fresh CPU conversation fleet (brain, asr, moss_sts, router) on free ports with config ``overrides``
     (sections by name; replies capped at 48 tokens unless moss_sts says otherwise): a channel to its router."""
     from services.cli.fleet import LocalFleet
@@ -464,7 +464,7 @@ def conversation_fleet(overrides: dict | None = None):
     overrides = dict(overrides or {})
     moss_sts = {"default_max_tokens": 48, **overrides.pop("moss_sts", {})}
     with tempfile.TemporaryDirectory() as tmp:
-        fleet = LocalFleet.on_free_ports(tmp, ("brain", "asr", "moss_sts", "router"), moss_sts=moss_sts, **overrides)
+        fleet = LocalFleet.on_free_ports(tmp, services, moss_sts=moss_sts, **overrides)
         try:
             with grpc.insecure_channel(fleet.config.router.address) as channel:
                 yield channel

@@ -1,8 +1,14 @@
 """pytest plugin: CPU seconds of the whole process tree per test (setup+call+teardown), to /tmp/mt/cpu-<lane>.tsv."""
-import os, resource, time
+
+import os
+import resource
+import time
+
 import pytest
+
 TICK = os.sysconf("SC_CLK_TCK")
 ME = os.getpid()
+
 
 def _procs():
     out = {}
@@ -11,11 +17,12 @@ def _procs():
             try:
                 with open(f"/proc/{d}/stat") as f:
                     s = f.read()
-                rest = s[s.rindex(")") + 2:].split()
+                rest = s[s.rindex(")") + 2 :].split()
                 out[int(d)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / TICK)  # ppid, utime+stime
             except (OSError, ValueError):
                 pass
     return out
+
 
 def _tree_cpu():
     procs = _procs()
@@ -30,7 +37,9 @@ def _tree_cpu():
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return total + r.ru_utime + r.ru_stime
 
+
 _out = open(f"/tmp/mt/cpu-{os.environ.get('TEST_LANE', 'all')}.tsv", "a")
+
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
