@@ -25,6 +25,10 @@ from services.common.errors import DeadlineExceeded, Unavailable, from_rpc_error
 # FAILED_PRECONDITION ("still loading": a warming backend is no outlier), RESOURCE_EXHAUSTED (full, it refused at
 # once), the caller's own errors (INVALID_ARGUMENT, ...), CANCELLED, or DEADLINE_EXCEEDED (below).
 BACKEND_FAULTS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+# A streaming call the backend has neither taken nor refused after this long: the backend is stuck (RemoteStream
+# accepted). Opening a session or a recognition takes milliseconds; a cold model is not opened on (the router sends
+# a conversation to its cascade while MOSS loads).
+ACCEPT_TIMEOUT_S = 10.0
 
 
 class Backend(Protocol):
@@ -113,14 +117,22 @@ class RemoteStream:
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
             pass  # the call has ended; _replies() raises its status
 
-    async def accepted(self) -> None:
+    async def accepted(self, timeout_s: float = ACCEPT_TIMEOUT_S) -> None:
         """Wait until the backend has taken the call: its servicer sends initial metadata once it admitted and opened
         it (services/common/asr_servicer.py, sts_servicer.py). A refusal (RESOURCE_EXHAUSTED at capacity, a bad
         config) is raised here, at open, with its status and retry hint. Without the wait, the first audio written
         races the refusal: gRPC then fails the write and sets the call's status to INTERNAL "Internal error from
         Core" on our side, which counted a full backend as a broken one (2026-11-29: asr's capacity refusals under
-        moss_sts ejected moss_sts from the router)."""
-        await self.call.initial_metadata()
+        moss_sts ejected moss_sts from the router). Bounded by ``timeout_s``: a backend that neither takes nor
+        refuses the call in that time (hung, its event loop stuck) counts against its health and the open fails
+        UNAVAILABLE, so the router's conversation goes to its cascade instead of waiting on it with the caller."""
+        answer = asyncio.ensure_future(self.call.initial_metadata())
+        done, _ = await asyncio.wait([answer], timeout=timeout_s)
+        if not done:
+            answer.cancel()
+            self.call.cancel()
+            self.backend.record_failure("failures")
+            raise Unavailable(f"{self.backend.name} did not take the call within {timeout_s:g} s")
         if self.call.done():
             code = await self.call.code()
             if code not in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED):

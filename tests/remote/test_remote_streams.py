@@ -8,14 +8,17 @@ one against the backend's health (under 50 conversations the router ejected a he
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
 from services.common.engines import RESULT, RecognitionOptions
 from services.common.errors import VoiceError
-from services.remote.asr import RemoteAsrEngine
+from services.remote.asr import RemoteAsrEngine, RemoteAsrStream
 from tests.conftest import start_fleet
 from tests.speech import wer
+from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
 
 pytestmark = pytest.mark.timeout(120)
 SENTENCE = "The library opens at nine on Saturday morning."
@@ -77,3 +80,28 @@ async def test_a_full_asr_refuses_at_open_with_its_retry_hint_and_it_is_no_fault
             await taken.close()
     assert finals and wer(SENTENCE, " ".join(finals)) <= 0.1, finals
     assert backend.failures == [] and backend.successes == 1
+
+
+class HungRecognizer(recognizer_pb2_grpc.RecognizerServicer):
+    """A backend whose handler never gets to take the call (its event loop stuck in a model, say)."""
+
+    async def StreamingRecognize(self, request_iterator, context):
+        await asyncio.sleep(3600)
+        yield recognizer_pb2.StreamingRecognizeResponse()
+
+
+async def test_a_backend_that_neither_takes_nor_refuses_the_call_is_unavailable_and_a_fault():
+    server = grpc.aio.server()
+    recognizer_pb2_grpc.add_RecognizerServicer_to_server(HungRecognizer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            backend = RecordingBackend("asr", channel)
+            stream = RemoteAsrStream(backend, recognizer_pb2_grpc.RecognizerStub(channel).StreamingRecognize())
+            with pytest.raises(VoiceError) as hung:
+                await stream.accepted(timeout_s=0.5)
+    finally:
+        await server.stop(0)
+    assert hung.value.code == grpc.StatusCode.UNAVAILABLE and "did not take the call" in hung.value.message
+    assert backend.failures == ["failures"]
