@@ -32,7 +32,8 @@ QUOTED: list[tuple[str, str]] = [
     ("leases", "lease acquire -> granted (free card, loopback gRPC)"),
     ("brain", "generation tokens/s"),
     ("gateway", "gateway added to first audio p95 (its histogram, speech)"),
-    ("memory", "the fleet PSS (sum of members)"),
+    ("memory", "the fleet PSS (sum of members), fresh"),
+    ("memory", "the fleet PSS (sum of members), after 100 turns"),
 ]
 # (benchmark, key of a {row: {column: value}} table in its JSON, caption) quoted below the figures.
 QUOTED_TABLES: list[tuple[str, str, str]] = [

@@ -64,7 +64,8 @@ class AsrServiceConfig(ServerConfig):
     # OpenCC's tables: "simplified" (t2s), "traditional" (s2t), or "as_decoded" (whatever whisper wrote).
     chinese_script: Literal["simplified", "traditional", "as_decoded"] = "simplified"
     # Utterances (across all streams) that run pass 1 (pocketsphinx interims, ~0.09 of a core each while speech
-    # lasts) at once; an utterance starting past it gets its final without interims. 0 = 4 per core.
+    # lasts) at once; an utterance starting past it gets its final without interims. 0 = 4 per core. Each slot in
+    # use holds a pocketsphinx decoder of ~90 MB (one per core is made at start, the rest when first needed).
     max_concurrent_interims: int = bounded(0, ge=0, le=1000)
     # How much new audio between looks at pocketsphinx's partial hypothesis (interim results).
     interim_interval_ms: int = bounded(160, ge=32, le=5000)
