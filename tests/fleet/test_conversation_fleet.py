@@ -807,7 +807,8 @@ def test_ten_minute_monologue_hits_the_turn_bound_not_memory(conv, router_channe
         time.sleep(1.0)  # a pause: the agent listens again
         talk.send(say("What is two plus two?"))
         assert talk.wait(lambda: talk.ended(1), timeout=120)
-        assert talk.complete(1) is not None and wer("what is two plus two", talk.complete(1).user_text) <= 0.25
+        assert talk.complete(1) is not None, (talk.of("turn_error", 1), talk.events[-8:])
+        assert wer("what is two plus two", talk.complete(1).user_text) <= 0.25
     finally:
         close(talk)
     assert talk.error is None

@@ -506,14 +506,13 @@ class CpuAsrEngine(AsrEngine):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
-        # Warm up: a pass-1 decoder per core (making one loads its models, ~0.3-0.5 s; made on demand, the first
-        # callers waited for them), up to the interim slots; more are made as more utterances run pass 1 at once, up
-        # to the slots (asr.max_concurrent_interims). Not one per slot: each decoder holds its own copy of
-        # pocketsphinx's models, ~90 MB (PSS 103 MB for one, 191 for two, 719 for eight, 2026-11-29), and the 8
-        # slots of 2 cores made the fleet's fresh PSS 2234 MB. They are made in the pass-1 process, so while this
-        # process loads its own models.
-        warm = min(self.interim_budget.slots, cpu_cores())
-        partials = loop.run_in_executor(self.stream_pool, self.partials.warm, warm)
+        # Warm up: a pass-1 decoder for every interim slot (making one loads its models, ~0.3-0.5 s, and blocks the
+        # pass-1 process meanwhile: made on demand, the first burst of callers waited for them, and a stream sending
+        # faster than real time fell behind enough to miss the pause after it, tests/fleet/test_conversation_fleet.py
+        # test_ten_minute_monologue...). Each decoder holds its own copy of pocketsphinx's models, ~90 MB (PSS 103 MB
+        # for one, 719 for eight, 2026-11-29, bench/results/memory-2026-11-29/): the 8 slots of 2 cores are most of
+        # the asr's memory. They are made in the pass-1 process, so while this process loads its own models.
+        partials = loop.run_in_executor(self.stream_pool, self.partials.warm, self.interim_budget.slots)
         try:
             self.vad = await loop.run_in_executor(self.stream_pool, SileroVad, self.service)
             await loop.run_in_executor(self.stream_pool, self.turn.load)  # refuses to start when the default needs it
