@@ -28,11 +28,7 @@ class RemoteAsrEngine(RemoteEngine, AsrEngine):
         await stream._write(
             recognizer_pb2.StreamingRecognizeRequest(request_id=options.request_id, config=config_to_proto(options))
         )
-        try:
-            await stream.accepted()
-        except BaseException:
-            await stream.close()
-            raise
+        await stream.accepted()  # closed when it raises
         return stream
 
 

@@ -126,11 +126,17 @@ class RemoteStream:
         moss_sts ejected moss_sts from the router). Bounded by ``timeout_s``: a backend that neither takes nor
         refuses the call in that time (hung, its event loop stuck) counts against its health and the open fails
         UNAVAILABLE, so the router's conversation goes to its cascade instead of waiting on it with the caller."""
+        try:
+            await self._taken(timeout_s)
+        except BaseException:
+            await self.close()  # refused, hung or our caller gone: the call ends here
+            raise
+
+    async def _taken(self, timeout_s: float) -> None:
         answer = asyncio.ensure_future(self.call.initial_metadata())
         done, _ = await asyncio.wait([answer], timeout=timeout_s)
         if not done:
             answer.cancel()
-            self.call.cancel()
             self.backend.record_failure("failures")
             raise Unavailable(f"{self.backend.name} did not take the call within {timeout_s:g} s")
         if self.call.done():

@@ -36,11 +36,7 @@ class RemoteStsEngine(RemoteEngine, StsEngine):
         await session._write(
             conversation_pb2.ConverseRequest(request_id=options.request_id, config=config_to_proto(options))
         )
-        try:
-            await session.accepted()
-        except BaseException:
-            await session.close()
-            raise
+        await session.accepted()  # closed when it raises
         return session
 
 
