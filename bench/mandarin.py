@@ -39,6 +39,8 @@ class Sdist:
     version: str
     filename: str
     sha256: str
+    # False: pip reads its metadata without build isolation (aeneas's setup.py imports numpy, which the venv has)
+    isolated_build: bool = True
 
 
 S3TOKENIZER = Sdist(
@@ -119,6 +121,7 @@ def _sdist(sdist: Sdist, into: Path) -> Path:
         into.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
+            + ([] if sdist.isolated_build else ["--no-build-isolation"])
             + ["-d", str(into), f"{sdist.name}=={sdist.version}"],
             check=True,
         )

@@ -8,7 +8,10 @@ points per pause length, and a piper rendition of its own). Each point is labell
 function word (the text check's closed-class list, services/common/turn_text.py) or a content word.
 
     python -m bench.turn_pauses [--pauses 500,800,1200] [--per-length 20] [--seeds 3] [--out FILE.json]
-        ['{"moss_sts": {...}}' config overrides]
+        [--speech piper|human] ['{"moss_sts": {...}}' config overrides]
+
+``--speech human``: recorded human speech instead of piper (bench/human_speech.py: a LibriVox reader's verses, the
+pauses at the word gaps the reader left), ``--per-length`` points drawn per pause length from all of them.
 
 Prints the false cut-offs per pause length and per kind of word, and each cut line.
 """
@@ -22,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import turn_taking
+from bench import human_speech, turn_taking
 from bench.harness import machine
 from bench.turn_set import LONG, MEDIUM, Voice, paused_line
 from services.common.turn_text import NON_FINAL_WORDS
@@ -42,8 +45,69 @@ def pause_points(seed: int, count: int) -> list[str]:
     return points[:count]
 
 
+def human_lines(pauses: list[int], per_length: int) -> list[tuple[str, object]]:
+    """(marked text, Line) of the recorded verses: ``per_length`` points per pause length, drawn per length."""
+    human = human_speech.lines()
+    return [
+        (human_speech.marked(line, before), human_speech.paused_line(line, before, pause_ms))
+        for pause_ms in pauses
+        for line, before in human_speech.pause_points(human, pause_ms, per_length)
+    ]
+
+
 def word_before(marked: str) -> str:
     return marked.split("|")[0].split()[-1].strip(",.?!").lower()
+
+
+def summary(records: list[dict], pauses: list[int]) -> dict[int, dict]:
+    """Per pause length: false cut-offs (the agent took the turn in the pause), by the word before the pause, and the
+    lines whose first turn lacks the words after the pause (the recognizer's misses; not cut-offs). Printed."""
+    rows = {}
+    for pause_ms in pauses:
+        said = [r for r in records if r.get("pause_ms") == pause_ms and "false_cut_off" in r]
+        function = [r for r in said if r["word_before"] in NON_FINAL_WORDS]
+        content = [r for r in said if r["word_before"] not in NON_FINAL_WORDS]
+        rows[pause_ms] = {
+            "lines": len(said),
+            "false_cut_offs": sum(r["false_cut_off"] for r in said),
+            "after_function_words": f"{sum(r['false_cut_off'] for r in function)}/{len(function)}",
+            "after_content_words": f"{sum(r['false_cut_off'] for r in content)}/{len(content)}",
+            "after_words_missing": sum(r.get("after_words_missing", False) for r in said),
+        }
+    print(
+        "\n| pause | false cut-offs | after function words | after content words |"
+        " words after the pause misheard, no cut-off |\n|---|---|---|---|---|"
+    )
+    for pause_ms, row in rows.items():
+        share = 100 * row["false_cut_offs"] / max(1, row["lines"])
+        missing = sum(
+            r.get("after_words_missing", False) and not r["false_cut_off"]
+            for r in records
+            if r.get("pause_ms") == pause_ms and "false_cut_off" in r
+        )
+        print(
+            f"| {pause_ms} ms | {row['false_cut_offs']}/{row['lines']} ({share:.0f} %) |"
+            f" {row['after_function_words']} | {row['after_content_words']} | {missing}/{row['lines']} |"
+        )
+    for r in records:
+        if r.get("false_cut_off"):
+            print(f"  cut at {r['pause_ms']} ms: {r['marked']!r} -> turns {[t.get('user_text') for t in r['turns']]}")
+    return rows
+
+
+def rescore(path: Path) -> int:
+    """A committed run's records scored again by bench.turn_taking's rule (``--rescore FILE.json``)."""
+    from bench.turn_taking import AFTER_WORDS_KEPT
+
+    run = json.loads(path.read_text())
+    for r in run["records"]:
+        if "pause_ms" in r:
+            r["after_words_missing"] = r["after_words_in_first_turn"] < AFTER_WORDS_KEPT
+            r["false_cut_off"] = r["committed_before_speech_resumed"] or r["turns_with_words"] > 1
+    pauses = sorted({r["pause_ms"] for r in run["records"] if "pause_ms" in r})
+    summary(run["records"], pauses)
+    print(f"\nspeech: {run.get('speech', 'piper')}; machine: {run['machine']}; run {run['date']}")
+    return 0
 
 
 def main() -> int:
@@ -52,14 +116,18 @@ def main() -> int:
     parser.add_argument("--per-length", type=int, default=20)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--speech", choices=("piper", "human"), default="piper")
+    parser.add_argument("--rescore", type=Path, help="print a committed run's table by today's rule, and stop")
     parser.add_argument("overrides", nargs="?", default="{}")
     args = parser.parse_args()
+    if args.rescore:
+        return rescore(args.rescore)
     overrides = json.loads(args.overrides)
     pauses = [int(p) for p in args.pauses.split(",")]
     started = machine()
-    lines = []
-    voice = Voice()
-    for pause_ms in pauses:
+    lines = human_lines(pauses, args.per_length) if args.speech == "human" else []
+    voice = Voice() if args.speech == "piper" else None
+    for pause_ms in pauses if voice is not None else ():
         for s in range(args.seeds):
             seed = 1000 * pause_ms + s
             n = args.per_length // args.seeds + (s < args.per_length % args.seeds)  # per_length in all
@@ -78,25 +146,8 @@ def main() -> int:
             records.append(record)
             cut = record.get("false_cut_off")
             print(f"{line.pause_ms:5d} ms {'CUT ' if cut else 'ok  '} {marked}", flush=True)
-    rows = {}
-    for pause_ms in pauses:
-        said = [r for r in records if r.get("pause_ms") == pause_ms and "false_cut_off" in r]
-        function = [r for r in said if r["word_before"] in NON_FINAL_WORDS]
-        content = [r for r in said if r["word_before"] not in NON_FINAL_WORDS]
-        rows[pause_ms] = {
-            "lines": len(said),
-            "false_cut_offs": sum(r["false_cut_off"] for r in said),
-            "after_function_words": f"{sum(r['false_cut_off'] for r in function)}/{len(function)}",
-            "after_content_words": f"{sum(r['false_cut_off'] for r in content)}/{len(content)}",
-        }
-    print("\n| pause | false cut-offs | after function words | after content words |\n|---|---|---|---|")
-    for pause_ms, row in rows.items():
-        share = 100 * row["false_cut_offs"] / max(1, row["lines"])
-        print(
-            f"| {pause_ms} ms | {row['false_cut_offs']}/{row['lines']} ({share:.0f} %) |"
-            f" {row['after_function_words']} | {row['after_content_words']} |"
-        )
-    print(f"\nmachine: {started}")
+    rows = summary(records, pauses)
+    print(f"\nspeech: {args.speech}; machine: {started}")
     if args.out:
         args.out.write_text(
             json.dumps(
@@ -104,6 +155,7 @@ def main() -> int:
                     "machine": started,
                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     "overrides": json.loads(args.overrides),
+                    "speech": args.speech,
                     "rows": rows,
                     "records": records,
                 },

@@ -50,8 +50,9 @@ CUE_WAIT_S = 2.0  # after a backchannel / stop word: how long an interruption ma
 ECHO_LISTEN_S = 6.0  # echo trials: reply audio played back into the microphone for this long
 SLOW_COMMIT_S = 1.0
 ECHO_HISTORY_FRAMES = 32  # 640 ms of played audio kept for the echo path
-# A paused line is one turn with the whole sentence when its first turn holds at least this share of the words
-# after the pause (the recognizer may miss one or two; a cut-off loses them all).
+# The first turn of a paused line "holds the words after the pause" when it has at least this share of them (the
+# recognizer may miss one or two). Reported beside the cut-off, not part of it: on recorded human speech the
+# recognizer misheard the words after a pause ("desire increase" -> "dire increase") in turns the agent never cut.
 AFTER_WORDS_KEPT = 0.5
 
 
@@ -337,12 +338,16 @@ def endpointing_line(caller: Caller, line, label: str) -> dict:
         after = words(line.after)
         first_words = set(words(spoken_turns[0]["user_text"])) if spoken_turns else set()
         kept = sum(w in first_words for w in after) / max(1, len(after))
+        committed_in_pause = bool(thinking and thinking[0][0] < resumed)
         record.update(
             {
                 "pause_ms": line.pause_ms,
                 "after_words_in_first_turn": round(kept, 2),
-                "committed_before_speech_resumed": bool(thinking and thinking[0][0] < resumed),
-                "false_cut_off": len(spoken_turns) > 1 or kept < AFTER_WORDS_KEPT,
+                "after_words_missing": kept < AFTER_WORDS_KEPT,
+                "committed_before_speech_resumed": committed_in_pause,
+                # the agent took the turn in the pause: it committed before the speech came back, or the sentence
+                # ended up as two turns
+                "false_cut_off": committed_in_pause or len(spoken_turns) > 1,
             }
         )
     return record

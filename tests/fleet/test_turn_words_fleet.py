@@ -44,6 +44,8 @@ def test_a_thinking_pause_mid_phrase_keeps_the_turn_at_the_shipped_defaults(gate
             records.append(say(channel, line))
     cut = [(r["text"], [t.get("user_text") for t in r["turns"]]) for r in records if r["false_cut_off"]]
     assert not cut, f"taken as the end of the turn in the pause: {cut}"
+    lost = [(r["text"], [t.get("user_text") for t in r["turns"]]) for r in records if r["after_words_missing"]]
+    assert not lost, f"the words after the pause are not in the turn: {lost}"
     unanswered = [r["text"] for r in records if r["speech_end_to_first_audio_s"] is None]
     assert not unanswered, f"no reply after the whole sentence: {unanswered}"
 
