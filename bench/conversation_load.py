@@ -9,6 +9,9 @@ and a speaker that plays what comes).
 router) at the shipped defaults, with one caller more than the capacity last, and prints the table;
 ``make bench conversation`` runs it as rows of the conversation benchmark. ``BENCH_FALLBACK=1`` runs it with no
 moss_sts in the fleet: the router's fallback cascade serves every session (what callers get while moss_sts is down).
+``BENCH_KILL_MOSS=1`` runs the sessions the capacity admits, each saying ``KILL_TURNS`` lines, and SIGKILLs moss_sts
+once every caller has had ``KILL_AFTER`` replies: the router moves each session to its cascade (remote asr -> brain ->
+cosyvoice_tts), and the table splits each session's latencies at the kill.
 """
 
 from __future__ import annotations
@@ -31,17 +34,21 @@ SESSIONS = (1, 2, 4)  # and one more than the capacity, whose extra caller must 
 TURNS = 5  # lines each caller says
 PAUSE_S = 1.0  # the caller's pause after a reply has played, before its next line
 START_SPREAD_S = 1.5  # callers dial in over this long, not in one instant
+KILL_TURNS = 8  # BENCH_KILL_MOSS=1: lines each caller says ...
+KILL_AFTER = 3  # ... and moss_sts is killed once every caller has had this many replies
 
 
-def _caller(channel, turn_set: TurnSet, index: int, seed: int, out: dict) -> None:
+def _caller(channel, turn_set: TurnSet, index: int, seed: int, out: dict, turns: int = TURNS) -> None:
     lines = list(turn_set.complete)
     random.Random(seed * 100 + index).shuffle(lines)
     caller = turn_taking.Caller(
         channel, turn_taking.conversation_config(recognizer_pb2.EndpointingConfig.MODE_SEMANTIC)
     )
     latencies, timings, without_reply = [], [], 0
+    spoken_at: list[float] = []  # when each measured line's speech ended (monotonic), to split at a kill
+    out[index] = {"latencies": latencies, "spoken_at": spoken_at, "ending": "speaking"}
     try:
-        for line_id in lines[:TURNS]:
+        for line_id in (lines * 2)[:turns]:
             line = turn_set.line(line_id)
             first_turn = caller.next_turn()
             said = caller.say(f"{index}:{line_id}", line.pcm)
@@ -50,6 +57,7 @@ def _caller(channel, turn_set: TurnSet, index: int, seed: int, out: dict) -> Non
             first_audio = caller.of("reply_audio", first_turn)
             if first_audio:
                 latencies.append(first_audio[0][0] - said.spoken_at(line.speech_end_ms))
+                spoken_at.append(said.spoken_at(line.speech_end_ms))
             else:
                 without_reply += 1
             timings.extend(turn_taking._timings(e) for e in caller.turns_ended(first_turn).values())
@@ -62,12 +70,19 @@ def _caller(channel, turn_set: TurnSet, index: int, seed: int, out: dict) -> Non
         ending = "refused" if code == grpc.StatusCode.RESOURCE_EXHAUSTED and not latencies else "failed"
         out[index] = {
             "latencies": latencies,
+            "spoken_at": spoken_at,
             "timings": timings,
             "ending": ending,
             "status": f"{code.name}: {error.details()}",
         }
         return
-    out[index] = {"latencies": latencies, "timings": timings, "ending": "served", "without_reply": without_reply}
+    out[index] = {
+        "latencies": latencies,
+        "spoken_at": spoken_at,
+        "timings": timings,
+        "ending": "served",
+        "without_reply": without_reply,
+    }
 
 
 def _played_out(caller: turn_taking.Caller, first_turn: int, said, timeout: float = 90.0) -> bool:
@@ -98,6 +113,45 @@ def measure(channel, turn_set: TurnSet, sessions: int, seed: int = 23) -> dict[i
     for thread in threads:
         thread.join()
     return out
+
+
+def measure_kill(fleet, channel, turn_set: TurnSet, sessions: int, seed: int = 23) -> dict:
+    """``sessions`` callers saying KILL_TURNS lines each; moss_sts SIGKILLed once each has had KILL_AFTER replies.
+    Per caller as ``measure``'s, and the kill's monotonic time."""
+    import signal
+
+    out: dict[int, dict] = {}
+    threads = []
+    for i in range(sessions):
+        args = (channel, turn_set, i, seed, out, KILL_TURNS)
+        thread = threading.Thread(target=_caller, args=args, name=f"caller-{i}")
+        thread.start()
+        threads.append(thread)
+        time.sleep(START_SPREAD_S / max(1, sessions))
+    while not all(len(out.get(i, {}).get("latencies", ())) >= KILL_AFTER for i in range(sessions)):
+        if not any(t.is_alive() for t in threads):
+            break
+        time.sleep(0.05)
+    moss = fleet.members["moss_sts"].process
+    os.kill(moss.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    moss.wait(timeout=30)
+    for thread in threads:
+        thread.join()
+    return {"killed_at": killed_at, "callers": out}
+
+
+def kill_table(run: dict) -> str:
+    """Per session: first reply audio p50 / p95 before and after moss_sts was killed, and how the call ended."""
+    rows = ["| session | before the kill p50 / p95 (ms) | after it p50 / p95 (ms) | ending |", "|---|---|---|---|"]
+    for i, c in sorted(run["callers"].items()):
+        cells = []
+        for after in (False, True):
+            xs = [x for x, t in zip(c["latencies"], c["spoken_at"], strict=True) if (t > run["killed_at"]) == after]
+            stats = p50_p95(xs)
+            cells.append(f"{stats[0] * 1000:.0f} / {stats[1] * 1000:.0f} (n={len(xs)})" if stats else "-")
+        rows.append(f"| {i} | {cells[0]} | {cells[1]} | {c['ending']} {c.get('status', '')[:120]} |")
+    return "\n".join(rows)
 
 
 def p50_p95(xs: list[float]) -> tuple[float, float] | None:
@@ -167,6 +221,10 @@ def run_all(sessions: tuple[int, ...] = SESSIONS) -> dict[int, dict[int, dict]]:
     # BENCH_FALLBACK=1: no moss_sts in the fleet, so the router's own cascade (its fallback: remote asr -> brain ->
     # cosyvoice_tts) serves every session, at the same capacity (the router admits by the moss_sts section's).
     services = ("brain", "asr", "cosyvoice_tts", "router") if os.environ.get("BENCH_FALLBACK") == "1" else None
+    if os.environ.get("BENCH_KILL_MOSS") == "1":
+        services = ("brain", "asr", "moss_sts", "cosyvoice_tts", "router")
+        with turn_taking.conversation_fleet_and_channel(overrides, services) as (fleet, channel):
+            return {"kill": measure_kill(fleet, channel, turn_set, capacity), "capacity": capacity}
     with turn_taking.conversation_fleet(overrides, **({"services": services} if services else {})) as channel:
         for n in sorted({*sessions, capacity + 1}):
             results[n] = measure(channel, turn_set, n)
@@ -184,12 +242,12 @@ def main(argv: list[str]) -> None:
     sessions = tuple(int(a) for a in argv[1 if out else 0 :]) or SESSIONS
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     results = run_all(sessions)
-    text = table(results)
+    text = kill_table(results["kill"]) if "kill" in results else table(results)
     print(text)
-    for callers in results.values():
+    for callers in [results["kill"]["callers"]] if "kill" in results else results.values():
         for c in callers.values():
             if c["ending"] != "served":
-                print(f"  {c['ending']}: {c['status']}")
+                print(f"  {c['ending']}: {c.get('status', '')}")
     if out:
         out.mkdir(parents=True, exist_ok=True)
         record = {"started": started, "machine": machine(), "turns": TURNS, "pause_s": PAUSE_S, "results": results}

@@ -464,6 +464,13 @@ def one_line(channel, line, label: str, mode: int = recognizer_pb2.EndpointingCo
 def conversation_fleet(overrides: dict | None = None, services=("brain", "asr", "moss_sts", "router")):
     """A fresh CPU conversation fleet (brain, asr, moss_sts, router) on free ports with config ``overrides``
     (sections by name; replies capped at 48 tokens unless moss_sts says otherwise): a channel to its router."""
+    with conversation_fleet_and_channel(overrides, services) as (_, channel):
+        yield channel
+
+
+@contextlib.contextmanager
+def conversation_fleet_and_channel(overrides: dict | None = None, services=("brain", "asr", "moss_sts", "router")):
+    """``conversation_fleet``, yielding (the LocalFleet, the channel): for a bench that stops one of its members."""
     from services.cli.fleet import LocalFleet
 
     overrides = dict(overrides or {})
@@ -472,7 +479,7 @@ def conversation_fleet(overrides: dict | None = None, services=("brain", "asr", 
         fleet = LocalFleet.on_free_ports(tmp, services, moss_sts=moss_sts, **overrides)
         try:
             with grpc.insecure_channel(fleet.config.router.address) as channel:
-                yield channel
+                yield fleet, channel
         finally:
             fleet.stop()
 
