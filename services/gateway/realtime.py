@@ -54,7 +54,7 @@ from services.gateway.realtime_config import (
     recognition_endpointing,
 )
 from services.gateway.session import ClientGone as _ClientGone
-from services.gateway.session import still_open
+from services.gateway.session import router_took, still_open
 from voice.v1 import (
     audio_pb2,
     conversation_pb2,
@@ -67,7 +67,6 @@ from voice.v1 import (
 
 log = logging.getLogger("voicefleet.gateway")
 
-ACCEPT_WAIT_S = 5.0  # longest wait for the router to take a call before audio is written anyway
 KEEPALIVE_GAP_S = 0.3  # client audio missing this long: the gateway feeds silence (an idle microphone)
 KEEPALIVE_MAX_S = 1.0  # at most this much silence per write
 MAX_HELD_S = 120.0  # turn_detection null: most audio held uncommitted or unanswered
@@ -738,7 +737,7 @@ class RealtimeConnection:
             self.call = stub.StreamingRecognize(metadata=self.metadata)
             with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
                 await self.call.write(self._recognition_config(recognition_endpointing(self.settings)))
-            await self._accepted()
+            await router_took(self.call)
             self.fed_until = time.monotonic()
             self.tasks.append(asyncio.create_task(self._read_router(), name="rt-recognizer"))
             self.tasks.append(asyncio.create_task(self._keep(), name="rt-keeper"))
@@ -750,19 +749,10 @@ class RealtimeConnection:
         self.call = stub.Converse(metadata=self.metadata)
         with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
             await self.call.write(conversation_pb2.ConverseRequest(request_id=request_id, config=config))
-        await self._accepted()
+        await router_took(self.call)
         self.fed_until = time.monotonic()
         self.tasks.append(asyncio.create_task(self._read_router(), name="rt-router"))
         self.tasks.append(asyncio.create_task(self._keep(), name="rt-keeper"))
-
-    async def _accepted(self) -> None:
-        """Audio waits until the router took the call (it sends initial metadata once it has: services/remote/base.py
-        ``accepted``) or ended it: a refused session then gets its own status (RESOURCE_EXHAUSTED with its retry
-        hint) from the reader, not INTERNAL from a write that raced the refusal. Bounded: a router that says nothing
-        for ACCEPT_WAIT_S gets the audio anyway, as before."""
-        answer = asyncio.ensure_future(self.call.initial_metadata())
-        answer.add_done_callback(lambda f: f.cancelled() or f.exception())  # its outcome is the reader's to report
-        await asyncio.wait([answer], timeout=ACCEPT_WAIT_S)
 
     async def _write(self, request) -> bool:
         async with self.write_lock:

@@ -23,9 +23,21 @@ from services.gateway import protocol
 from services.gateway.protocol import ProtocolError
 from voice.v1 import conversation_pb2, conversation_pb2_grpc
 
-# Longest wait for the router's first answer to a session's config before audio is taken (a backend that sends no
-# first event still gets its audio after this long).
+# Longest wait for the router to take a call before audio is written anyway (a router that says nothing this long
+# still gets the audio, as before the wait).
 ACCEPT_WAIT_S = 5.0
+
+
+async def router_took(call) -> bool:
+    """Wait until the router took ``call`` (it sends initial metadata once it has admitted and opened the session:
+    services/remote/base.py ``accepted``) or ended it, at most ACCEPT_WAIT_S. False when the call ended first: the
+    router refused it, and the call's reader reports its status (RESOURCE_EXHAUSTED with its retry hint, NOT_FOUND
+    for a voice ...), not INTERNAL from a write that raced the refusal. Both the conversation WebSocket and the
+    Realtime route wait here before sending audio."""
+    answer = asyncio.ensure_future(call.initial_metadata())
+    answer.add_done_callback(lambda f: f.cancelled() or f.exception())  # its outcome is the reader's to report
+    await asyncio.wait([answer], timeout=ACCEPT_WAIT_S)
+    return not call.done()
 
 
 async def close_socket(ws: web.WebSocketResponse, code: int, reason: str) -> int:
@@ -71,11 +83,8 @@ class Session:
         with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
             # A router that cannot be reached fails this write; the read below then says why (UNAVAILABLE).
             await call.write(conversation_pb2.ConverseRequest(request_id=request_id, config=config))
-        # The router checks the config (voice, rates, capacity) before its first event (the session's LISTENING
-        # state). Audio waits for that answer: a refused session gets its own status, not one raced by our writes.
-        first = asyncio.ensure_future(call.read())
-        await asyncio.wait([first], timeout=ACCEPT_WAIT_S)
-        refused = first.done() and first.exception() is not None
+        # The router checks the config (voice, rates, capacity) before it takes the call; audio waits for that.
+        refused = not await router_took(call)
         if not refused:
             ready = {
                 "type": "ready",
@@ -83,7 +92,7 @@ class Session:
                 "output_sample_rate": config.output_format.sample_rate_hz,
             }
             await self.ws.send_json(ready)
-        router = asyncio.create_task(self._read_router(call, first), name="gw-router")
+        router = asyncio.create_task(self._read_router(call), name="gw-router")
         writer = asyncio.create_task(self._write_socket(), name="gw-writer")
         socket = None if refused else asyncio.create_task(self._read_socket(call), name="gw-socket")
         tasks = [t for t in (socket, router, writer) if t is not None]
@@ -97,9 +106,9 @@ class Session:
                 await asyncio.wait([asyncio.create_task(self.outbound.put(None)), writer], timeout=2)
         finally:
             call.cancel()
-            for task in (*tasks, first):
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, first, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
         if self.close_code in (protocol.IDLE,):
             GATEWAY_REFUSALS.labels("idle").inc()
         elif self.close_code == protocol.SLOW_CLIENT:
@@ -153,9 +162,9 @@ class Session:
             with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
                 await call.done_writing()  # half-close: the router ends the session
 
-    async def _read_router(self, call, first) -> None:
+    async def _read_router(self, call) -> None:
         try:
-            response = await first
+            response = await call.read()
             while response is not grpc.aio.EOF:
                 if not self._queue(response, time.perf_counter()):
                     return
