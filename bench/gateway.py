@@ -152,9 +152,11 @@ def _pcm24(pcm16: bytes) -> bytes:
     return audio.resample(pcm16, RATE, 24_000)
 
 
-async def _realtime_line(url: str, line) -> float | None:
-    """``line`` said into a Realtime session of its own at real time (20 ms appends), then silence: its speech end
-    -> the first reply audio delta, in seconds (None: no reply within a minute)."""
+async def realtime_line_events(
+    url: str, line, instructions: str = REALTIME_SYSTEM, until: str = "response.output_audio.delta"
+) -> dict[str, float]:
+    """``line`` said into a Realtime session of its own at real time (20 ms appends), then silence, until the event
+    ``until`` (or a minute): each event type's first arrival, in seconds after the line's speech end as spoken."""
     import base64
 
     import openai
@@ -165,12 +167,13 @@ async def _realtime_line(url: str, line) -> float | None:
     pcm = _pcm24(line.pcm)
     step = 48 * MIC_MS  # bytes of 24 kHz s16le per frame
     sent: list[float] = []  # wall time each frame went out
+    seen: dict[str, float] = {}
     async with client.realtime.connect(model="gpt-realtime") as connection:
         turn_detection = {"type": "semantic_vad", "eagerness": "auto"}
         await connection.session.update(
             session={
                 "type": "realtime",
-                "instructions": REALTIME_SYSTEM,
+                "instructions": instructions,
                 "audio": {"input": {"turn_detection": turn_detection}},
             }
         )
@@ -184,17 +187,16 @@ async def _realtime_line(url: str, line) -> float | None:
                 sent.append(time.monotonic())
 
         mic = asyncio.create_task(microphone())
-        first = None
         try:
             async with asyncio.timeout(60):
                 async for event in connection:
-                    if event.type == "response.output_audio.delta":
-                        first = time.monotonic()
-                        break
+                    seen.setdefault(event.type, time.monotonic())
                     if event.type == "error":
                         raise RuntimeError(f"Realtime error: {event.error.message}")
+                    if event.type == until:
+                        break
         except TimeoutError:
-            return None
+            pass
         finally:
             mic.cancel()
             await asyncio.gather(mic, return_exceptions=True)
@@ -202,7 +204,13 @@ async def _realtime_line(url: str, line) -> float | None:
     sample = line.speech_end_ms * 24
     k = min(sample // (step // 2), len(sent) - 1)
     spoken = sent[k] - (step // 2 - (sample - k * step // 2)) / 24_000
-    return first - spoken
+    return {kind: at - spoken for kind, at in seen.items()}
+
+
+async def _realtime_line(url: str, line) -> float | None:
+    """``line``'s speech end -> the first reply audio delta of a Realtime session, in seconds (None: no reply within
+    a minute)."""
+    return (await realtime_line_events(url, line)).get("response.output_audio.delta")
 
 
 def _realtime_vs_converse(
