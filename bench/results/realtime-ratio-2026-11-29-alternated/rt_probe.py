@@ -3,7 +3,8 @@
     PYTHONPATH=.:gen/python .venv/bin/python bench/results/realtime-ratio-2026-11-29-alternated/rt_probe.py [N] [same]
 
 The Realtime side is bench.gateway.realtime_line_events (until response.done); ``same``: the Realtime session gets
-bench.turn_taking's system prompt instead of bench.gateway's.
+bench.turn_taking's system prompt instead of bench.gateway's. Each route says every other line first (the second
+finds the brain's and the voice's caches warm); the gateway's log gives the Realtime turns' server timings.
 """
 
 import asyncio
@@ -36,12 +37,15 @@ def main() -> None:
             with grpc.insecure_channel(fleet.config.router.address) as channel:
                 for n, line_id in enumerate(turn_set.complete[:N]):
                     line = turn_set.line(line_id)
+                    if n % 2:  # Converse first
+                        record, caller = turn_taking.one_line(channel, line, f"c{n}")
                     events = asyncio.run(realtime_line_events(url, line, instructions, until="response.done"))
-                    record, caller = turn_taking.one_line(channel, line, f"c{n}")
+                    if not n % 2:
+                        record, caller = turn_taking.one_line(channel, line, f"c{n}")
                     timings = [
                         e.turn_complete.timings for _, e in caller.events if e.WhichOneof("event") == "turn_complete"
                     ]
-                    print(f"line {n} {line.text[:40]!r}")
+                    print(f"line {n} {line.text[:40]!r} ({'Converse' if n % 2 else 'Realtime'} first)")
                     shown = {k: round(v * 1000) for k, v in events.items() if k.startswith(SHOWN)}
                     print("  realtime client:", json.dumps(shown))
                     first, commit = record.get("speech_end_to_first_audio_s"), record.get("speech_end_to_commit_s")
