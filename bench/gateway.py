@@ -215,14 +215,16 @@ async def _realtime_line(url: str, line) -> float | None:
 
 def _realtime_vs_converse(
     fleet: LocalFleet, url: str, count: int = REALTIME_LINES
-) -> tuple[list[float], list[float], int]:
-    """(Realtime latencies, gRPC Converse latencies, lines without a reply) over ``count`` lines, alternating."""
+) -> tuple[list[float], list[float], int, list[float]]:
+    """(Realtime latencies, gRPC Converse latencies, lines without a reply, Realtime / Converse of each line both
+    answered) over ``count`` lines, alternating. The per-line ratio is the fairer figure: lines differ (a long line's
+    transcript comes later on both routes), and a route's median moves with which lines it missed."""
     from bench import turn_taking
     from bench.turn_set import build
 
     turn_set = build(23)
     lines = [turn_set.line(i) for i in turn_set.complete[:count]]
-    realtime, converse, missing = [], [], 0
+    realtime, converse, missing, ratios = [], [], 0, []
     with grpc.insecure_channel(fleet.config.router.address) as channel:
         for n, line in enumerate(lines):
             # The route that says a line second finds its reply warm (the brain's prompt cache holds the same prompt,
@@ -240,7 +242,9 @@ def _realtime_vs_converse(
                     missing += 1
                 else:
                     out.append(value)
-    return realtime, converse, missing
+            if rt is not None and grpc_s is not None:
+                ratios.append(rt / grpc_s)
+    return realtime, converse, missing, ratios
 
 
 async def _realtime_session(url: str, question24: bytes | None, results: dict) -> None:
@@ -320,7 +324,7 @@ def run():
             realtime_sessions = asyncio.run(_realtime_sessions(url))
             # Last, one session at a time: the load average the 70 sessions above raised falls meanwhile, so the
             # run ends under make bench's load check (the 03:51 run ended at 2.93 and the next one was refused).
-            realtime, converse, missing = _realtime_vs_converse(fleet, url)
+            realtime, converse, missing, ratios = _realtime_vs_converse(fleet, url)
         finally:
             fleet.stop()
 
@@ -373,6 +377,12 @@ def run():
             note=f"goal <= 1.05; lines without a reply: {missing}",
         ),
         Row(
+            "Realtime / gRPC Converse, per line",
+            "ratio",
+            ratios,
+            note="each line's Realtime latency over its Converse latency (the same words on both routes)",
+        ),
+        Row(
             f"{REALTIME_SESSIONS} concurrent Realtime sessions: errors",
             "count",
             [len(realtime_sessions["errors"])],
@@ -402,7 +412,9 @@ def realtime_ratio(count: int = REALTIME_LINES) -> dict:
             tmp, services=("asr", "brain", "moss_sts", "router", "gateway"), moss_sts={"default_max_tokens": 32}
         )
         try:
-            realtime, converse, missing = _realtime_vs_converse(fleet, f"http://{fleet.config.gateway.address}", count)
+            realtime, converse, missing, ratios = _realtime_vs_converse(
+                fleet, f"http://{fleet.config.gateway.address}", count
+            )
         finally:
             fleet.stop()
     from bench.harness import machine
@@ -417,6 +429,7 @@ def realtime_ratio(count: int = REALTIME_LINES) -> dict:
         "ratio_of_medians": round(statistics.median(realtime) / statistics.median(converse), 3)
         if realtime and converse
         else None,
+        "ratio_per_line_median": round(statistics.median(ratios), 3) if ratios else None,
         "lines_without_a_reply": missing,
     }
 
