@@ -7,15 +7,16 @@ build/human-speech/ (never committed), every file checked against its sha256. Th
 of pocketsphinx's source distribution: those are kept apart to judge the result (the issue's rule).
 
 A line is one verse: its fragment of the sync map trimmed to its speech (bench.turn_set.speech_bounds_ms) with
-``MARGIN_MS`` either side. A line is used only when whisper tiny.en hears every word of it (bench.evaluation.words
-of the transcript equal the text's): a misheard archaic word would read as a cut-off in the conversation bench,
-whose check looks for the words after the pause in the first turn.
+``MARGIN_MS`` either side.
 
 Word boundaries: tiny.en's word timestamps (``word_timestamps=True``, offline, not the service under test) place
-each gap roughly; the cut is the quietest 5 ms from ``SEARCH_MS`` before the earlier word's end to ``SEARCH_MS``
-after the next word's start, and a boundary is a place to pause only when that quietest 5 ms is at least
-``GAP_BELOW_PEAK_DB`` below the line's loudest 10 ms (the words are apart there, as piper's word-gap phoneme is
-in the synthesized set). A thinking pause is inserted there with 5 ms fades, as bench.turn_set does.
+each gap roughly. A boundary between two words of the text counts only where tiny.en wrote both of them (aligned with
+difflib; it mishears some archaic words, "niggarding"). The cut is the quietest 5 ms from ``SEARCH_MS`` before the
+earlier word's end to ``SEARCH_MS`` after the next word's start, and a boundary is a place to pause only when that
+quietest 5 ms is at least ``GAP_BELOW_PEAK_DB`` below the line's loudest 10 ms (the words are apart there, as
+piper's word-gap phoneme is in the synthesized set). A thinking pause is inserted there with 5 ms fades, as
+bench.turn_set does. The paused line's ``after`` is what tiny.en wrote for the words after the pause (the bench
+reports a first turn that lacks them apart from cut-offs).
 
 ``python -m bench.human_speech`` fetches it and prints each line, its word boundaries and which can take a pause.
 """
