@@ -10,8 +10,9 @@ captured (the frame's send time minus the rest of the frame), a reply was heard 
 What each line measures (client side; ``run_pass``):
 * complete utterances: speech end (end of the last word, known from the set) -> first reply audio received, and
   -> THINKING (the turn committed); the caller interrupts each reply 0.2 s into it to keep the run short;
-* paused utterances: a false cut-off is a turn committed at the pause: the first turn's user_text lacks most of
-  the words after the pause, or the sentence became two turns;
+* paused utterances: a false cut-off is the agent taking the turn in the pause: it committed (THINKING) before the
+  speech came back, or the sentence became two turns; a first turn lacking most of the words after the pause is
+  reported apart (``after_words_missing``: the recognizer's misses);
 * backchannels / stop words spoken during a reply (``run_trials``): interrupted or not; for stop words the start of
   the word's speech -> the ``interrupted`` event (the caller's player stops there) and -> the last reply audio
   received; the caller interrupts a reply nobody interrupted, 2 s after the cue;
