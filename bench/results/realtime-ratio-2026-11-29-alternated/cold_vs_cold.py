@@ -50,4 +50,4 @@ print(
     f"lines 1-{len(rows) - 1}: Realtime / Converse client median {statistics.median(r[1] for _, r in later):.0f} /"
     f" {statistics.median(r[3] for _, r in later):.0f} ms; per-line ratio median {statistics.median(ratios):.2f}"
 )
-print("the split by which route went first compares different lines (even vs odd): per line, either route pays ~200 ms first")
+print("the split by which route went first compares different lines (even vs odd); per line either route pays for it")
