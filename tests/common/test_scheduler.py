@@ -181,6 +181,23 @@ async def test_admission_refuses_when_the_first_audio_would_wait_too_long():
         (await task).release()
 
 
+async def test_an_idle_service_admits_a_stream_whatever_its_first_segment_is_estimated_to_cost():
+    # A warm-up on a loaded machine left the estimate of one first segment over the budget; only admitted streams
+    # teach the estimate, so refusing on it with no stream in would refuse every stream from then on.
+    clock = Clock()
+    sched = SegmentScheduler("test", "engine", workers=1, clock=clock)
+    for _ in range(10):
+        sched.first_step_s.add(2.5)
+    admission = Admission("svc", max_streams=100, max_first_wait_s=2.0, field="f", clock=clock)
+    assert admission.active == 0 and sched.predicted_first_audio() > 2.0
+    with admission.stream(sched):  # no stream admitted: admitted
+        with pytest.raises(ResourceExhausted) as refused:
+            admission.check(sched)  # one stream in: a newcomer predicted over the budget is refused
+        assert "budget" in refused.value.message
+    assert admission.active == 0
+    admission.check(sched)  # at rest again: admitted
+
+
 async def test_a_first_lane_starts_newcomers_while_every_other_worker_runs_a_continuation():
     """Priority lanes: first segments take only first-lane workers (the engine runs them on normal-priority threads),
     continuations only the others, and neither waits for the other's lane."""

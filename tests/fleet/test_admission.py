@@ -132,13 +132,18 @@ def test_past_capacity_new_streams_are_refused_at_once_and_admitted_ones_complet
 
 def test_a_stream_predicted_to_start_past_the_budget_is_refused_by_the_real_service(tmp_path):
     """The predicted-wait check is wired in the service as deployed (its engine behind the residency wrapper): with a
-    first-audio budget below even one segment's time, a request is refused at once, naming the setting."""
+    first-audio budget below even one segment's time, a request that would wait behind a running synthesis is refused
+    at once, naming the setting. (An idle service admits: refusing would not make it faster.)"""
     running = start_fleet(tmp_path, services=("cosyvoice_tts",), cosyvoice_tts={"scheduling": {"max_first_wait_ms": 1}})
     try:
         with running.channel("cosyvoice_tts") as channel:
             stub = synthesizer_pb2_grpc.SynthesizerStub(channel)
+            long_text = FIRST + REST * 8
+            running_call = stub.Synthesize(pb.SynthesizeRequest(text=long_text), timeout=60)
+            next(running_call)  # admitted at rest; its later segments are still to come
             with pytest.raises(grpc.RpcError) as refused:
                 list(stub.Synthesize(pb.SynthesizeRequest(text=FIRST), timeout=30))
+            running_call.cancel()
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "scheduling.max_first_wait_ms" in refused.value.details(), refused.value.details()
         trailers = dict(refused.value.trailing_metadata() or ())
