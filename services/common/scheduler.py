@@ -399,7 +399,13 @@ class Admission:
             # first segment's cost: refusing would not make it faster, and only admitted streams update the estimate,
             # so a slow warm-up on a loaded machine (2.5 s) refused every synthesis after it (cosyvoice_tts, 13 in a
             # row in make test's background lane, 2026-11-29).
-            at_rest = not self.active and not getattr(scheduler, "busy", 0) and not getattr(scheduler, "waiting", 0)
+            # (A conversation's wait, sts_servicer._FirstWordsWait, has its own rest rule: 0 with no session open.)
+            at_rest = (
+                isinstance(scheduler, SegmentScheduler)
+                and not self.active
+                and not scheduler.busy
+                and not scheduler.waiting
+            )
             if wait > self.max_first_wait_s and not at_rest:
                 self._slow.inc()
                 retry = _clamp(wait - self.max_first_wait_s)
