@@ -72,7 +72,7 @@ def summary(records: list[dict], pauses: list[int]) -> dict[int, dict]:
             "false_cut_offs": sum(r["false_cut_off"] for r in said),
             "after_function_words": f"{sum(r['false_cut_off'] for r in function)}/{len(function)}",
             "after_content_words": f"{sum(r['false_cut_off'] for r in content)}/{len(content)}",
-            "after_words_missing": sum(r.get("after_words_missing", False) for r in said),
+            "misheard_not_cut": sum(r.get("after_words_missing", False) and not r["false_cut_off"] for r in said),
         }
     print(
         "\n| pause | false cut-offs | after function words | after content words |"
@@ -80,14 +80,9 @@ def summary(records: list[dict], pauses: list[int]) -> dict[int, dict]:
     )
     for pause_ms, row in rows.items():
         share = 100 * row["false_cut_offs"] / max(1, row["lines"])
-        missing = sum(
-            r.get("after_words_missing", False) and not r["false_cut_off"]
-            for r in records
-            if r.get("pause_ms") == pause_ms and "false_cut_off" in r
-        )
         print(
             f"| {pause_ms} ms | {row['false_cut_offs']}/{row['lines']} ({share:.0f} %) |"
-            f" {row['after_function_words']} | {row['after_content_words']} | {missing}/{row['lines']} |"
+            f" {row['after_function_words']} | {row['after_content_words']} | {row['misheard_not_cut']}/{row['lines']} |"
         )
     for r in records:
         if r.get("false_cut_off"):
@@ -97,13 +92,10 @@ def summary(records: list[dict], pauses: list[int]) -> dict[int, dict]:
 
 def rescore(path: Path) -> int:
     """A committed run's records scored again by bench.turn_taking's rule (``--rescore FILE.json``)."""
-    from bench.turn_taking import AFTER_WORDS_KEPT
-
     run = json.loads(path.read_text())
     for r in run["records"]:
         if "pause_ms" in r:
-            r["after_words_missing"] = r["after_words_in_first_turn"] < AFTER_WORDS_KEPT
-            r["false_cut_off"] = r["committed_before_speech_resumed"] or r["turns_with_words"] > 1
+            turn_taking.score_pause(r)
     pauses = sorted({r["pause_ms"] for r in run["records"] if "pause_ms" in r})
     summary(run["records"], pauses)
     print(f"\nspeech: {run.get('speech', 'piper')}; machine: {run['machine']}; run {run['date']}")

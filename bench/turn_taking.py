@@ -339,19 +339,23 @@ def endpointing_line(caller: Caller, line, label: str) -> dict:
         after = words(line.after)
         first_words = set(words(spoken_turns[0]["user_text"])) if spoken_turns else set()
         kept = sum(w in first_words for w in after) / max(1, len(after))
-        committed_in_pause = bool(thinking and thinking[0][0] < resumed)
         record.update(
             {
                 "pause_ms": line.pause_ms,
                 "after_words_in_first_turn": round(kept, 2),
-                "after_words_missing": kept < AFTER_WORDS_KEPT,
-                "committed_before_speech_resumed": committed_in_pause,
-                # the agent took the turn in the pause: it committed before the speech came back, or the sentence
-                # ended up as two turns
-                "false_cut_off": committed_in_pause or len(spoken_turns) > 1,
+                "committed_before_speech_resumed": bool(thinking and thinking[0][0] < resumed),
             }
         )
+        score_pause(record)
     return record
+
+
+def score_pause(record: dict) -> None:
+    """A paused line's verdicts from its facts: ``false_cut_off``, the agent took the turn in the pause (it committed
+    before the speech came back, or the sentence ended up as two turns); ``after_words_missing``, its first turn
+    lacks most of the words after the pause (the recognizer's misses, reported apart)."""
+    record["after_words_missing"] = record["after_words_in_first_turn"] < AFTER_WORDS_KEPT
+    record["false_cut_off"] = record["committed_before_speech_resumed"] or record["turns_with_words"] > 1
 
 
 def barge_in_trial(caller: Caller, turn_set: TurnSet, trial) -> dict:
