@@ -50,6 +50,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from services.common import metrics
 from services.common.errors import ResourceExhausted
@@ -165,6 +166,10 @@ class SegmentScheduler:
     @property
     def waiting(self) -> int:
         return sum(1 for *_, fut, _ in self._waiting if not fut.done())
+
+    def at_rest(self) -> bool:
+        """No segment running or waiting (admission's rest rule, ``FirstAudioWait``)."""
+        return not self.busy and not self.waiting
 
     def predicted_first_audio(self) -> float:
         """How long a stream arriving now would wait for its first audio: the work due before its first segment
@@ -336,6 +341,17 @@ class Playback:
             turn.release()
 
 
+class FirstAudioWait(Protocol):
+    """What admission asks of the work a newcomer would wait behind (a service's SegmentScheduler, a conversation's
+    wait for a committed turn's first words: sts_servicer._FirstWordsWait)."""
+
+    def predicted_first_audio(self) -> float:
+        """Seconds a stream arriving now would wait for its first audio (or words)."""
+
+    def at_rest(self) -> bool:
+        """Nothing is running or waiting: a newcomer is never refused for its own first segment's cost."""
+
+
 class Admission:
     """Refuses new streams past capacity, at once, with a retry hint (module doc)."""
 
@@ -369,7 +385,7 @@ class Admission:
         self._behind = metrics.ADMISSION_REJECTIONS.labels(service, "behind")
         metrics.ADMISSION_CAPACITY.labels(service, field).set(max_streams)
 
-    def check(self, scheduler: SegmentScheduler | None) -> None:
+    def check(self, scheduler: FirstAudioWait | None) -> None:
         """Raise ResourceExhausted (with ``retry_after_s``) when a new stream cannot be served in time."""
         if self.active >= self.max_streams:
             self._full.inc()
@@ -395,17 +411,11 @@ class Admission:
                 )
         if scheduler is not None and self.max_first_wait_s:
             wait = scheduler.predicted_first_audio()
-            # A service at rest (no stream admitted, no segment running or waiting) is never refused for its own
-            # first segment's cost: refusing would not make it faster, and only admitted streams update the estimate,
-            # so a slow warm-up on a loaded machine (2.5 s) refused every synthesis after it (cosyvoice_tts, 13 in a
-            # row in make test's background lane, 2026-11-29).
-            # (A conversation's wait, sts_servicer._FirstWordsWait, has its own rest rule: 0 with no session open.)
-            at_rest = (
-                isinstance(scheduler, SegmentScheduler)
-                and not self.active
-                and not scheduler.busy
-                and not scheduler.waiting
-            )
+            # A service at rest (no stream admitted, nothing running or waiting) is never refused for its own first
+            # segment's cost: refusing would not make it faster, and only admitted streams update the estimate, so a
+            # slow warm-up on a loaded machine (2.5 s) refused every synthesis after it (cosyvoice_tts, 13 in a row in
+            # make test's background lane, 2026-11-29). Each wait says when it is at rest.
+            at_rest = not self.active and scheduler.at_rest()
             if wait > self.max_first_wait_s and not at_rest:
                 self._slow.inc()
                 retry = _clamp(wait - self.max_first_wait_s)
@@ -416,7 +426,7 @@ class Admission:
                 )
 
     @contextlib.contextmanager
-    def stream(self, scheduler: SegmentScheduler | None = None):
+    def stream(self, scheduler: FirstAudioWait | None = None):
         """Admit one stream for the ``with`` block, or raise ResourceExhausted before any work starts.
 
         The block gets a ``release()`` that frees the place before the block ends (idempotent): a call that has

@@ -99,9 +99,12 @@ class _FirstWordsWait:
         self.sessions = sessions
 
     def predicted_first_audio(self) -> float:
-        if not self.sessions():
+        if self.at_rest():
             return 0.0
         return self.engine.first_words_wait_s() or 0.0
+
+    def at_rest(self) -> bool:
+        return not self.sessions()
 
 
 class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
