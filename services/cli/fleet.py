@@ -41,6 +41,13 @@ class Member:
         return "(output went to the terminal)"
 
 
+# glibc's malloc, for every member unless the caller's environment says otherwise. Its threshold for serving a large
+# block from mmap (returned to the kernel at free) rises by default to the largest block freed, up to 32 MiB; after
+# that, the brain's per-request buffers (prompt-cache states, logits) came from the heap and stayed as fragments: the
+# brain alone grew 239 -> 486 MB PSS over 100 chat turns, 239 -> 349 MB with the threshold fixed at 1 MiB (2-core
+# AMD EPYC, 2026-11-29, docs/architecture.md#memory). The images set the same (services/*/Dockerfile).
+MEMBER_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "1048576"}
+
 # The module that runs a fleet member that is not services.<name> (the lease authority: the residency layer's entry
 # point).
 MODULES = {"lease_authority": "services.residency"}
@@ -116,7 +123,7 @@ class LocalFleet:
             log_path = self.log_dir / f"{name}.log"
             out = open(log_path, "ab")  # noqa: SIM115 - owned by the child for its life
         # No preexec_fn: the child execs at once (vfork), and arms its own parent-death signal (die_with_supervisor).
-        env = {**self.env, SUPERVISOR_PID_ENV: str(os.getpid())}
+        env = {**MEMBER_MALLOC_ENV, **self.env, SUPERVISOR_PID_ENV: str(os.getpid())}
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None, env=env)
         if out:
             out.close()

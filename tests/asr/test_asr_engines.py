@@ -393,3 +393,41 @@ def test_pass1_process_that_dies_is_replaced_and_interims_come_back(monkeypatch,
         assert pool.process.restarts == 1 and pool.process._process.pid != first
     finally:
         pool.close()
+
+
+def test_pass1_decoders_are_lent_per_utterance_and_bounded(asr_speakers):
+    """Each pass-1 decoder holds ~90 MB of pocketsphinx's models, so the pool lends one to an utterance, not to a
+    stream, and makes no more than its limit (the interim slots): an utterance that ended gives its decoder to the
+    next one, whichever stream it is on, and the spare made ahead is a real decoder that hears the sentence."""
+    import numpy as np
+
+    from services.engines.asr.cpu_engine import PocketsphinxPartial, PocketsphinxPool
+
+    pcm = np.frombuffer(asr_speakers.padded("joe", ["hello world this is a test"], 16000).pcm, dtype=np.int16)
+    pool = PocketsphinxPool(limit=2)
+    try:
+        pool.warm(1)
+        first, second, third = (PocketsphinxPartial(pool) for _ in range(3))
+
+        def hear(partial) -> str:
+            for i in range(0, len(pcm), 512):
+                partial.accept(pcm[i : i + 512])
+            return partial.hypothesis()
+
+        first.start()  # takes the warm decoder; a spare is asked for
+        second.start()  # takes the spare, made by now or at this start
+        assert pool.created == 2
+        assert hear(first) == "hello world this is a test"
+        assert hear(second) == "hello world this is a test", "the decoder made ahead did not decode"
+        first.end()
+        third.start()  # the first utterance's decoder, not a third one
+        assert hear(third) == "hello world this is a test"
+        assert pool.created == 2, f"{pool.created} decoders made for two utterances at once (limit 2)"
+        second.end()
+        third.end()
+        first.start()  # a stream's next utterance takes whichever decoder is free
+        assert hear(first) == "hello world this is a test"
+        first.release()
+        assert pool.created == 2
+    finally:
+        pool.close()

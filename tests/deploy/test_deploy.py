@@ -62,6 +62,18 @@ def test_cpu_stages_take_the_base_image_and_the_wheelhouse_as_build_args():
     assert "cmake" not in (ROOT / "services/brain/Dockerfile").read_text(), "the brain is never compiled in an image"
 
 
+def test_images_run_members_with_the_fleets_malloc_settings():
+    """A container runs a member as `voicefleet up` does (services/cli/fleet.py MEMBER_MALLOC_ENV: without it the
+    brain's heap kept every large buffer it freed)."""
+    from services.cli.fleet import MEMBER_MALLOC_ENV
+
+    for dockerfile in sorted((ROOT / "services").glob("*/Dockerfile")):
+        cpu_env = re.search(r"^ENV PATH=/opt/venv/bin.*$", dockerfile.read_text(), re.M)
+        assert cpu_env, f"{dockerfile}: no ENV line in its CPU stage"
+        for key, value in MEMBER_MALLOC_ENV.items():
+            assert f" {key}={value}" in cpu_env.group(0), f"{dockerfile}: its CPU stage does not set {key}={value}"
+
+
 def test_compose_runs_like_production():
     compose = compose_file()
     config = load_config(DEPLOY / "voicefleet.yaml", env={})

@@ -65,7 +65,7 @@ class AsrServiceConfig(ServerConfig):
     chinese_script: Literal["simplified", "traditional", "as_decoded"] = "simplified"
     # Utterances (across all streams) that run pass 1 (pocketsphinx interims, ~0.09 of a core each while speech
     # lasts) at once; an utterance starting past it gets its final without interims. 0 = 4 per core. Each slot in
-    # use holds a pocketsphinx decoder of ~90 MB, all made at start.
+    # use holds a pocketsphinx decoder of ~90 MB: one per core is made at start, more ahead of need up to this bound.
     max_concurrent_interims: int = bounded(0, ge=0, le=1000)
     # How much new audio between looks at pocketsphinx's partial hypothesis (interim results).
     interim_interval_ms: int = bounded(160, ge=32, le=5000)

@@ -155,12 +155,16 @@ def repeats_itself(text: str, min_words: int = 3) -> bool:
 
 class PocketsphinxPool:
     """Decoders for pass 1, in a process of their own (services/engines/asr/pass1_process.py: pocketsphinx thrashes on the
-    GIL beside the asr process's other threads), made on demand and reused."""
+    GIL beside the asr process's other threads), each lent to one utterance at a time. Each holds its own copy of
+    pocketsphinx's models (~90 MB PSS), so the pool makes no more than ``limit`` (the interim budget's slots, which
+    bound the utterances in pass 1 at once) and few at start: ``warm`` makes the first, and whenever an utterance
+    takes the last free one the child is asked for a spare, made while its inbox is empty (pass1_process.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = 0) -> None:
         from services.engines.asr.pass1_process import Pass1Process
 
         self.process = Pass1Process(RATE, INTERIM_SEARCH)
+        self.limit = limit  # 0: no bound (a caller that owns its utterances, as the bench does)
         self._free: list = []
         self._lock = threading.Lock()
         self.created = 0
@@ -174,10 +178,19 @@ class PocketsphinxPool:
 
     def acquire(self):
         with self._lock:
-            if self._free:
-                return self._free.pop()
-            self.created += 1
-        return self.process.decoder(self.process.new_id())
+            decoder = self._free.pop() if self._free else None
+            if decoder is None:
+                self.created += 1  # made at its first start, blocking pass 1 meanwhile: a burst beat the spare
+            spare = not self._free and (not self.limit or self.created < self.limit)
+            if spare:
+                self.created += 1
+        if decoder is None:
+            decoder = self.process.decoder(self.process.new_id())
+        if spare:
+            made_ahead = self.process.decoder(self.process.spare())
+            with self._lock:
+                self._free.append(made_ahead)
+        return decoder
 
     def release(self, decoder) -> None:
         with self._lock:
@@ -188,7 +201,8 @@ class PocketsphinxPool:
 
 
 class PocketsphinxPartial:
-    """Pass 1 of one stream: a pooled decoder, taken at the stream's first speech and given back at its end."""
+    """Pass 1 of one utterance at a time: a pooled decoder, taken at the utterance's start and given back at its end
+    (the pool holds one per utterance in pass 1 at once, not one per open stream)."""
 
     language = "en"
     english_only = True
@@ -218,10 +232,13 @@ class PocketsphinxPartial:
         if self._in_utt:
             self._decoder.end_utt()
             self._in_utt = False
+        self.release()
 
     def release(self) -> None:
         if self._decoder is not None:
-            self.end()
+            if self._in_utt:
+                self._decoder.end_utt()
+                self._in_utt = False
             self._pool.release(self._decoder)
             self._decoder = None
 
@@ -489,8 +506,8 @@ class CpuAsrEngine(AsrEngine):
         self.turn = TurnSupport(service, config)  # semantic endpointing: the turn model, when its wheel is there
         self.vad: SileroVad | None = None
         self.final = WhisperFinals(config)
-        self.partials = PocketsphinxPool()
         self.interim_budget = InterimBudget(service, self.name, config.max_concurrent_interims or 4 * cpu_cores())
+        self.partials = PocketsphinxPool(limit=self.interim_budget.slots)
         self.spotting = spotting(service, self.name, config)
         self.finals_in_flight = FinalsInFlight()
         self.draft_budget = draft_budget(service, self.name, config)
@@ -506,13 +523,16 @@ class CpuAsrEngine(AsrEngine):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
-        # Warm up: a pass-1 decoder for every interim slot (making one loads its models, ~0.3-0.5 s, and blocks the
-        # pass-1 process meanwhile: made on demand, the first burst of callers waited for them, and a stream sending
-        # faster than real time fell behind enough to miss the pause after it, tests/fleet/test_conversation_fleet.py
-        # test_ten_minute_monologue...). Each decoder holds its own copy of pocketsphinx's models, ~90 MB (PSS 103 MB
-        # for one, 719 for eight, 2026-11-29, bench/results/memory-2026-11-29/): the 8 slots of 2 cores are most of
-        # the asr's memory. They are made in the pass-1 process, so while this process loads its own models.
-        partials = loop.run_in_executor(self.stream_pool, self.partials.warm, self.interim_budget.slots)
+        # Warm up: a pass-1 decoder per core (at most one per interim slot). Making one loads its models (~0.3-0.5 s)
+        # and blocks the pass-1 process meanwhile: made on demand at a stream's start, the first burst of callers
+        # waited for them, and a stream sending faster than real time fell behind enough to miss the pause after it
+        # (tests/fleet/test_conversation_fleet.py test_ten_minute_monologue...). Each holds its own copy of
+        # pocketsphinx's models, ~90 MB (PSS 103 MB for one, 719 for eight, 2026-11-29,
+        # bench/results/memory-2026-11-29/): warming one per interim slot (8 on 2 cores) was most of the asr's
+        # memory. More are made ahead, while the pass-1 process is idle, as utterances take them (PocketsphinxPool).
+        # Made in the pass-1 process, so while this process loads its own models.
+        warm = min(self.interim_budget.slots, cpu_cores())
+        partials = loop.run_in_executor(self.stream_pool, self.partials.warm, warm)
         try:
             self.vad = await loop.run_in_executor(self.stream_pool, SileroVad, self.service)
             await loop.run_in_executor(self.stream_pool, self.turn.load)  # refuses to start when the default needs it

@@ -7,6 +7,11 @@ services.engines.asr.pass1_process``, a fresh interpreter: the parent has thread
 streams talk to it through two pipes: audio goes down without a reply; a hypothesis is a request and its answer,
 which comes after all audio sent before it (the child reads in order).
 
+Decoders are made three ways: ``warm`` at start (the parent waits for them), at an utterance's ``start`` when its
+decoder does not exist yet (it blocks every stream's pass 1 for the ~0.3-0.6 s making one takes: pocketsphinx holds
+the GIL throughout, so a thread would not help), and ``spare``: made ahead, only while no message is waiting, so a
+burst of callers finds one made without a stall.
+
 The child only imports pocketsphinx. It ends when its input pipe closes (the asr process ended or closed the pool).
 If it dies, the pool starts another at the next call (at most one start per ``RESTART_PAUSE_S``; calls meanwhile
 get no interims); decoders are made again at their next utterance, so interims of the utterances in progress stop
@@ -36,7 +41,21 @@ def _serve(conns: tuple[Connection, Connection], rate: int, search: dict) -> Non
     inbox, outbox = conns
 
     decoders: dict[int, Decoder] = {}
+    spares: list[int] = []  # ids to make ahead, while the inbox is empty
+
+    def make(did: int) -> Decoder:
+        if did not in decoders:
+            decoders[did] = Decoder(samprate=rate, loglevel="FATAL", **search)
+        return decoders[did]
+
     while True:
+        try:
+            while spares and not inbox.poll(0):
+                make(spares.pop(0))
+        except (EOFError, OSError):
+            return
+        except Exception as e:  # noqa: BLE001 - the spare is made at its first start instead
+            print(f"pass 1: making a spare decoder failed: {type(e).__name__}: {e}", flush=True)
         try:
             op, *args = inbox.recv()
         except (EOFError, OSError):
@@ -51,18 +70,17 @@ def _serve(conns: tuple[Connection, Connection], rate: int, search: dict) -> Non
                 hyp = decoder.hyp() if decoder is not None else None
                 outbox.send(hyp.hypstr if hyp else "")
             elif op == "start":
-                decoder = decoders.get(args[0])
-                if decoder is None:
-                    decoder = decoders[args[0]] = Decoder(samprate=rate, loglevel="FATAL", **search)
-                decoder.start_utt()
+                make(args[0]).start_utt()
             elif op == "end":
                 decoder = decoders.get(args[0])
                 if decoder is not None:
                     decoder.end_utt()
             elif op == "warm":  # make decoders ahead of the first callers (each loads its models, ~0.3 s)
                 for did in args[0]:
-                    decoders.setdefault(did, Decoder(samprate=rate, loglevel="FATAL", **search))
+                    make(did)
                 outbox.send(True)
+            elif op == "spare":
+                spares.append(args[0])
             elif op == "quit":
                 return
         except Exception as e:  # noqa: BLE001 - one stream's bad call must not end every stream's interims
@@ -137,6 +155,13 @@ class Pass1Process:
         ids = [self.new_id() for _ in range(count)]
         self._send(("warm", ids), answer=True, failed=False)
         return ids
+
+    def spare(self) -> int:
+        """A new decoder id, made by the child ahead of need once nothing waits in its inbox (or at its first
+        ``start``, if that comes first)."""
+        did = self.new_id()
+        self._send(("spare", did))
+        return did
 
     def decoder(self, did: int) -> RemoteDecoder:
         return RemoteDecoder(self, did)
