@@ -11,6 +11,9 @@ with 4 streaming requests at once, 23.6 ms against 12.3 ms (docs/conversation.md
 that (imported there from ``starlette.concurrency``) are replaced by ones that run on a single dedicated thread.
 The server already lets one request use the model at a time (its llama lock), so one thread costs no parallelism.
 
+Function calling (``tools``, ``tool_choice`` and function-call history in chat completions) is answered by
+services/brain/tool_calls.py in front of the stock route.
+
 It also serves ``POST /v1/end_of_turn`` (``{"model", "messages"}`` -> ``{"logprob", "token", "prompt_tokens"}``): the
 log probability that the chat template's end-of-message token follows the last user message's words, for the
 dialogue's reading of a pause (services/conversation/turn_words.py). It renders the messages with the model's own
@@ -220,6 +223,15 @@ def install() -> None:
         server.dependency_overrides[stock_proxy] = get_llama_proxy_in_order  # every other route's Depends
         server.add_middleware(KindMiddleware)
         add_turn_route(server)
+        from services.brain.tool_calls import ToolCallMiddleware
+
+        server.add_middleware(
+            ToolCallMiddleware,
+            model_of=lambda name: app._llama_proxy(name),  # noqa: SLF001 - the proxy the stock dependency yields
+            run=run_on_llama_thread,
+            place=MODEL_PLACE.place,
+            formatter_of=chat_formatter,
+        )
         return server
 
     app.create_app = create_app_with_turn_route

@@ -399,6 +399,39 @@ class BargeIn:
     backchannels: tuple[str, ...] = ()
 
 
+# Tool choice modes (ConversationConfig.tool_choice).
+TOOL_AUTO, TOOL_NONE, TOOL_REQUIRED, TOOL_FUNCTION = "auto", "none", "required", "function"
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the agent may call (services/common/tools.py checks it). ``parameters``: its arguments' JSON
+    Schema (an object schema; {} = no arguments)."""
+
+    name: str
+    description: str = ""
+    parameters: dict = field(default_factory=dict, hash=False, compare=False)
+    parameters_json: str = ""  # as the caller wrote it (passed on unchanged by the router)
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    mode: str = TOOL_AUTO
+    function: str = ""  # TOOL_FUNCTION: the tool to call
+
+
+@dataclass(frozen=True)
+class FunctionCall:
+    """A call of one of the session's tools, or a piece of it (FUNCTION_CALL events): ``arguments_delta`` while the
+    arguments stream, then ``done`` with the whole ``arguments`` (validated JSON)."""
+
+    call_id: str
+    name: str
+    arguments_delta: str = ""
+    done: bool = False
+    arguments: str = ""
+
+
 @dataclass(frozen=True)
 class SessionOptions:
     # Rate of the audio given to ``feed`` (the engine's native rate for local engines, the caller's for remote ones).
@@ -416,6 +449,10 @@ class SessionOptions:
     time_remaining: float | None = None
     # The caller's audio comes already echo-cancelled (ConversationConfig.client_cancels_echo): no server canceller.
     client_cancels_echo: bool = False
+    # Functions the agent may call, which of them, and how long a call waits for its output (0: the service's).
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    tool_timeout_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -451,6 +488,7 @@ STATE, USER_TRANSCRIPT, REPLY_TEXT, REPLY_AUDIO, INTERRUPTED, TURN_COMPLETE, TUR
     "turn_error",
     "end_of_turn_judged",
 )
+FUNCTION_CALL, FUNCTION_CALL_CANCELLED = "function_call", "function_call_cancelled"
 
 
 @dataclass(frozen=True)
@@ -473,6 +511,8 @@ class StsEvent:
     code: int = 0  # TURN_ERROR: gRPC status code number
     message: str = ""  # TURN_ERROR
     turn: TurnEstimate | None = None  # END_OF_TURN_JUDGED: the turn model's judgement of a pause
+    # FUNCTION_CALL: the call or a piece of it; FUNCTION_CALL_CANCELLED: its call_id (and ``reason``).
+    call: FunctionCall | None = None
 
 
 class StsSession(abc.ABC):
@@ -490,6 +530,13 @@ class StsSession(abc.ABC):
     async def interrupt(self) -> None:
         """Stop the agent's reply now (the client's ACTION_INTERRUPT)."""
         await self.control(INTERRUPT)
+
+    async def function_call_output(self, call_id: str, output: str) -> None:
+        """The client's answer to a FUNCTION_CALL event; the reply goes on from it. Raises InvalidArgument for a
+        call_id this session never emitted; an answer to a call no longer waited for (cancelled) is dropped."""
+        from services.common.errors import InvalidArgument
+
+        raise InvalidArgument("function_call_output.call_id", f"{call_id!r}: this session called no function")
 
     @abc.abstractmethod
     async def finish(self) -> None:

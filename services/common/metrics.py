@@ -241,6 +241,12 @@ STS_PREEMPTIVE_REPLIES = Counter(
     " (the user went on; nothing of it was sent).",
     ["service", "engine", "outcome"],
 )
+STS_FUNCTION_CALLS = Counter(
+    "voicefleet_sts_function_calls_total",
+    "The agent's calls of the caller's functions (docs/conversation.md#tools): called, answered (the output came),"
+    " or cancelled: timeout, barge_in, client.",
+    ["service", "engine", "outcome"],
+)
 STS_BRAIN_TURN_JUDGEMENT = Histogram(
     "voicefleet_sts_brain_turn_judgement_seconds",
     "The reply model's reading of the user's words at a candidate end of turn (ChatBrain.end_of_turn_logprob):"

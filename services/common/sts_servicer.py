@@ -14,9 +14,9 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from services.common import audio, metrics
+from services.common import audio, metrics, tools
 from services.common.asr_servicer import endpointing_defaults, endpointing_from_config, next_or_idle
-from services.common.convert.sts import ACTIONS, event_fields
+from services.common.convert.sts import ACTIONS, event_fields, tool_choice_from_proto
 from services.common.convert.tts import routing_from_proto
 from services.common.engines import (
     END_OF_TURN_JUDGED,
@@ -41,6 +41,7 @@ MAX_TEMPERATURE = 2.0
 MAX_BARGE_IN_MS = 5000
 MAX_BARGE_IN_PHRASES = 100
 MAX_BARGE_IN_PHRASE_CHARS = 64
+MAX_TOOL_TIMEOUT_MS = 600_000
 # A new session at capacity waits this long for a place to free before it is refused: a caller who hangs up and calls
 # again at once can overtake its own hang-up (the cancel and the new call race, across the router most of all).
 ENDING_CALL_GRACE_S = 0.5
@@ -72,6 +73,7 @@ class StsLimits:
     barge_in_stop_words: tuple[str, ...] = ()  # () = the dialogue's defaults (services/conversation/barge_in.py)
     barge_in_backchannels: tuple[str, ...] = ()
     barge_in_min_words: int = 0
+    tool_timeout_s: float = 10.0
 
     @classmethod
     def from_config(cls, section) -> StsLimits:
@@ -86,6 +88,7 @@ class StsLimits:
             barge_in_stop_words=tuple(section.barge_in_stop_words),
             barge_in_backchannels=tuple(section.barge_in_backchannels),
             barge_in_min_words=section.barge_in_min_words,
+            tool_timeout_s=section.tool_timeout_ms / 1000,
         )
 
 
@@ -201,6 +204,14 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
                         )
                     control = message.control
                     await session.control(action, control.played_ms if control.HasField("played_ms") else None)
+                elif payload == "function_call_output":
+                    answer = message.function_call_output
+                    if len(answer.output) > tools.MAX_OUTPUT_CHARS:
+                        raise InvalidArgument(
+                            "function_call_output.output",
+                            f"{len(answer.output)} characters; at most {tools.MAX_OUTPUT_CHARS}",
+                        )
+                    await session.function_call_output(answer.call_id, answer.output)
                 else:
                     raise InvalidArgument("payload", "a message carried nothing; send audio or a control")
             tail = resampler.feed(b"", last=True)
@@ -251,6 +262,12 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
                         f"config.barge_in.{name}[{i}]",
                         f"{phrase!r} must be a word or phrase of 1..{MAX_BARGE_IN_PHRASE_CHARS} characters",
                     )
+        declared, choice = self._tools(config)
+        if config.tool_timeout_ms > MAX_TOOL_TIMEOUT_MS:
+            raise InvalidArgument(
+                "config.tool_timeout_ms",
+                f"{config.tool_timeout_ms} is over {MAX_TOOL_TIMEOUT_MS} (0 means the default)",
+            )
         remaining = context.time_remaining()
         options = SessionOptions(
             input_sample_rate_hz=self.engine.native_sample_rate or in_fmt.sample_rate_hz,
@@ -271,8 +288,22 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
             request_id=request_id(),
             time_remaining=remaining,
             client_cancels_echo=config.client_cancels_echo,
+            tools=declared,
+            tool_choice=choice,
+            tool_timeout_s=(config.tool_timeout_ms / 1000) or self.limits.tool_timeout_s,
         )
         return options, in_fmt, out_fmt
+
+    @staticmethod
+    def _tools(config):
+        choice = tool_choice_from_proto(config.tool_choice)
+        if choice is None:
+            raise InvalidArgument("config.tool_choice.mode", f"{config.tool_choice.mode} is not a ToolChoice.Mode")
+        declared = [
+            tools.tool(t.name, t.description, t.parameters_json, f"config.tools[{i}]")
+            for i, t in enumerate(config.tools)
+        ]
+        return tools.declared(declared, choice)
 
 
 class _Relay:

@@ -17,6 +17,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from services.common import metrics
@@ -34,6 +35,14 @@ log = logging.getLogger("voicefleet.conversation.brain")
 DEFAULT_SEED = 1234
 # What a recognizer closes a phrase with; the words judgement reads the words without it (end_of_turn_logprob).
 CLOSING_MARKS = " \t\n.?!,;:\u2026"
+
+
+@dataclass(frozen=True)
+class BrainCall:
+    """A function call the reply model made (``stream_chat`` with tools), its arguments whole (JSON text)."""
+
+    name: str
+    arguments: str
 
 
 def request_headers(request_id: str, kind: str = "") -> dict[str, str]:
@@ -147,10 +156,13 @@ class ChatBrain:
         max_tokens: int,
         request_id: str = "",
         kind: str | Callable[[], str] = TURN,
-    ) -> AsyncIterator[str]:
-        """Text deltas of the reply to ``messages`` (OpenAI chat format). ``kind``: a committed turn's reply
-        (``turn``) or one held until its turn commits (a callable that says ``held`` until then, ``turn`` after):
-        its place in the brain's queue (brain_queue.py)."""
+        tools: list[dict] | None = None,
+        tool_choice: str | dict = "auto",
+    ) -> AsyncIterator[str | BrainCall]:
+        """Text deltas of the reply to ``messages`` (OpenAI chat format), and with ``tools`` (OpenAI chat tools) the
+        function calls it makes instead (a BrainCall each, once its arguments are whole). ``kind``: a committed
+        turn's reply (``turn``) or one held until its turn commits (a callable that says ``held`` until then,
+        ``turn`` after): its place in the brain's queue (brain_queue.py)."""
         body = {
             "model": self.model,
             "messages": self.prompt(messages),
@@ -160,6 +172,10 @@ class ChatBrain:
             "max_tokens": max_tokens,
             "seed": sampling.seed or DEFAULT_SEED,
         }
+        if tools:
+            body["tools"] = tools
+            body["tool_choice"] = tool_choice
+        calls: dict[int, dict] = {}  # tool_calls deltas by index: name and arguments so far
         kind_now = kind if callable(kind) else (lambda: kind)
         first = True
         finished = None  # the choice's finish_reason; a stream that ends without one was cut short
@@ -189,6 +205,11 @@ class ChatBrain:
                     if not choices:
                         continue
                     finished = choices[0].get("finish_reason") or finished
+                    for piece in (choices[0].get("delta") or {}).get("tool_calls") or []:
+                        call = calls.setdefault(piece.get("index", 0), {"name": "", "arguments": ""})
+                        function = piece.get("function") or {}
+                        call["name"] += function.get("name") or ""
+                        call["arguments"] += function.get("arguments") or ""
                     text = (choices[0].get("delta") or {}).get("content") or ""
                     if text:
                         if first:
@@ -200,6 +221,8 @@ class ChatBrain:
                 # end of the body without one means the server gave up on this reply (llama-cpp-python's
                 # interrupt_requests does that when another request arrives): a failed turn, not a short answer.
                 raise self._unreachable("ended the reply without a finish_reason (cut short by the server)")
+            for _, call in sorted(calls.items()):
+                yield BrainCall(call["name"], call["arguments"])
 
     async def read_ahead(self, messages: list[dict], request_id: str = "") -> bool:
         """Have the server evaluate ``messages`` (the turn so far) without answering: a one-token completion. Its

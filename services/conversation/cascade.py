@@ -21,6 +21,8 @@ import dataclasses
 from collections.abc import AsyncIterator
 
 from services.common.engines import (
+    TOOL_AUTO,
+    TOOL_NONE,
     AsrEngine,
     BufferPolicy,
     Sampling,
@@ -34,8 +36,9 @@ from services.common.engines import (
 )
 from services.common.errors import FailedPrecondition, NotFound
 from services.common.metrics import FOREIGN_REPLIES
+from services.common.tools import arguments_problem, openai_tool_choice, openai_tools
 from services.common.voices import pick_voice
-from services.conversation.brain import DEFAULT_SEED, ChatBrain
+from services.conversation.brain import DEFAULT_SEED, BrainCall, ChatBrain
 from services.conversation.brain_queue import HELD, TURN
 from services.conversation.dialogue import DialogueLimits, DialogueSession, ReplySink, UserTurn
 from services.conversation.reply_language import HeldClauses, LanguageGuard
@@ -44,6 +47,8 @@ from services.conversation.reply_language import HeldClauses, LanguageGuard
 # long without new text. The reply's FIRST segment is cut earlier still (DialogueLimits.reply_first, from
 # moss_sts.reply_first_segment_*: first clause mark or first few words; services/common/text.py FirstSegment).
 REPLY_BUFFERING = BufferPolicy(min_chars=40, max_wait_s=0.3)
+# Function calls one turn's reply may make before it must answer in words (a model that calls on and on).
+MAX_CALLS_PER_TURN = 4
 
 
 class CascadeSession(DialogueSession):
@@ -68,48 +73,93 @@ class CascadeSession(DialogueSession):
     async def generate_reply(self, turn: UserTurn, sink: ReplySink) -> None:
         messages = self._messages(turn.text)
         deltas: asyncio.Queue[TextEvent | None] = asyncio.Queue()
+        tools = {t.name: t for t in self.options.tools}
 
         async def release(text: str) -> None:
             await sink.text(text)
             deltas.put_nowait(TextEvent(text=text))
 
-        async def write(sampling: Sampling) -> tuple[bool, str | None]:
+        async def write(sampling: Sampling, choice) -> tuple[bool, str | None, list[BrainCall]]:
             """One reply from the brain, released clause by clause as the guard passes it: (anything released,
-            the language of the text that stopped it, if any)."""
+            the language of the text that stopped it, if any, the function calls it made instead of words)."""
             held = HeldClauses(self.engine.limits.reply_first.words if self.engine.limits.reply_first else 0)
             released = ""
+            calls: list[BrainCall] = []
             stream = self.engine.brain.stream_chat(
                 messages,
                 sampling,
                 self.max_tokens,
                 self.options.request_id,
                 kind=lambda: TURN if turn.commit_wall is not None else HELD,  # a held reply moves up at commit
+                **({"tools": openai_tools(self.options.tools), "tool_choice": choice} if choice != TOOL_NONE else {}),
             )
             async with contextlib.aclosing(stream) as pieces:
                 async for delta in pieces:
+                    if isinstance(delta, BrainCall):
+                        calls.append(delta)
+                        continue
                     ready = held.add(delta)
                     if ready:
                         foreign = self.language.foreign(ready) or self.language.foreign(released + ready)
                         if foreign:
-                            return bool(released), foreign
+                            return bool(released), foreign, calls
                         await release(ready)
                         released += ready
             rest = held.rest()
             if rest:
                 foreign = self.language.foreign(rest) or self.language.foreign(released + rest)
                 if foreign:
-                    return bool(released), foreign
+                    return bool(released), foreign, calls
                 await release(rest)
-            return bool(released or rest), None
+            return bool(released or rest), None, calls
+
+        async def call_function(call: BrainCall) -> None:
+            """The brain's call, its arguments checked against the tool's schema, sent to the caller; its output joins
+            the messages the next write reads."""
+            tool = tools.get(call.name)
+            problem = (
+                "it is not one of the session's tools" if tool is None else arguments_problem(tool, call.arguments)
+            )
+            if problem:
+                raise FailedPrecondition(
+                    f"the reply model called {call.name!r} with arguments that do not fit its parameters ({problem});"
+                    " nothing was called: ask again, or describe the tool's parameters more plainly"
+                )
+            done = await sink.function_call(call.name, call.arguments)
+            call_id, output = done.call_id, done.output
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": call.arguments},
+                        }
+                    ],
+                }
+            )
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
 
         async def think() -> None:
             try:
                 sampling = self.options.sampling
-                released, foreign = await write(sampling)
+                choice = openai_tool_choice(self.options.tool_choice) if tools else TOOL_NONE
+                made = 0
+                while True:
+                    released, foreign, calls = await write(sampling, choice)
+                    if not calls or released:
+                        break
+                    await call_function(calls[0])
+                    made += 1
+                    # After a call the reply may call again (auto) but is no longer made to (required, a named
+                    # function), and after MAX_CALLS_PER_TURN it must answer in words.
+                    choice = TOOL_AUTO if made < MAX_CALLS_PER_TURN else TOOL_NONE
                 if foreign and not released:  # nothing said yet: ask again with another seed
                     FOREIGN_REPLIES.labels(self.engine.service, foreign, "retried").inc()
                     retry = dataclasses.replace(sampling, seed=(sampling.seed or DEFAULT_SEED) + 1)
-                    released, foreign = await write(retry)
+                    released, foreign, _calls = await write(retry, TOOL_NONE)
                     if foreign and not released:
                         FOREIGN_REPLIES.labels(self.engine.service, foreign, "failed").inc()
                         raise FailedPrecondition(

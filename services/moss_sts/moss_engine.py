@@ -572,6 +572,14 @@ class MossSpeechEngine(StsEngine, Offloadable):
             description=f"MOSS-Speech codec decoder conditioned on {self.config.prompt_wav}",
         )
 
+    def check_options(self, options: SessionOptions) -> None:
+        if options.tools:
+            # MOSS-Speech answers speech with speech; its text channel has no function-call format to constrain.
+            raise FailedPrecondition(
+                "config.tools: MOSS-Speech (moss_sts.engine gpu) calls no tools; a session with tools needs the"
+                " cascade (moss_sts.engine cpu, or a router whose moss_sts backend runs it): docs/conversation.md#tools"
+            )
+
     async def open_session(self, options: SessionOptions) -> StsSession:
         if self.model.model is None:
             raise FailedPrecondition("moss_sts is still loading MOSS-Speech; retry when the service reports SERVING")

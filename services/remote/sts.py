@@ -48,6 +48,10 @@ class RemoteStsSession(RemoteStream, StsSession):
         control = conversation_pb2.ConversationControl(action=PROTO_ACTIONS[action], played_ms=played_ms)
         await self._write(conversation_pb2.ConverseRequest(control=control))
 
+    async def function_call_output(self, call_id: str, output: str) -> None:
+        answer = conversation_pb2.FunctionCallOutput(call_id=call_id, output=output)
+        await self._write(conversation_pb2.ConverseRequest(function_call_output=answer))
+
     async def events(self) -> AsyncIterator[StsEvent]:
         served_by = f"{self.backend.name}/remote"
         async for reply in self._replies():

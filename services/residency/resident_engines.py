@@ -131,6 +131,9 @@ class _ResidentStsSession(_HeldStream, StsSession):
     async def interrupt(self) -> None:
         await self.inner.interrupt()
 
+    async def function_call_output(self, call_id: str, output: str) -> None:
+        await self.inner.function_call_output(call_id, output)
+
 
 class _ResidentEngine:
     """What the ASR and conversation wrappers share: the inner engine's face, loading through the residency, and

@@ -36,6 +36,8 @@ from collections.abc import AsyncIterator
 
 from services.common.engines import (
     END_OF_TURN_JUDGED,
+    FUNCTION_CALL,
+    FUNCTION_CALL_CANCELLED,
     INTERRUPTED,
     LISTENING,
     MUTE,
@@ -48,13 +50,14 @@ from services.common.engines import (
     TURN_ERROR,
     UNMUTE,
     USER_TRANSCRIPT,
+    FunctionCall,
     SessionOptions,
     StsEngine,
     StsEvent,
     StsSession,
     VoiceInfo,
 )
-from services.common.errors import VoiceError
+from services.common.errors import InvalidArgument, VoiceError
 from services.conversation.dialogue import Message
 from services.conversation.relay import AudioRing, EventRelay, shifted
 from services.remote.sts import RemoteStsEngine
@@ -156,6 +159,10 @@ class FailoverStsSession(StsSession):
         self.replayed_until = 0  # ... up to this sample (speech before it was heard by the old session)
         self.finals_before: set[int] = set()  # turns whose finals the caller had before the switch
         self.history: list[tuple[str, str]] = []
+        # Function calls the caller was sent (call id -> caller turn) and those still waiting for their output: a
+        # session that fails over forgets them, so they are cancelled (reason "failover") and a late output dropped.
+        self.calls_sent: dict[str, int] = {}
+        self.calls_waiting: set[str] = set()
 
     # --- opening sessions -------------------------------------------------------------------------------------
     def _options(self, primary: bool, voices: list[VoiceInfo] | None = None) -> SessionOptions:
@@ -334,6 +341,13 @@ class FailoverStsSession(StsSession):
             event = dataclasses.replace(
                 event, turn=dataclasses.replace(event.turn, offset_ms=event.turn.offset_ms + self.base_ms)
             )
+        elif kind == FUNCTION_CALL and event.call.done:
+            self.calls_sent[event.call.call_id] = t
+            self.calls_waiting.add(event.call.call_id)
+            while len(self.calls_sent) > 256:
+                self.calls_sent.pop(next(iter(self.calls_sent)))
+        elif kind == FUNCTION_CALL_CANCELLED:
+            self.calls_waiting.discard(event.call.call_id)
         elif kind == REPLY_TEXT:
             self.reply_text[t] += len(event.text)
         elif kind == REPLY_AUDIO:
@@ -388,6 +402,16 @@ class FailoverStsSession(StsSession):
                 else (self._primary_name(), self._fallback_name())
             )
             self.engine.failovers.record(frm, to, reason, self.options.request_id)
+            for call_id in sorted(self.calls_waiting):
+                self._put(
+                    StsEvent(
+                        FUNCTION_CALL_CANCELLED,
+                        self.calls_sent[call_id],
+                        call=FunctionCall(call_id, ""),
+                        reason="failover",
+                    )
+                )
+            self.calls_waiting.clear()
             if in_turn and (self.reply_ms[k] or self.reply_text[k]):
                 # The caller got part of a reply that will not finish: say it was cut, then the new reply follows.
                 self._put(StsEvent(INTERRUPTED, k, reason="failover", audio_sent_ms=round(self.reply_ms[k])))
@@ -425,6 +449,19 @@ class FailoverStsSession(StsSession):
                 self._muted = False
             if self.active is not None:
                 await self.active.control(action, played_ms)
+
+    async def function_call_output(self, call_id: str, output: str) -> None:
+        async with self.lock:
+            waiting = call_id in self.calls_waiting
+            self.calls_waiting.discard(call_id)
+            if self.active is None or (not waiting and call_id in self.calls_sent):
+                return  # answered already, cancelled, or its session failed over: nothing waits for it
+            try:
+                await self.active.function_call_output(call_id, output)
+            except InvalidArgument:
+                if call_id not in self.calls_sent:
+                    raise
+                log.info("%s: output for call %s, made before a failover: dropped", self.options.request_id, call_id)
 
     async def finish(self) -> None:
         if self._finished:

@@ -235,6 +235,11 @@ class Talk:
             if kind == "control":
                 yield conversation_pb2.ConverseRequest(control=C(action=value))
                 continue
+            if kind == "output":
+                call_id, output = value
+                answer = conversation_pb2.FunctionCallOutput(call_id=call_id, output=output)
+                yield conversation_pb2.ConverseRequest(function_call_output=answer)
+                continue
             if kind == "paced":  # like a microphone: each frame when its time comes
                 start = time.monotonic()
                 for i in range(0, len(value), frame):
@@ -268,6 +273,14 @@ class Talk:
 
     def control(self, action):
         self.outbox.put(("control", action, ""))
+
+    def answer(self, call_id: str, output: str):
+        """The output of the agent's function call ``call_id``."""
+        self.outbox.put(("output", (call_id, output), ""))
+
+    def call_done(self, turn: int):
+        """``turn``'s function call once its arguments are complete (None before)."""
+        return next((e.function_call for _, e in self.of("function_call", turn) if e.function_call.done), None)
 
     def end(self):
         self.outbox.put(("end", None, ""))
@@ -996,3 +1009,151 @@ def test_status_lists_moss_sts_serving(conv):
     assert wait_until(lambda: moss_sts_line()[2:3] == ["SERVING"], 10), moss_sts_line()
     assert moss_sts_line()[1] == conv.address("moss_sts")
     assert conv.metric("router", "voicefleet_backend_serving", backend="moss_sts") == 1
+
+
+# --- tools: the agent calls the caller's functions (docs/conversation.md#tools) ----------------------------------
+# The city's examples are the recognizer's hints (services/common/tools.py recognizer_hints): without them tiny.en
+# heard this fleet's piper saying Paris as "pairs" (2 of 2 runs, 2026-11-29).
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "examples": ["Paris", "London", "Tokyo"]}},
+    "required": ["city"],
+}
+WEATHER = conversation_pb2.ToolDeclaration(
+    name="get_weather", description="Get the current weather in a city.", parameters_json=json.dumps(WEATHER_SCHEMA)
+)
+TIMER = conversation_pb2.ToolDeclaration(
+    name="set_timer",
+    description="Start a kitchen timer for a number of minutes.",
+    parameters_json=json.dumps(
+        {"type": "object", "properties": {"minutes": {"type": "integer"}}, "required": ["minutes"]}
+    ),
+)
+ASK_WEATHER = "What's the weather in Paris?"
+
+
+def asked_for_weather(talk: Talk, say):
+    """Say ASK_WEATHER as turn 0 and return the agent's completed function call."""
+    talk.send(say(ASK_WEATHER), paced=True, label="ask")
+    assert talk.wait(lambda: talk.call_done(0) is not None or talk.ended(0)), talk.events[-5:]
+    call = talk.call_done(0)
+    assert call is not None, f"no function call for {ASK_WEATHER!r}: heard {talk.finals(0)}, {talk.events[-3:]}"
+    return call
+
+
+def test_a_spoken_request_calls_the_callers_function_and_the_reply_says_its_output(conv, router_channel, say):
+    import jsonschema
+
+    talk = Talk(router_channel, tools=[WEATHER, TIMER], sampling=SHORT_REPLY)
+    asked_before = len(conv.recorder.requests)
+    try:
+        call = asked_for_weather(talk, say)
+        assert call.name == "get_weather"
+        arguments = json.loads(call.arguments)
+        jsonschema.validate(arguments, WEATHER_SCHEMA)
+        assert "paris" in arguments["city"].lower(), (arguments, talk.finals(0))
+        pieces = [e.function_call for _, e in talk.of("function_call", 0) if not e.function_call.done]
+        assert "".join(p.arguments_delta for p in pieces) == call.arguments
+        assert {p.call_id for p in pieces} == {call.call_id}
+        assert not talk.of("reply_audio", 0), "the agent spoke before the function's output came"
+        talk.answer(call.call_id, "18 degrees and sunny")
+        assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
+        complete = talk.complete(0)
+        assert complete is not None and not complete.interrupted, talk.events[-5:]
+        heard = assert_reply_heard(talk, 0).lower()
+        assert ("18" in heard or "eighteen" in heard) and "sunny" in heard, heard
+        # The brain was offered the tools, and answered from the call and its output.
+        asked = conv.recorder.requests[asked_before:]
+        assert any(r.get("tools") for r in asked)
+        last = asked[-1]["messages"]
+        assert last[-2]["tool_calls"][0]["id"] == call.call_id and last[-1]["content"] == "18 degrees and sunny"
+        assert talk.error is None
+    finally:
+        close(talk)
+
+
+def test_tool_choice_none_never_calls(conv, router_channel, say):
+    none = conversation_pb2.ToolChoice(mode=conversation_pb2.ToolChoice.MODE_NONE)
+    talk = Talk(router_channel, tools=[WEATHER], tool_choice=none, sampling=SHORT_REPLY)
+    asked_before = len(conv.recorder.requests)
+    try:
+        talk.send(say(ASK_WEATHER), paced=True, label="ask")
+        assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
+        assert talk.complete(0) is not None, talk.events[-5:]
+        assert not talk.of("function_call"), "tool_choice none called a function"
+        assert talk.reply_text(0).strip(), "no reply in words"
+        assert not any(r.get("tools") for r in conv.recorder.requests[asked_before:])
+    finally:
+        close(talk)
+
+
+def test_a_barge_in_during_a_call_cancels_it(conv, router_channel, say):
+    talk = Talk(router_channel, tools=[WEATHER], sampling=SHORT_REPLY)
+    try:
+        call = asked_for_weather(talk, say)
+        talk.send(say("No wait, forget about it."), paced=True, label="never mind")
+        assert talk.wait(lambda: bool(talk.of("function_call_cancelled", 0))), talk.events[-5:]
+        cancelled = talk.of("function_call_cancelled", 0)[0][1].function_call_cancelled
+        assert cancelled.call_id == call.call_id and cancelled.reason == "barge_in"
+        assert talk.wait(lambda: talk.ended(0))
+        assert talk.complete(0).interrupted
+        talk.answer(call.call_id, "18 degrees and sunny")  # too late: dropped, the session goes on
+        assert talk.wait(lambda: talk.ended(1)), talk.events[-5:]
+        assert talk.error is None
+    finally:
+        close(talk)
+
+
+def test_a_call_without_output_times_out_and_the_session_goes_on(conv, router_channel, say):
+    talk = Talk(router_channel, tools=[WEATHER], tool_timeout_ms=1500, sampling=SHORT_REPLY)
+    try:
+        call = asked_for_weather(talk, say)
+        assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
+        cancelled = talk.of("function_call_cancelled", 0)[0][1].function_call_cancelled
+        assert (cancelled.call_id, cancelled.reason) == (call.call_id, "timeout")
+        error = talk.of("turn_error", 0)[0][1].turn_error
+        assert error.code == grpc.StatusCode.DEADLINE_EXCEEDED.value[0] and "tool_timeout_ms" in error.message
+        talk.send(say("Thank you."), paced=True, label="thanks")
+        assert talk.wait(lambda: talk.ended(1)), talk.events[-5:]
+        assert talk.error is None
+    finally:
+        close(talk)
+
+
+@pytest.mark.parametrize("target", ["router", "moss_sts"])
+def test_bad_tools_get_a_clear_status(conv, target):
+    def config(**fields):
+        return conversation_pb2.ConverseRequest(
+            config=conversation_pb2.ConversationConfig(input_format=fmt(), **fields)
+        )
+
+    tool = conversation_pb2.ToolDeclaration
+    cases = (
+        ({"tools": [tool(name="get weather")]}, "config.tools[0].name"),
+        ({"tools": [tool(name="f", parameters_json="{not json")]}, "config.tools[0].parameters_json"),
+        (
+            {
+                "tools": [
+                    WEATHER,
+                    tool(name="f", parameters_json='{"type": "object", "properties": {"a": {"type": 5}}}'),
+                ]
+            },
+            "config.tools[1].parameters_json",
+        ),
+        ({"tools": [WEATHER, WEATHER]}, "config.tools[1].name"),
+        (
+            {"tools": [WEATHER], "tool_choice": conversation_pb2.ToolChoice(mode=4, function_name="get_time")},
+            "config.tool_choice.function_name",
+        ),
+        ({"tool_choice": conversation_pb2.ToolChoice(mode=3)}, "config.tool_choice.mode"),
+        ({"tools": [WEATHER], "tool_timeout_ms": 3_600_000}, "config.tool_timeout_ms"),
+    )
+    with conv.channel(target) as channel:
+        for fields, field in cases:
+            e = converse_status(channel, [config(**fields)])
+            assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.details(), (fields, e.details())
+        unknown = conversation_pb2.FunctionCallOutput(call_id="call_nobody", output="{}")
+        e = converse_status(
+            channel, [config(tools=[WEATHER]), conversation_pb2.ConverseRequest(function_call_output=unknown)]
+        )
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "function_call_output.call_id" in e.details()

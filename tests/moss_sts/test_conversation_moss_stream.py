@@ -461,3 +461,19 @@ def test_a_lease_that_leaves_no_headroom_is_refused_at_load_with_the_numbers(tmp
     message = str(refused.value)
     assert message.startswith("residency.services.moss_sts.declared_gb: weights 17.00 + codec 1.00 + KV 0.64")
     assert "raise it to >= 20.7" in message
+
+
+def test_a_session_with_tools_is_refused_by_moss_speech_naming_tools():
+    """MOSS-Speech has no function calling (docs/conversation.md#tools): a session that declares tools is refused at
+    its config, before anything loads (the engine is made, not started: no weights, no torch)."""
+    from services.common.config import load_config
+    from services.common.engines import SessionOptions, Tool
+    from services.common.errors import FailedPrecondition
+    from services.moss_sts.moss_engine import MossSpeechEngine
+
+    section = load_config().moss_sts
+    engine = MossSpeechEngine("moss_sts", section.gpu, asr=None, limits=None, chunking=None)
+    engine.check_options(SessionOptions())  # no tools: nothing to refuse
+    with pytest.raises(FailedPrecondition) as info:
+        engine.check_options(SessionOptions(tools=(Tool("get_weather"),)))
+    assert info.value.message.startswith("config.tools:")

@@ -110,6 +110,9 @@ class MossStsConfig(TtsServiceConfig):
     max_first_words_wait_ms: int = bounded(1000, ge=0, le=60_000)
     # A session that sends no message for this long ends with DEADLINE_EXCEEDED (send audio continuously).
     idle_timeout_seconds: float = bounded(10.0, gt=0)
+    # How long the agent's function call waits for the client's output (ConversationConfig.tool_timeout_ms, 0) before
+    # it is cancelled and the turn fails with DEADLINE_EXCEEDED (docs/conversation.md#tools).
+    tool_timeout_ms: int = bounded(10_000, ge=100, le=600_000)
     # User audio one session may send in all, and turns per session; past either the session ends with
     # RESOURCE_EXHAUSTED.
     max_session_seconds: float = bounded(3600.0, ge=10)

@@ -13,6 +13,8 @@ from services.common.convert.asr import (
 from services.common.engines import (
     END_OF_TURN,
     END_OF_TURN_JUDGED,
+    FUNCTION_CALL,
+    FUNCTION_CALL_CANCELLED,
     INTERRUPT,
     INTERRUPTED,
     LISTENING,
@@ -22,13 +24,20 @@ from services.common.engines import (
     SPEAKING,
     STATE,
     THINKING,
+    TOOL_AUTO,
+    TOOL_FUNCTION,
+    TOOL_NONE,
+    TOOL_REQUIRED,
     TURN_COMPLETE,
     TURN_ERROR,
     UNMUTE,
     USER_TRANSCRIPT,
     AudioPiece,
+    FunctionCall,
     SessionOptions,
     StsEvent,
+    Tool,
+    ToolChoice,
     TurnResult,
     TurnTimings,
 )
@@ -47,6 +56,16 @@ STATES = {
     SPEAKING: conversation_pb2.CONVERSATION_STATE_SPEAKING,
 }
 STATE_NAMES = {v: k for k, v in STATES.items()}
+_Mode = conversation_pb2.ToolChoice
+TOOL_MODES = {
+    _Mode.MODE_UNSPECIFIED: TOOL_AUTO,
+    _Mode.MODE_AUTO: TOOL_AUTO,
+    _Mode.MODE_NONE: TOOL_NONE,
+    _Mode.MODE_REQUIRED: TOOL_REQUIRED,
+    _Mode.MODE_FUNCTION: TOOL_FUNCTION,
+}
+PROTO_TOOL_MODES = {TOOL_AUTO: _Mode.MODE_AUTO, TOOL_NONE: _Mode.MODE_NONE, TOOL_REQUIRED: _Mode.MODE_REQUIRED}
+PROTO_TOOL_MODES[TOOL_FUNCTION] = _Mode.MODE_FUNCTION
 
 
 def ms(seconds: float | None) -> int:
@@ -83,7 +102,22 @@ def config_to_proto(options: SessionOptions) -> conversation_pb2.ConversationCon
             latency_budget_ms=options.routing.latency_budget_ms,
         ),
         client_cancels_echo=options.client_cancels_echo,
+        tools=[tool_to_proto(t) for t in options.tools],
+        tool_choice=conversation_pb2.ToolChoice(
+            mode=PROTO_TOOL_MODES[options.tool_choice.mode], function_name=options.tool_choice.function
+        ),
+        tool_timeout_ms=ms(options.tool_timeout_s),
     )
+
+
+def tool_to_proto(t: Tool) -> conversation_pb2.ToolDeclaration:
+    return conversation_pb2.ToolDeclaration(name=t.name, description=t.description, parameters_json=t.parameters_json)
+
+
+def tool_choice_from_proto(c: conversation_pb2.ToolChoice) -> ToolChoice | None:
+    """None for a mode this version does not know (the servicer names the field)."""
+    mode = TOOL_MODES.get(c.mode)
+    return ToolChoice(mode, c.function_name) if mode else None
 
 
 def turn_complete_to_proto(r: TurnResult) -> conversation_pb2.TurnComplete:
@@ -141,6 +175,16 @@ def event_fields(event: StsEvent) -> dict:
         return {"end_of_turn": end_of_turn_to_proto(event.turn)}
     if kind == TURN_ERROR:
         return {"turn_error": conversation_pb2.TurnError(code=event.code, message=event.message)}
+    if kind == FUNCTION_CALL:
+        c = event.call
+        return {
+            "function_call": conversation_pb2.FunctionCall(
+                call_id=c.call_id, name=c.name, arguments_delta=c.arguments_delta, done=c.done, arguments=c.arguments
+            )
+        }
+    if kind == FUNCTION_CALL_CANCELLED:
+        cancelled = conversation_pb2.FunctionCallCancelled(call_id=event.call.call_id, reason=event.reason)
+        return {"function_call_cancelled": cancelled}
     return {}
 
 
@@ -166,4 +210,12 @@ def event_from_response(reply: conversation_pb2.ConverseResponse, served_by: str
         return StsEvent(TURN_ERROR, turn, code=reply.turn_error.code, message=reply.turn_error.message)
     if kind == "end_of_turn":
         return StsEvent(END_OF_TURN_JUDGED, turn, turn=end_of_turn_from_proto(reply.end_of_turn))
+    if kind == "function_call":
+        c = reply.function_call
+        return StsEvent(
+            FUNCTION_CALL, turn, call=FunctionCall(c.call_id, c.name, c.arguments_delta, c.done, c.arguments)
+        )
+    if kind == "function_call_cancelled":
+        c = reply.function_call_cancelled
+        return StsEvent(FUNCTION_CALL_CANCELLED, turn, call=FunctionCall(c.call_id, ""), reason=c.reason)
     return None

@@ -49,6 +49,8 @@ with a TTS engine; MOSS-Speech answers the user's audio with audio). Everything 
   reply.py          UserTurn, Reply            one reply: held / released / discarded; its timings
   playout.py        Playout                    reply audio handed out at the pace it plays
   heard.py          heard_text, SentPiece      the text whose audio the caller got
+  function_calls.py FunctionCalls              the agent's call of a caller's function: sent at the commit, its
+                                               output awaited (timeout, barge-in cancel it)
   turn_end.py       turn_end                   how a reply's turn ends (failed / interrupted / complete), what the
                                                context keeps of it
   overlap.py        Overlap                    does speech over the reply interrupt it (barge-in)?

@@ -17,9 +17,31 @@ class Message:
     role: str  # "user" or "assistant"
     text: str
     audio: bytes | None = None
+    # An assistant's function calls and their outputs (function_calls.CompletedCall), before its words.
+    calls: tuple = ()
 
     def size(self) -> int:
-        return len(self.text)
+        return len(self.text) + sum(len(c.arguments) + len(c.output) for c in self.calls)
+
+    def chat(self) -> list[dict]:
+        """As OpenAI chat messages: the calls (an assistant message with tool_calls, then each output as a tool
+        message), then the words."""
+        out: list[dict] = []
+        if self.calls:
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                        for c in self.calls
+                    ],
+                }
+            )
+            out += [{"role": "tool", "tool_call_id": c.call_id, "content": c.output} for c in self.calls]
+        if self.text or not self.calls:
+            out.append({"role": self.role, "content": self.text})
+        return out
 
 
 class Context:
@@ -38,7 +60,7 @@ class Context:
         self.messages: collections.deque[Message] = collections.deque()
 
     def add(self, message: Message) -> None:
-        if not message.text and message.audio is None:
+        if not message.text and message.audio is None and not message.calls:
             return
         last = self.messages[-1] if self.messages else None
         if last is not None and last.role == message.role == "user" and last.audio is None and message.audio is None:
@@ -62,5 +84,6 @@ class Context:
     def chat(self, system_prompt: str) -> list[dict]:
         """OpenAI chat messages: the system prompt, then the turns."""
         out = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        out += [{"role": m.role, "content": m.text} for m in self.messages]
+        for m in self.messages:
+            out += m.chat()
         return out

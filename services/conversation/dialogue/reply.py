@@ -51,6 +51,7 @@ class Reply:
     held_text: list[str] = field(default_factory=list)
     discarded: bool = False  # the user went on before the commit: nothing of it reaches the caller or the context
     gen_task: asyncio.Task | None = None
+    calls: list = field(default_factory=list)  # function calls answered (function_calls.CompletedCall), in order
 
     def hold_text(self, delta: str) -> bool:
         """A held reply keeps its text deltas for the commit (True); others send them now (False)."""

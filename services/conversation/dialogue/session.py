@@ -56,9 +56,11 @@ from services.common.engines import (
     StsSession,
 )
 from services.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, VoiceError
+from services.common.tools import recognizer_hints
 from services.conversation.barge_in import DEFAULT_STOP_WORDS, words
 from services.conversation.dialogue.caller_sound import CallerSound
 from services.conversation.dialogue.context import Context, Message
+from services.conversation.dialogue.function_calls import CompletedCall, FunctionCalls
 from services.conversation.dialogue.heard import heard_text
 from services.conversation.dialogue.limits import RATE, DialogueLimits
 from services.conversation.dialogue.long_turn import LongTurnGate
@@ -76,14 +78,17 @@ from services.conversation.turn_words import JUDGEMENT_WAIT_MS, WordsJudge
 log = logging.getLogger("voicefleet.conversation.dialogue")
 
 USER_AUDIO_PAD_MS = 200  # audio kept before a user turn's start for engines that answer audio
+DEFAULT_TOOL_TIMEOUT_S = 10.0  # a function call's wait for its output when the options name none (the servicer does)
 
 
 class ReplySink:
-    """What ``generate_reply`` writes to: text deltas as they come, audio pieces (paced to playback, playout.py)."""
+    """What ``generate_reply`` writes to: text deltas as they come, audio pieces (paced to playback, playout.py), and
+    function calls (function_calls.py)."""
 
-    def __init__(self, playout: Playout, reply: Reply):
+    def __init__(self, playout: Playout, reply: Reply, calls: FunctionCalls | None = None):
         self._playout = playout
         self._reply = reply
+        self._calls = calls
 
     @property
     def reply_text(self) -> str:
@@ -94,6 +99,15 @@ class ReplySink:
 
     async def audio(self, piece: AudioPiece) -> None:
         await self._playout.audio(self._reply, piece)
+
+    async def function_call(self, name: str, arguments: str) -> CompletedCall:
+        """Call the caller's function ``name`` (once the turn has committed) and return the call with its output;
+        both join the context with the turn."""
+        if self._calls is None:
+            raise FailedPrecondition("this session takes no function calls")
+        done = await self._calls.call(self._reply, name, arguments)
+        self._reply.calls.append(done)
+        return done
 
 
 class DialogueSession(StsSession):
@@ -157,6 +171,8 @@ class DialogueSession(StsSession):
         self._words = words_judge
         self._read_ahead = ReadAhead(self.read_ahead, self._labels)
         self._playout = Playout(limits, self._emit, lambda: self._set_state(SPEAKING))
+        # The agent's calls of the caller's functions (function_calls.py).
+        self._calls = FunctionCalls(self._emit, options.tool_timeout_s or DEFAULT_TOOL_TIMEOUT_S, self._labels)
         # The reply leaking back into the caller's microphone is cancelled before anything listens to it, unless the
         # caller's own canceller did that already.
         cancel = limits.echo_cancellation and not options.client_cancels_echo
@@ -225,6 +241,9 @@ class DialogueSession(StsSession):
                 await self._rotate_stream()
         else:
             raise InvalidArgument("control.action", f"unknown action {action!r}")
+
+    async def function_call_output(self, call_id: str, output: str) -> None:
+        self._calls.answer(call_id, output)
 
     async def finish(self) -> None:
         if self._finishing or self._closing:
@@ -317,6 +336,7 @@ class DialogueSession(StsSession):
         options = RecognitionOptions(
             language=self.options.language,
             interim_results=True,
+            phrase_hints=recognizer_hints(self.options.tools),  # a tool's argument values (tools.py)
             spot_phrases=spot,
             draft_interval_ms=self.limits.brain_read_ahead_ms if self.reads_ahead else 0,
             endpointing=e,
@@ -648,6 +668,10 @@ class DialogueSession(StsSession):
         reply, kept = last
         heard = heard_text(reply.text, reply.pieces, played_ms / 1000)
         trimmed = self.assistant_message(reply, heard) if heard != kept.text else kept
+        if trimmed is not None and kept.calls:
+            trimmed = dataclasses.replace(trimmed, calls=kept.calls)
+        elif trimmed is None and kept.calls:
+            trimmed = Message("assistant", "", calls=kept.calls)
         if trimmed is None:
             self.context.messages.pop()
         else:
@@ -691,7 +715,8 @@ class DialogueSession(StsSession):
             await self._words.settled(JUDGEMENT_WAIT_MS / 1000)
             if reply.discarded:
                 return
-        gen = asyncio.create_task(self.generate_reply(turn, ReplySink(self._playout, reply)), name="dialogue-reply")
+        sink = ReplySink(self._playout, reply, self._calls)
+        gen = asyncio.create_task(self.generate_reply(turn, sink), name="dialogue-reply")
         self._gen_task = reply.gen_task = gen
         await asyncio.wait({gen})
         if reply.held and not reply.discarded and not self._closing:
@@ -704,6 +729,9 @@ class DialogueSession(StsSession):
         self.context.add(Message("user", turn.text, turn.audio))
         end = turn_end(reply, error)
         kept = Message("assistant", end.heard) if end.failed else self.assistant_message(reply, end.heard)
+        if reply.calls:  # the calls answered, before the words (context.py)
+            calls = tuple(reply.calls)
+            kept = dataclasses.replace(kept, calls=calls) if kept is not None else Message("assistant", "", calls=calls)
         if kept is not None:
             self.context.add(kept)
         self._last_kept = (

@@ -47,8 +47,38 @@ class BargeInConfig(_message.Message):
     backchannels: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, disabled: _Optional[bool] = ..., min_speech_ms: _Optional[int] = ..., stop_words: _Optional[_Iterable[str]] = ..., min_words: _Optional[int] = ..., backchannels: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class ToolDeclaration(_message.Message):
+    __slots__ = ("name", "description", "parameters_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    parameters_json: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ...) -> None: ...
+
+class ToolChoice(_message.Message):
+    __slots__ = ("mode", "function_name")
+    class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        MODE_UNSPECIFIED: _ClassVar[ToolChoice.Mode]
+        MODE_AUTO: _ClassVar[ToolChoice.Mode]
+        MODE_NONE: _ClassVar[ToolChoice.Mode]
+        MODE_REQUIRED: _ClassVar[ToolChoice.Mode]
+        MODE_FUNCTION: _ClassVar[ToolChoice.Mode]
+    MODE_UNSPECIFIED: ToolChoice.Mode
+    MODE_AUTO: ToolChoice.Mode
+    MODE_NONE: ToolChoice.Mode
+    MODE_REQUIRED: ToolChoice.Mode
+    MODE_FUNCTION: ToolChoice.Mode
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_NAME_FIELD_NUMBER: _ClassVar[int]
+    mode: ToolChoice.Mode
+    function_name: str
+    def __init__(self, mode: _Optional[_Union[ToolChoice.Mode, str]] = ..., function_name: _Optional[str] = ...) -> None: ...
+
 class ConversationConfig(_message.Message):
-    __slots__ = ("input_format", "output_format", "voice", "system_prompt", "sampling", "language", "endpointing", "barge_in", "routing", "client_cancels_echo")
+    __slots__ = ("input_format", "output_format", "voice", "system_prompt", "sampling", "language", "endpointing", "barge_in", "routing", "client_cancels_echo", "tools", "tool_choice", "tool_timeout_ms")
     INPUT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +89,9 @@ class ConversationConfig(_message.Message):
     BARGE_IN_FIELD_NUMBER: _ClassVar[int]
     ROUTING_FIELD_NUMBER: _ClassVar[int]
     CLIENT_CANCELS_ECHO_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     input_format: _audio_pb2.AudioFormat
     output_format: _audio_pb2.AudioFormat
     voice: str
@@ -69,7 +102,18 @@ class ConversationConfig(_message.Message):
     barge_in: BargeInConfig
     routing: _routing_pb2.Routing
     client_cancels_echo: bool
-    def __init__(self, input_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., output_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., voice: _Optional[str] = ..., system_prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingConfig, _Mapping]] = ..., language: _Optional[str] = ..., endpointing: _Optional[_Union[_recognizer_pb2.EndpointingConfig, _Mapping]] = ..., barge_in: _Optional[_Union[BargeInConfig, _Mapping]] = ..., routing: _Optional[_Union[_routing_pb2.Routing, _Mapping]] = ..., client_cancels_echo: _Optional[bool] = ...) -> None: ...
+    tools: _containers.RepeatedCompositeFieldContainer[ToolDeclaration]
+    tool_choice: ToolChoice
+    tool_timeout_ms: int
+    def __init__(self, input_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., output_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., voice: _Optional[str] = ..., system_prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingConfig, _Mapping]] = ..., language: _Optional[str] = ..., endpointing: _Optional[_Union[_recognizer_pb2.EndpointingConfig, _Mapping]] = ..., barge_in: _Optional[_Union[BargeInConfig, _Mapping]] = ..., routing: _Optional[_Union[_routing_pb2.Routing, _Mapping]] = ..., client_cancels_echo: _Optional[bool] = ..., tools: _Optional[_Iterable[_Union[ToolDeclaration, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., tool_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class FunctionCallOutput(_message.Message):
+    __slots__ = ("call_id", "output")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    output: str
+    def __init__(self, call_id: _Optional[str] = ..., output: _Optional[str] = ...) -> None: ...
 
 class ConversationControl(_message.Message):
     __slots__ = ("action", "played_ms")
@@ -92,16 +136,18 @@ class ConversationControl(_message.Message):
     def __init__(self, action: _Optional[_Union[ConversationControl.Action, str]] = ..., played_ms: _Optional[int] = ...) -> None: ...
 
 class ConverseRequest(_message.Message):
-    __slots__ = ("request_id", "config", "audio", "control")
+    __slots__ = ("request_id", "config", "audio", "control", "function_call_output")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     CONTROL_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_CALL_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     config: ConversationConfig
     audio: bytes
     control: ConversationControl
-    def __init__(self, request_id: _Optional[str] = ..., config: _Optional[_Union[ConversationConfig, _Mapping]] = ..., audio: _Optional[bytes] = ..., control: _Optional[_Union[ConversationControl, _Mapping]] = ...) -> None: ...
+    function_call_output: FunctionCallOutput
+    def __init__(self, request_id: _Optional[str] = ..., config: _Optional[_Union[ConversationConfig, _Mapping]] = ..., audio: _Optional[bytes] = ..., control: _Optional[_Union[ConversationControl, _Mapping]] = ..., function_call_output: _Optional[_Union[FunctionCallOutput, _Mapping]] = ...) -> None: ...
 
 class StateChange(_message.Message):
     __slots__ = ("state",)
@@ -157,6 +203,28 @@ class TurnComplete(_message.Message):
     served_by: str
     def __init__(self, user_text: _Optional[str] = ..., reply_text: _Optional[str] = ..., interrupted: _Optional[bool] = ..., timings: _Optional[_Union[TurnTimings, _Mapping]] = ..., served_by: _Optional[str] = ...) -> None: ...
 
+class FunctionCall(_message.Message):
+    __slots__ = ("call_id", "name", "arguments_delta", "done", "arguments")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_DELTA_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    name: str
+    arguments_delta: str
+    done: bool
+    arguments: str
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments_delta: _Optional[str] = ..., done: _Optional[bool] = ..., arguments: _Optional[str] = ...) -> None: ...
+
+class FunctionCallCancelled(_message.Message):
+    __slots__ = ("call_id", "reason")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    reason: str
+    def __init__(self, call_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class TurnError(_message.Message):
     __slots__ = ("code", "message")
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -166,7 +234,7 @@ class TurnError(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ConverseResponse(_message.Message):
-    __slots__ = ("request_id", "turn_index", "state", "user_transcript", "reply_text", "reply_audio", "interrupted", "turn_complete", "turn_error", "end_of_turn")
+    __slots__ = ("request_id", "turn_index", "state", "user_transcript", "reply_text", "reply_audio", "interrupted", "turn_complete", "turn_error", "end_of_turn", "function_call", "function_call_cancelled")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_INDEX_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +245,8 @@ class ConverseResponse(_message.Message):
     TURN_COMPLETE_FIELD_NUMBER: _ClassVar[int]
     TURN_ERROR_FIELD_NUMBER: _ClassVar[int]
     END_OF_TURN_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_CALL_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_CALL_CANCELLED_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     turn_index: int
     state: StateChange
@@ -187,4 +257,6 @@ class ConverseResponse(_message.Message):
     turn_complete: TurnComplete
     turn_error: TurnError
     end_of_turn: _recognizer_pb2.EndOfTurn
-    def __init__(self, request_id: _Optional[str] = ..., turn_index: _Optional[int] = ..., state: _Optional[_Union[StateChange, _Mapping]] = ..., user_transcript: _Optional[_Union[_recognizer_pb2.RecognitionResult, _Mapping]] = ..., reply_text: _Optional[_Union[ReplyText, _Mapping]] = ..., reply_audio: _Optional[_Union[_audio_pb2.AudioChunk, _Mapping]] = ..., interrupted: _Optional[_Union[Interrupted, _Mapping]] = ..., turn_complete: _Optional[_Union[TurnComplete, _Mapping]] = ..., turn_error: _Optional[_Union[TurnError, _Mapping]] = ..., end_of_turn: _Optional[_Union[_recognizer_pb2.EndOfTurn, _Mapping]] = ...) -> None: ...
+    function_call: FunctionCall
+    function_call_cancelled: FunctionCallCancelled
+    def __init__(self, request_id: _Optional[str] = ..., turn_index: _Optional[int] = ..., state: _Optional[_Union[StateChange, _Mapping]] = ..., user_transcript: _Optional[_Union[_recognizer_pb2.RecognitionResult, _Mapping]] = ..., reply_text: _Optional[_Union[ReplyText, _Mapping]] = ..., reply_audio: _Optional[_Union[_audio_pb2.AudioChunk, _Mapping]] = ..., interrupted: _Optional[_Union[Interrupted, _Mapping]] = ..., turn_complete: _Optional[_Union[TurnComplete, _Mapping]] = ..., turn_error: _Optional[_Union[TurnError, _Mapping]] = ..., end_of_turn: _Optional[_Union[_recognizer_pb2.EndOfTurn, _Mapping]] = ..., function_call: _Optional[_Union[FunctionCall, _Mapping]] = ..., function_call_cancelled: _Optional[_Union[FunctionCallCancelled, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,387 @@
+"""OpenAI function calling on the in-box brain: ``tools`` and ``tool_choice`` in ``POST /v1/chat/completions``
+(docs/conversation.md#tools).
+
+llama-cpp-python's server takes ``tools`` but only a chat format written for function calling uses them, and
+SmolLM2-135M never writes a call by itself: asked to answer ``CALL name {...}`` when a request needs a function, it
+did so for 0 of 10 requests that needed one (2-core AMD EPYC, 2026-11-29). So the choice and the arguments are made
+here, each as a small model can make them, and everything else is left to the stock server:
+
+* **Which tool.** The request's words are scored under one short system prompt per declared tool ("The user wants you
+  to <its description>") and two for talk (CHAT_FRAMES): the frame under which the words are likeliest wins (the words' log-likelihood, per token). A frame that fits raises the likelihood
+  of the words it explains; an instruction-tuned model of 135M parameters cannot be asked, but it can be read. One
+  pass of the scorer per frame, on a small context of its own over the same weights (the chat's prompt cache is not
+  touched). ``tool_choice`` narrows the frames: "none" never calls, "required" leaves out talk, a named function is
+  called without scoring.
+* **Its arguments.** Written by the model under a grammar made from the tool's JSON Schema (llama.cpp's
+  ``LlamaGrammar.from_json_schema``), from the user's words; validated against the schema (jsonschema) and written once
+  more at a higher temperature when they do not fit; a call whose arguments never fit is an HTTP 500 naming the tool,
+  never a call with bad arguments.
+* **After the call.** A history with function calls and their outputs is rewritten into plain chat messages the
+  model's template can show (an assistant message that says the call, a system message with its output). When the
+  last message is a function's output, the reply is that output as words (a grammar: RESULT_OPENING, the output,
+  then optionally one sentence of the model's own): asked freely, the 135M model said the output in 6 of 15 replies
+  and invented weather in the others, and under a grammar that left it a lead-in of its own it wrote broken words
+  ("Paris is knownlyleapf: 18 degrees and sunny.", same machine and day). A model that can relay a result (vLLM on a
+  card) is not constrained: this module serves only the in-box server.
+
+The answer is OpenAI's: a streamed ``delta.tool_calls`` (the call's id, name, then its arguments) with
+``finish_reason`` "tool_calls", or the same as one ``message`` when not streamed. A request without tools (and without
+function-call history) passes through untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from services.common.brain_requests import KIND_HEADER, TURN
+
+log = logging.getLogger("voicefleet.brain.tools")
+
+# Talk (no call) is two frames, the likelier of them counting: with only the first, questions about people and places
+# ("Who wrote Romeo and Juliet?") read as a call of get_weather; with both, 28 of 30 requests of the tuning set were
+# placed right against 20 (bench/results/tools-2026-11-29/).
+CHAT_FRAMES = (
+    "answer a question, tell something or just chat.",
+    "answer a general knowledge question about people, places, things or words.",
+)
+FRAME_PREFIX = "You are a helpful voice assistant. The user wants you to "
+SCORER_CONTEXT = 512  # tokens: a frame (system prompt) and the user's words
+ARGUMENT_TOKENS = 96
+ARGUMENT_TRIES = ((0.0, 0), (0.7, 1))  # (temperature, seed offset): greedy first, then once more with sampling
+
+
+def frame_text(description: str) -> str:
+    words = description.strip() or "call a function."
+    return FRAME_PREFIX + words[0].lower() + words[1:]
+
+
+def spoken(output: str) -> str:
+    """A function's output as words to say: JSON objects as "key value, key value" (underscores as spaces), lists
+    joined with commas, text as it is."""
+    try:
+        value = json.loads(output)
+    except ValueError:
+        return " ".join(output.split()).rstrip(".")
+
+    def say(v: Any) -> str:
+        if isinstance(v, dict):
+            return ", ".join(f"{str(k).replace('_', ' ')} {say(x)}" for k, x in v.items())
+        if isinstance(v, list):
+            return ", ".join(say(x) for x in v)
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        return "" if v is None else str(v)
+
+    return say(value).strip()
+
+
+# What the reply to a function's output opens with, before the output itself: said first, a number was misheard by
+# the strict listener (piper joe's "18 degrees and sunny." heard as "aching degrees and sunny."; "Here it is. 18
+# degrees and sunny." heard right, 2026-11-29), and a listener may miss a reply's first word the same way.
+RESULT_OPENING = "Here it is: "
+
+
+def result_grammar(output: str) -> str:
+    """GBNF: RESULT_OPENING, the output as words, then nothing or one sentence of the model's own."""
+    said = spoken(output) or "done"
+    return f'root ::= {json.dumps(RESULT_OPENING + said)} "." tail\ntail ::= "" | " " [^.!?\\n]{{1,120}} [.!?]\n'
+
+
+def plain_messages(messages: list[dict]) -> tuple[list[dict], str | None]:
+    """Messages with function calls and outputs as plain chat (module doc), and the last message's output when the
+    conversation ends with one (None otherwise)."""
+    names: dict[str, str] = {}
+    out: list[dict] = []
+    for m in messages:
+        role = m.get("role")
+        if role == "assistant" and m.get("tool_calls"):
+            calls = []
+            for call in m["tool_calls"]:
+                function = call.get("function") or {}
+                names[call.get("id", "")] = function.get("name", "")
+                calls.append(f"{function.get('name', '')}({function.get('arguments', '')})")
+            text = (m.get("content") or "").strip()
+            out.append({"role": "assistant", "content": (text + " " if text else "") + f"(calling {', '.join(calls)})"})
+        elif role == "tool":
+            name = names.get(m.get("tool_call_id", ""), "the function")
+            out.append({"role": "system", "content": f"{name} returned: {spoken(str(m.get('content') or ''))}."})
+        else:
+            out.append(m)
+    last = messages[-1] if messages else {}
+    return out, (str(last.get("content") or "") if last.get("role") == "tool" else None)
+
+
+def uses_tools(request: dict) -> bool:
+    messages = request.get("messages") or []
+    return bool(request.get("tools")) or any(
+        isinstance(m, dict) and (m.get("role") == "tool" or m.get("tool_calls")) for m in messages
+    )
+
+
+def candidates(tools: list[dict], choice) -> tuple[list[dict], bool]:
+    """The tools the choice allows, and whether talk (no call) is one of the options."""
+    if choice == "none":
+        return [], True
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        return [t for t in tools if t["function"]["name"] == name], False
+    return tools, choice != "required"
+
+
+class Scorer:
+    """Log-likelihood of the user's words under each frame, on a context of its own over the model's weights."""
+
+    def __init__(self, llama):
+        from llama_cpp import _internals, llama_cpp
+
+        self.llama = llama
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = params.n_batch = params.n_ubatch = SCORER_CONTEXT
+        params.n_threads = params.n_threads_batch = llama.n_threads
+        self.context = _internals.LlamaContext(model=llama._model, params=params, verbose=False)  # noqa: SLF001
+        self.batch = _internals.LlamaBatch(n_tokens=SCORER_CONTEXT, embd=0, n_seq_max=1, verbose=False)
+        self.n_vocab = llama.n_vocab()
+
+    def words_logprob(self, system: str, words: str, formatter) -> float:
+        """Mean log P of the words' tokens as the user's message after ``system`` (the model's chat template)."""
+        mark = "\u2063"
+        rendered = formatter(messages=[{"role": "system", "content": system}, {"role": "user", "content": mark}]).prompt
+        before = rendered.partition(mark)[0]
+        head = self.llama.tokenize(before.encode(), add_bos=False, special=True)
+        tail = self.llama.tokenize(words.encode(), add_bos=False, special=False)
+        tokens = (head + tail)[-SCORER_CONTEXT:]
+        first = len(tokens) - len(tail)
+        self.context.kv_cache_clear()
+        b = self.batch.batch
+        b.n_tokens = len(tokens)
+        for i, token in enumerate(tokens):
+            b.token[i], b.pos[i], b.seq_id[i][0], b.n_seq_id[i] = token, i, 0, 1
+            b.logits[i] = i >= first - 1 and i < len(tokens) - 1
+        self.context.decode(self.batch)
+        total = 0.0
+        for i in range(first - 1, len(tokens) - 1):  # the logits at i predict token i + 1
+            logits = np.ctypeslib.as_array(self.context.get_logits_ith(i), shape=(self.n_vocab,))
+            top = logits.max()
+            total += float(logits[tokens[i + 1]] - top - np.log(np.exp(logits - top).sum()))
+        return total / max(1, len(tail))
+
+
+class ToolChooser:
+    """Which tool (or none) and its arguments, for one model (module doc)."""
+
+    def __init__(self, llama, formatter):
+        self.llama = llama
+        self.formatter = formatter
+        self._scorer: Scorer | None = None
+
+    def choose(self, words: str, tools: list[dict], choice) -> tuple[dict | None, dict[str, float]]:
+        allowed, talk = candidates(tools, choice)
+        if not allowed:
+            return None, {}
+        if len(allowed) == 1 and not talk:
+            return allowed[0], {}
+        if self._scorer is None:
+            self._scorer = Scorer(self.llama)
+        scores = {
+            t["function"]["name"]: self._scorer.words_logprob(
+                frame_text(t["function"].get("description", "")), words, self.formatter
+            )
+            for t in allowed
+        }
+        if talk:
+            scores[""] = max(self._scorer.words_logprob(FRAME_PREFIX + f, words, self.formatter) for f in CHAT_FRAMES)
+        best = max(scores, key=scores.get)
+        return next((t for t in allowed if t["function"]["name"] == best), None), scores
+
+    def arguments(self, words: str, tool: dict) -> str:
+        """JSON arguments for ``tool`` from the user's words, valid against its schema (ValueError when two tries
+        never fit)."""
+        from jsonschema import validators
+        from llama_cpp import LlamaGrammar
+
+        function = tool["function"]
+        schema = function.get("parameters") or {"type": "object", "properties": {}}
+        if not (schema.get("properties") or {}):
+            return "{}"
+        grammar = LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+        fields = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in schema["properties"].items())
+        system = (
+            f"You are a helpful voice assistant. Fill in the arguments of the function {function['name']}({fields}):"
+            f" {function.get('description', '')} Take the values from the user's words."
+        )
+        prompt = self.formatter(
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": words}]
+        ).prompt
+        validator = validators.validator_for(schema, default=validators.Draft202012Validator)(schema)
+        problem = ""
+        for temperature, seed in ARGUMENT_TRIES:
+            text = self.llama.create_completion(
+                prompt=prompt, max_tokens=ARGUMENT_TOKENS, temperature=temperature, seed=1234 + seed, grammar=grammar
+            )["choices"][0]["text"]
+            try:
+                value = json.loads(text)
+            except ValueError as e:
+                problem = f"not JSON ({e})"
+                continue
+            errors = list(validator.iter_errors(value))
+            if not errors:
+                return json.dumps(value)
+            problem = errors[0].message
+        raise ValueError(f"the model's arguments for {function['name']} never fitted its parameters: {problem}")
+
+
+def call_chunks(model: str, call_id: str, name: str, arguments: str) -> list[dict]:
+    """OpenAI chat completion chunks of one function call."""
+    created, cid = int(time.time()), f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+    def chunk(delta: dict, finish: str | None = None) -> dict:
+        return {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    head = {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+    return [
+        chunk({"role": "assistant", "content": None, "tool_calls": [head]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}),
+        chunk({}, "tool_calls"),
+    ]
+
+
+def call_completion(model: str, call_id: str, name: str, arguments: str) -> dict:
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                "finish_reason": "tool_calls",
+            }
+        ],
+    }
+
+
+class ToolCallMiddleware:
+    """``POST /v1/chat/completions`` with tools or function-call history (module doc); every other request passes
+    through. ``model_of(name)`` gives the Llama; ``run`` runs a function on the model's one thread; ``place(kind)``
+    is the model's queue (llama_server.py)."""
+
+    def __init__(self, app, model_of: Callable, run: Callable, place: Callable, formatter_of: Callable):
+        self.app = app
+        self.model_of = model_of
+        self.run = run
+        self.place = place
+        self.formatter_of = formatter_of
+        self._choosers: dict[int, ToolChooser] = {}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/v1/chat/completions":
+            await self.app(scope, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = None
+        if isinstance(request, dict) and uses_tools(request):
+            try:
+                answered = await self._answer(scope, request, send)
+            except ValueError as e:
+                await _json(send, 500, {"error": {"message": str(e), "type": "tool_arguments"}})
+                return
+            if answered:
+                return
+            body = json.dumps(request).encode()
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _answer(self, scope, request: dict, send) -> bool:
+        """Answer a call here (True), or rewrite ``request`` for the stock server (False)."""
+        messages = request.get("messages") or []
+        tools = [t for t in (request.pop("tools", None) or []) if t.get("type") == "function"]
+        choice = request.pop("tool_choice", None) or "auto"
+        request.pop("parallel_tool_calls", None)
+        plain, output = plain_messages(messages)
+        request["messages"] = plain
+        if output is not None:  # the reply to a function's output starts with it (module doc)
+            request.setdefault("grammar", result_grammar(output))
+            return False
+        last = messages[-1] if messages else {}
+        words = last.get("content") if last.get("role") == "user" else None
+        if not tools or not isinstance(words, str) or not words.strip():
+            return False
+        kind = next((v.decode() for k, v in scope["headers"] if k == KIND_HEADER.lower().encode()), TURN)
+        model = request.get("model") or ""
+        async with self.place(lambda: kind):
+            llama = self.model_of(request.get("model"))
+            chooser = self._choosers.get(id(llama))
+            if chooser is None:
+                chooser = self._choosers[id(llama)] = ToolChooser(llama, self.formatter_of(llama))
+            started = time.perf_counter()
+            tool, scores = await self.run(chooser.choose, words, tools, choice)
+            chose_ms = (time.perf_counter() - started) * 1000
+            if tool is None:
+                log.info("tools: %r answers in words (%.0f ms; %s)", words, chose_ms, _scores(scores))
+                return False
+            arguments = await self.run(chooser.arguments, words, tool)
+        name = tool["function"]["name"]
+        log.info("tools: %r calls %s(%s) (choice %.0f ms; %s)", words, name, arguments, chose_ms, _scores(scores))
+        call_id = f"call_{uuid.uuid4().hex[:24]}"
+        if request.get("stream"):
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+                }
+            )
+            for chunk in call_chunks(model, call_id, name, arguments):
+                await send(
+                    {"type": "http.response.body", "body": f"data: {json.dumps(chunk)}\n\n".encode(), "more_body": True}
+                )
+            await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+        else:
+            await _json(send, 200, call_completion(model, call_id, name, arguments))
+        return True
+
+
+def _scores(scores: dict[str, float]) -> str:
+    return ", ".join(f"{name or 'talk'} {value:.2f}" for name, value in scores.items()) or "not scored"
+
+
+def _replay(body: bytes, receive):
+    """The request's body (read here) once, then the connection's own messages (its disconnect)."""
+    sent = False
+
+    async def replayed():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+async def _json(send, status: int, value: dict) -> None:
+    data = json.dumps(value).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": data})
