@@ -28,7 +28,7 @@ import os
 import tempfile
 import time
 
-from bench import conversation_load, turn_taking
+from bench import conversation_load, conversation_tools, turn_taking
 from bench.harness import RESULTS, Row, scrape, total
 from bench.turn_set import Counts
 from bench.turn_set import build as build_turn_set
@@ -168,6 +168,7 @@ def run():
         before = segment_cache_lookups(fleet)
         passes, trials = turn_taking.measure(channel, turn_set, TURN_SET_SEED)
         after = segment_cache_lookups(fleet)
+        tools = conversation_tools.measure(channel, say)
     hits, misses = (round(after[k] - before[k]) for k in ("hit", "miss"))
     load = conversation_load.run_all()  # conversations at once, on a fleet of their own at the shipped defaults
     turn_rows, turn_tables, raw = turn_taking.report(passes, trials, "semantic")
@@ -180,6 +181,7 @@ def run():
         Row("barge-in speech sent -> last reply audio (caller)", "s", to_silence, "includes min_speech 500 ms"),
         Row("last reply audio -> interrupted event (caller)", "s", cut),
         *turn_rows,
+        *conversation_tools.rows(tools),
     ]
     extra = {
         "turns": TURNS,
@@ -191,5 +193,6 @@ def run():
         "turn_set_reply_openings_from_the_segment_cache": f"{hits} of {hits + misses} (docs/scheduling.md#segment-cache)",
         **turn_tables,
         "conversations_at_once": conversation_load.table(load),
+        "tools": conversation_tools.summary(tools),
     }
     return rows, extra

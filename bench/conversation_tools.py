@@ -87,8 +87,8 @@ def _one(channel, pcm: bytes, with_tools: bool) -> dict:
     talk = Talk(channel, config=_config(with_tools))
     try:
         talk.send(pcm, paced=True, label="request")
-        first = lambda: talk.of("reply_audio", 0) or talk.of("function_call", 0) or talk.ended(0)  # noqa: E731
-        talk.wait(lambda: bool(first()), timeout=60)
+        # A call is its done event (its arguments piece comes just before it).
+        talk.wait(lambda: bool(talk.of("reply_audio", 0)) or talk.call_done(0) is not None or talk.ended(0), 60)
         said_at = talk.sent[0][2] if talk.sent else None
         call = talk.call_done(0)
         record = {"heard": talk.finals(0), "call": None, "first_ms": None, "output_to_audio_ms": None}
@@ -167,6 +167,36 @@ def summary(result: dict) -> dict:
         ),
         "output sent -> first reply audio (ms)": ms(r["tools"]["output_to_audio_ms"] for r in records),
     }
+
+
+def rows(result: dict) -> list:
+    """`make bench conversation`'s rows (bench/conversation.py); the choice's score is in its extra "tools"."""
+    from bench.harness import Row
+
+    records = result["records"]
+
+    def seconds(values):
+        return [v / 1000 for v in values if v is not None]
+
+    right = sum(r["right"] for r in records)
+    return [
+        Row(
+            "tools: request sent -> first reply audio or call, with tools (caller)",
+            "s",
+            seconds(r["tools"]["first_ms"] for r in records),
+            f"{right}/{len(records)} picked right",
+        ),
+        Row(
+            "tools: the same requests without tools (caller)",
+            "s",
+            seconds(r["no_tools"]["first_ms"] for r in records),
+        ),
+        Row(
+            "tools: output sent -> first reply audio (caller)",
+            "s",
+            seconds(r["tools"]["output_to_audio_ms"] for r in records),
+        ),
+    ]
 
 
 def main(out: Path) -> None:
