@@ -195,6 +195,7 @@ class Response:
     deadline: float | None = None  # response.create fed a turn: its commit must come before this (monotonic)
     end_turn_at: float | None = None  # ... and ACTION_END_OF_TURN goes at its first transcript, or at this time
     truncated_ms: int | None = None  # conversation.item.truncate on it while in progress
+    calls: list = field(default_factory=list)  # its function_call items, once their arguments are done
 
 
 class RealtimeConnection:
@@ -248,6 +249,11 @@ class RealtimeConnection:
         self.last_reply: tuple[str, int] | None = None
         self.truncating: dict[int, tuple[str, int]] = {}
         self.feeding = False  # response.create is writing held audio to the stream
+        # The stream's function calls by call id: {"turn", "item", "index", "state": waiting / answered / cancelled,
+        # "reason"}; and the output a function_call_output item gave, sent to the stream at the next response.create
+        # (the Realtime client asks for the reply to an output with response.create; the stream's turn waits for it).
+        self.calls: OrderedDict[str, dict] = OrderedDict()
+        self.output_ready: tuple[str, str] | None = None
         self.tasks: list[asyncio.Task] = []
 
     # --- life ------------------------------------------------------------------------------------------------------
@@ -469,6 +475,25 @@ class RealtimeConnection:
                 None,
                 "conversation_already_has_active_response",
             )
+        if self.output_ready is not None:  # the reply to a function's output: the stream's turn goes on from it
+            call_id, output = self.output_ready
+            self.output_ready = None
+            call = self.calls[call_id]
+            call["state"] = "answered"
+            await self._ensure_call()
+            response = self._new_response(params)
+            response.turn = call["turn"]
+            answer = conversation_pb2.FunctionCallOutput(call_id=call_id, output=output)
+            await self._write(conversation_pb2.ConverseRequest(function_call_output=answer))
+            return
+        waiting = [c for c, call in self.calls.items() if call["state"] == "waiting"]
+        if waiting:
+            raise RealtimeError(
+                f"function call {waiting[0]} waits for its output: send a conversation.item.create with a"
+                " function_call_output item for it first",
+                None,
+                "function_call_output_missing",
+            )
         if self.held:
             await self._ensure_call()
             response = self._new_response(params)
@@ -535,12 +560,16 @@ class RealtimeConnection:
         item = event.get("item")
         if not isinstance(item, dict):
             raise RealtimeError("Missing required parameter: 'item'.", "item", "missing_required_parameter")
+        if item.get("type") == "function_call_output":
+            self._function_output(item)
+            return
         for name in item:
             if name not in ("id", "type", "object", "role", "content", "status"):
                 raise RealtimeError(f"Unknown parameter: 'item.{name}'.", f"item.{name}", "unknown_parameter")
         if item.get("type", "message") != "message":
             raise RealtimeError(
-                f"'item.type' {str(item.get('type'))[:40]!r} is not served: tools and function calls are not.",
+                f"'item.type' {str(item.get('type'))[:40]!r} is not served: user messages and function_call_output"
+                " items are (the agent's own function_call items come from the stream).",
                 "item.type",
                 "unsupported",
             )
@@ -601,6 +630,42 @@ class RealtimeConnection:
         self.emit("conversation.item.added", item=out, previous_item_id=previous)
         if text:
             self.emit("conversation.item.done", item=out, previous_item_id=previous)
+
+    def _function_output(self, item: dict) -> None:
+        """A function_call_output item: the output of the stream's call ``item.call_id``, kept for response.create."""
+        for name in item:
+            if name not in ("id", "type", "object", "call_id", "output", "status"):
+                raise RealtimeError(f"Unknown parameter: 'item.{name}'.", f"item.{name}", "unknown_parameter")
+        call_id, output = item.get("call_id"), item.get("output")
+        call = self.calls.get(call_id) if isinstance(call_id, str) else None
+        if call is None:
+            raise RealtimeError(
+                f"Invalid value for 'item.call_id': {str(call_id)[:64]!r} is not a call the assistant made.",
+                "item.call_id",
+            )
+        if call["state"] != "waiting" or (self.output_ready is not None and self.output_ready[0] == call_id):
+            why = f"was cancelled ({call['reason']})" if call["state"] == "cancelled" else "has its output already"
+            raise RealtimeError(f"Invalid value for 'item.call_id': call {call_id} {why}.", "item.call_id")
+        if not isinstance(output, str):
+            raise RealtimeError("Invalid value for 'item.output': a string (the function's result).", "item.output")
+        if len(output) > self.section.max_text_chars:
+            raise RealtimeError(f"'item.output' is longer than {self.section.max_text_chars} characters", "item.output")
+        item_id = item.get("id") or new_id("item")
+        if not isinstance(item_id, str) or len(item_id) > 64 or item_id in self.items:
+            raise RealtimeError("Invalid value for 'item.id': a new id of up to 64 characters.", "item.id")
+        self.output_ready = (call_id, output)
+        out = {
+            "id": item_id,
+            "object": "realtime.item",
+            "type": "function_call_output",
+            "status": "completed",
+            "call_id": call_id,
+            "output": output,
+        }
+        previous = self.last_item_id
+        self._keep_item(out)
+        self.emit("conversation.item.added", item=out, previous_item_id=previous)
+        self.emit("conversation.item.done", item=out, previous_item_id=previous)
 
     def _one_turn_held(self) -> None:
         """One user item waits for a response at a time: the stream answers one user turn per reply."""
@@ -744,6 +809,7 @@ class RealtimeConnection:
             return
         config_message = self.settings.converse_config(self.section.max_text_chars)
         request_id, config = protocol.conversation_config(config_message, self.section.max_text_chars)
+        self._tools_config(config)
         request_id = f"rt-{uuid.uuid4().hex[:12]}"
         stub = conversation_pb2_grpc.ConversationStub(self.channel)
         self.call = stub.Converse(metadata=self.metadata)
@@ -753,6 +819,19 @@ class RealtimeConnection:
         self.fed_until = time.monotonic()
         self.tasks.append(asyncio.create_task(self._read_router(), name="rt-router"))
         self.tasks.append(asyncio.create_task(self._keep(), name="rt-keeper"))
+
+    def _tools_config(self, config: conversation_pb2.ConversationConfig) -> None:
+        """session.tools and tool_choice onto the Converse config (checked at session.update)."""
+        for tool in self.settings.tools:
+            config.tools.add(
+                name=tool["name"], description=tool["description"], parameters_json=json.dumps(tool["parameters"])
+            )
+        choice, mode = self.settings.tool_choice, conversation_pb2.ToolChoice
+        if isinstance(choice, dict):
+            config.tool_choice.CopyFrom(mode(mode=mode.MODE_FUNCTION, function_name=choice["name"]))
+        else:
+            modes = {"auto": mode.MODE_AUTO, "none": mode.MODE_NONE, "required": mode.MODE_REQUIRED}
+            config.tool_choice.CopyFrom(mode(mode=modes[choice]))
 
     async def _write(self, request) -> bool:
         async with self.write_lock:
@@ -972,6 +1051,14 @@ class RealtimeConnection:
                 self._finish(response, "cancelled" if c.interrupted else "completed", c.reply_text, c.interrupted)
             self.answered.add(t)
             self.turns.pop(t, None)
+        elif kind == "function_call":
+            self._on_function_call(t, r.function_call)
+        elif kind == "function_call_cancelled":
+            call = self.calls.get(r.function_call_cancelled.call_id)
+            if call is not None and call["state"] == "waiting":
+                call["state"], call["reason"] = "cancelled", r.function_call_cancelled.reason
+            if self.output_ready is not None and self.output_ready[0] == r.function_call_cancelled.call_id:
+                self.output_ready = None
         elif kind == "turn_error":
             e = r.turn_error
             error = {"type": "server_error", "code": protocol.code_name(e.code), "message": e.message}
@@ -982,6 +1069,60 @@ class RealtimeConnection:
                 self.emit("error", error={**error, "param": None, "event_id": None})
             self.answered.add(t)
             self.turns.pop(t, None)
+
+    def _on_function_call(self, t: int, f: conversation_pb2.FunctionCall) -> None:
+        """The stream's function call: a function_call item of the turn's response, its arguments streamed; once
+        done, the response is done (the Realtime client answers with a function_call_output item, then
+        response.create, and the stream's turn goes on from the output)."""
+        response = self._response_of(t)
+        if response is None:
+            log.warning(
+                "realtime: function call %s of turn %d with no response for it (%s)", f.call_id, t, self._where()
+            )
+            return
+        call = self.calls.get(f.call_id)
+        if call is None:
+            item = {
+                "id": new_id("item"),
+                "object": "realtime.item",
+                "type": "function_call",
+                "status": "in_progress",
+                "name": f.name,
+                "call_id": f.call_id,
+                "arguments": "",
+            }
+            call = {"turn": t, "item": item, "index": int(response.started) + len(response.calls), "state": "waiting"}
+            self.calls[f.call_id] = call
+            while len(self.calls) > MAX_ITEMS:
+                self.calls.popitem(last=False)
+            previous = self.last_item_id
+            self._keep_item(item)
+            self.emit("response.output_item.added", response_id=response.id, output_index=call["index"], item=item)
+            self.emit("conversation.item.added", item=item, previous_item_id=previous)
+        item, ids = call["item"], {"response_id": response.id, "item_id": call["item"]["id"]}
+        if f.arguments_delta:
+            item["arguments"] += f.arguments_delta
+            self.emit(
+                "response.function_call_arguments.delta",
+                **ids,
+                output_index=call["index"],
+                call_id=f.call_id,
+                delta=f.arguments_delta,
+            )
+        if f.done:
+            item["arguments"], item["status"] = f.arguments, "completed"
+            self.emit(
+                "response.function_call_arguments.done",
+                **ids,
+                output_index=call["index"],
+                call_id=f.call_id,
+                name=item["name"],
+                arguments=f.arguments,
+            )
+            self.emit("response.output_item.done", response_id=response.id, output_index=call["index"], item=item)
+            self.emit("conversation.item.done", item=item, previous_item_id=None)
+            response.calls.append(item)
+            self._finish(response, "completed", "")
 
     def _where(self) -> str:
         r = self.response
@@ -1207,6 +1348,7 @@ class RealtimeConnection:
                     content_index=0,
                     audio_end_ms=response.truncated_ms,
                 )
+        output += response.calls
         # Only a spoken reply that ended whole can be cut after the fact (the dialogue keeps no other that way).
         whole = status == "completed" and response.started and response.modalities == ["audio"]
         self.last_reply = (response.item_id, response.turn) if whole and response.turn is not None else None

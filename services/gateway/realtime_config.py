@@ -79,7 +79,7 @@ CLIENT_EVENTS: dict[str, tuple[str, str]] = {
     "session.update": (
         MAPPED,
         "realtime sessions: formats, voice, instructions, turn detection, transcription, output modalities, max output"
-        " tokens become the Converse config; transcription sessions (type transcription, or intent=transcription in"
+        " tokens, function tools and tool_choice become the Converse config; transcription sessions (type transcription, or intent=transcription in"
         " the URL): format, language, turn detection become a Recognizer stream; what the fleet cannot honour is"
         " refused by name",
     ),
@@ -101,7 +101,8 @@ CLIENT_EVENTS: dict[str, tuple[str, str]] = {
         MAPPED,
         "user messages, answered at response.create: input_text is said into the stream by the route's default voice"
         " (the contract carries no text turn; the context keeps what the recognizer hears), input_audio is held like"
-        " committed audio; assistant and system items, images and tools refused",
+        " committed audio; a function_call_output item answers the call waiting for it (sent to the stream at the"
+        " next response.create); assistant and system items and images refused",
     ),
     "conversation.item.retrieve": (SUPPORTED, "from the gateway's record of the session's items (no audio bytes)"),
     "conversation.item.delete": (REFUSED, "the dialogue's context cannot be edited through the Converse contract"),
@@ -168,8 +169,14 @@ SERVER_EVENTS: dict[str, tuple[str, str]] = {
         "completed; cancelled (barge-in: turn_detected, response.cancel: client_cancelled); failed (the Converse"
         " turn's error); no usage (the fleet does not count tokens per turn)",
     ),
-    "response.output_item.added": (SUPPORTED, "the assistant message, at the reply's first text or audio"),
-    "response.output_item.done": (SUPPORTED, "the assistant message as the context keeps it"),
+    "response.output_item.added": (
+        SUPPORTED,
+        "the assistant message, at the reply's first text or audio; a function_call item at the Converse FunctionCall",
+    ),
+    "response.output_item.done": (
+        SUPPORTED,
+        "the assistant message as the context keeps it; the function_call item with its arguments",
+    ),
     "response.content_part.added": (SUPPORTED, "one audio (or text) part per reply"),
     "response.content_part.done": (SUPPORTED, "with the reply's transcript (what was heard, when interrupted)"),
     "response.output_audio.delta": (
@@ -182,16 +189,19 @@ SERVER_EVENTS: dict[str, tuple[str, str]] = {
     "response.output_audio_transcript.done": (SUPPORTED, "the reply text the context keeps"),
     "response.output_text.delta": (SUPPORTED, "output_modalities [text]: the reply text (its audio is dropped)"),
     "response.output_text.done": (SUPPORTED, "output_modalities [text]"),
-    "response.function_call_arguments.delta": (NOT_SENT, "tools are refused"),
-    "response.function_call_arguments.done": (NOT_SENT, "tools are refused"),
-    "response.mcp_call_arguments.delta": (NOT_SENT, "tools are refused"),
-    "response.mcp_call_arguments.done": (NOT_SENT, "tools are refused"),
-    "response.mcp_call.in_progress": (NOT_SENT, "tools are refused"),
-    "response.mcp_call.completed": (NOT_SENT, "tools are refused"),
-    "response.mcp_call.failed": (NOT_SENT, "tools are refused"),
-    "mcp_list_tools.in_progress": (NOT_SENT, "tools are refused"),
-    "mcp_list_tools.completed": (NOT_SENT, "tools are refused"),
-    "mcp_list_tools.failed": (NOT_SENT, "tools are refused"),
+    "response.function_call_arguments.delta": (
+        MAPPED,
+        "the Converse FunctionCall's arguments (validated against the tool's schema before any is sent)",
+    ),
+    "response.function_call_arguments.done": (MAPPED, "the Converse FunctionCall done: name, call_id, arguments"),
+    "response.mcp_call_arguments.delta": (NOT_SENT, "MCP tools are refused"),
+    "response.mcp_call_arguments.done": (NOT_SENT, "MCP tools are refused"),
+    "response.mcp_call.in_progress": (NOT_SENT, "MCP tools are refused"),
+    "response.mcp_call.completed": (NOT_SENT, "MCP tools are refused"),
+    "response.mcp_call.failed": (NOT_SENT, "MCP tools are refused"),
+    "mcp_list_tools.in_progress": (NOT_SENT, "MCP tools are refused"),
+    "mcp_list_tools.completed": (NOT_SENT, "MCP tools are refused"),
+    "mcp_list_tools.failed": (NOT_SENT, "MCP tools are refused"),
     "rate_limits.updated": (NOT_SENT, "the fleet has no token rate limits; admission refuses with an error"),
     "output_audio_buffer.started": (SUPPORTED, "WebRTC: the audio track began playing a response's audio"),
     "output_audio_buffer.stopped": (
@@ -226,7 +236,8 @@ class RealtimeSession:
     speed: float = 1.0
     transcription: dict | None = None
     turn_detection: dict | None = field(default_factory=lambda: dict(SERVER_VAD_DEFAULTS))
-    tool_choice: str = "auto"
+    tools: list = field(default_factory=list)  # OpenAI function tools, as the client sent them (checked)
+    tool_choice: str | dict = "auto"
     truncation: str = "auto"
     kind: str = "realtime"  # "transcription": a transcription-only session on the Recognizer stream
 
@@ -263,8 +274,8 @@ class RealtimeSession:
                 },
                 "output": {"format": _fmt(self.output_format), "voice": self.voice, "speed": self.speed},
             },
-            "tools": [],
-            "tool_choice": self.tool_choice,
+            "tools": copy.deepcopy(self.tools),
+            "tool_choice": copy.deepcopy(self.tool_choice),
             "tracing": None,
             "truncation": self.truncation,
             "prompt": None,
@@ -314,6 +325,8 @@ LOCKED = {
     "voice": "session.audio.output.voice",
     "turn_detection": "session.audio.input.turn_detection",
     "transcription_language": "session.audio.input.transcription.language",
+    "tools": "session.tools",
+    "tool_choice": "session.tool_choice",
 }
 
 
@@ -324,6 +337,8 @@ def _locked_values(s: RealtimeSession) -> dict:
         "voice": s.voice,
         "turn_detection": s.turn_detection,
         "transcription_language": (s.transcription or {}).get("language"),
+        "tools": s.tools,
+        "tool_choice": s.tool_choice,
     }
 
 
@@ -347,6 +362,71 @@ def _known(obj: dict, where: str, known: tuple[str, ...]) -> None:
                 f"{where}.{name}",
                 "unknown_parameter",
             )
+
+
+def _tools(value) -> list:
+    """session.tools: OpenAI function tools ({type: "function", name, description, parameters}), each checked as the
+    Conversation contract checks a declaration (services/common/tools.py), the param naming the Realtime field."""
+    from services.common import tools as declarations
+    from services.common.errors import InvalidArgument
+
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise RealtimeError("Invalid value for 'session.tools': expected a list of function tools.", "session.tools")
+    out, declared = [], []
+    for i, tool in enumerate(value):
+        where = f"session.tools[{i}]"
+        if not isinstance(tool, dict):
+            raise RealtimeError(f"Invalid value for '{where}': expected an object.", where)
+        if tool.get("type", "function") != "function":
+            raise RealtimeError(
+                f"'{where}.type' {str(tool.get('type'))[:20]!r} is not served: function tools only (no MCP servers).",
+                f"{where}.type",
+                "unsupported",
+            )
+        for name in tool:
+            if name not in ("type", "name", "description", "parameters"):
+                raise RealtimeError(f"Unknown parameter: '{where}.{name}'.", f"{where}.{name}", "unknown_parameter")
+        name, description = tool.get("name"), tool.get("description") or ""
+        parameters = tool.get("parameters")
+        if not isinstance(name, str) or not isinstance(description, str):
+            raise RealtimeError(f"Invalid value for '{where}': name and description are strings.", f"{where}.name")
+        try:
+            text = "" if parameters is None else json.dumps(parameters)
+            checked = declarations.tool(name, description, text, where)
+        except InvalidArgument as e:
+            param = e.field.replace(".parameters_json", ".parameters")
+            raise RealtimeError(f"Invalid value for '{param}': {e.message.split(': ', 1)[-1]}", param) from None
+        declared.append(checked)
+        out.append({"type": "function", "name": name, "description": description, "parameters": checked.parameters})
+    try:
+        declarations.declared(declared, declarations.ToolChoice(), "session")
+    except InvalidArgument as e:
+        raise RealtimeError(f"Invalid value for '{e.field}': {e.message.split(': ', 1)[-1]}", e.field) from None
+    return out
+
+
+def _tool_choice(value, tools: list):
+    """session.tool_choice: "auto", "none", "required", or {type: "function", name} of a declared tool."""
+    names = [t["name"] for t in tools]
+    if value in ("auto", "none"):
+        return value
+    if value == "required":
+        if not tools:
+            raise RealtimeError("'session.tool_choice' required needs session.tools.", "session.tool_choice")
+        return value
+    if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("name"), str):
+        if value["name"] not in names:
+            raise RealtimeError(
+                f"Invalid value for 'session.tool_choice.name': {value['name'][:64]!r} is not in session.tools.",
+                "session.tool_choice.name",
+            )
+        return {"type": "function", "name": value["name"]}
+    raise RealtimeError(
+        'Invalid value for \'session.tool_choice\': "auto", "none", "required" or {"type": "function", "name"}.',
+        "session.tool_choice",
+    )
 
 
 def _refuse_set(obj: dict, where: str, name: str, why: str, allowed=(None,)) -> None:
@@ -548,16 +628,18 @@ def apply_update(
         new.max_output_tokens = (
             "inf" if value in ("inf", None) else _number(value, "session.max_output_tokens", 1, 4096, integer=True)
         )
+    if "tools" in session:
+        new.tools = _tools(session["tools"])
+    if "tool_choice" in session:
+        new.tool_choice = _tool_choice(session["tool_choice"], new.tools)
     for name, why in (
-        ("tools", "tools and function calls are not served"),
         ("prompt", "prompt templates are not served"),
         ("include", "logprobs are not served"),
         ("tracing", "traces are not kept"),
         ("reasoning", "the fleet's models do not reason"),
     ):
         _refuse_set(session, "session", name, why, allowed=(None, []))
-    _refuse_set(session, "session", "parallel_tool_calls", "tools are not served", allowed=(None, False))
-    _refuse_set(session, "session", "tool_choice", "tools are not served", allowed=("auto", "none"))
+    _refuse_set(session, "session", "parallel_tool_calls", "one call at a time is made", allowed=(None, False))
     _refuse_set(session, "session", "truncation", "the fleet drops the oldest turns itself", allowed=("auto",))
     if "audio" in session:
         audio = _object(session["audio"], "session.audio")

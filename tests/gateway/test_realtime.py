@@ -34,6 +34,19 @@ PAUSED = ("I would like to go to", "the park tomorrow morning.")
 # Sentences the CPU voices say clearly (tests/speech.py), for the transcription session.
 DICTATED = ("The quick brown fox jumps over the lazy dog.", "The children are playing in the garden.")
 SYSTEM = "You are a friendly voice assistant. Answer in English, in one or two short sentences."
+# A request that needs the session's function (docs/gateway.md#tools-over-the-realtime-route). The city's examples are
+# the recognizer's hints (services/common/tools.py recognizer_hints).
+ASK_WEATHER = "What's the weather in Paris?"
+WEATHER_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get the current weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "examples": ["Paris", "London", "Tokyo"]}},
+        "required": ["city"],
+    },
+}
 # A microphone's appends: 100 ms each (clients send 20-100 ms); fewer messages leave the 2-core fleet more CPU.
 CHUNK_MS = 100
 # A spoken session: the system prompt, short replies, the user's transcript in English, the fleet's piper voice.
@@ -57,7 +70,7 @@ def said(gateway_fleet) -> dict[str, bytes]:
     client = openai.OpenAI(base_url=url(gateway_fleet), api_key="unused", max_retries=5, timeout=120)
     return {
         text: client.audio.speech.create(model="tts-1", voice="joe", input=text, response_format="pcm").content
-        for text in (QUESTION, RELAX, CLEARED, *PAUSED, *DICTATED)
+        for text in (QUESTION, RELAX, CLEARED, ASK_WEATHER, *PAUSED, *DICTATED)
     }
 
 
@@ -158,6 +171,48 @@ async def test_spoken_question_gets_transcript_reply_audio_and_done(gateway_flee
     transcript, pcm = check_spoken_reply(events)
     error, heard = intelligible(transcript, pcm, 24_000)
     assert error <= INTELLIGIBLE, (transcript, heard)
+
+
+async def test_a_spoken_request_calls_the_function_and_the_reply_says_its_output(gateway_fleet, said):
+    """The official SDK's function-calling flow: the call is a response of its own; the client's output
+    (conversation.item.create function_call_output) and response.create get the spoken reply that says it."""
+    import jsonschema
+
+    async with connect(gateway_fleet) as connection:
+        await next_event(connection, "session.created")
+        await connection.session.update(session={**SPOKEN_SESSION, "tools": [WEATHER_TOOL]})
+        updated = await next_event(connection, "session.updated")
+        assert [t.name for t in updated.session.tools] == ["get_weather"]
+        events = await speak_until(connection, said[ASK_WEATHER], "response.done")
+        assert "error" not in [e.type for e in events], of(events, "error")
+        call = of(events, "response.function_call_arguments.done")
+        assert call, [e.type for e in events]
+        arguments = json.loads(call[0].arguments)
+        jsonschema.validate(arguments, WEATHER_TOOL["parameters"])
+        assert call[0].name == "get_weather" and "paris" in arguments["city"].lower(), arguments
+        done = of(events, "response.done")[-1].response
+        assert done.status == "completed" and done.output[0].type == "function_call"
+        assert done.output[0].call_id == call[0].call_id and not reply_audio(events, done.id)
+        await connection.conversation.item.create(
+            item={"type": "function_call_output", "call_id": call[0].call_id, "output": "18 degrees and sunny"}
+        )
+        await connection.response.create()
+        reply: list = []
+
+        async def microphone():  # the line stays open while the reply comes
+            while True:
+                await append(connection, bytes(48 * CHUNK_MS), 48, paced=True)
+
+        mic = asyncio.create_task(microphone())
+        try:
+            await next_event(connection, "response.done", reply)
+        finally:
+            mic.cancel()
+            await asyncio.gather(mic, return_exceptions=True)
+    assert "error" not in [e.type for e in reply], of(reply, "error")
+    transcript, pcm = check_spoken_reply(reply)
+    heard = listen(pcm, 24_000).lower()
+    assert ("18" in heard or "eighteen" in heard) and "sunny" in heard, (transcript, heard)
 
 
 async def send(connection, event: dict | str) -> None:

@@ -337,3 +337,93 @@ async def test_a_transcription_session_maps_each_utterance_to_an_item():
     with pytest.raises(RealtimeError) as caught:
         await c.handle({"type": "response.create"})
     assert caught.value.code == "unsupported"  # a transcription session never answers
+
+
+class WrittenCall:
+    """The Converse call's write side, recorded (the converter's test double for grpc.aio's stream-stream call)."""
+
+    def __init__(self):
+        self.requests: list[conversation_pb2.ConverseRequest] = []
+
+    async def write(self, request) -> None:
+        self.requests.append(request)
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def called(t: int, call_id: str, delta: str = "", done: str | None = None) -> conversation_pb2.ConverseResponse:
+    call = conversation_pb2.FunctionCall(
+        call_id=call_id, name="get_weather", arguments_delta=delta, done=done is not None, arguments=done or ""
+    )
+    return conversation_pb2.ConverseResponse(turn_index=t, function_call=call)
+
+
+async def test_a_function_call_is_a_response_of_its_own_and_its_output_goes_on_at_response_create():
+    c = connection(tools=[WEATHER_TOOL], tool_choice="auto")
+    assert c.settings.as_event()["tools"] == [WEATHER_TOOL]
+    c.call = WrittenCall()
+    drain(c)
+    args = '{"city": "Paris"}'
+    events = feed(c, said(0, "What's the weather in Paris?", True), state(0, THINKING))
+    events += feed(c, called(0, "call_1", delta=args), called(0, "call_1", done=args))
+    assert kinds(events)[-8:] == [
+        "response.created",
+        "response.output_item.added",
+        "conversation.item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "conversation.item.done",
+        "response.done",
+    ]
+    by = {e["type"]: e for e in events}
+    item = by["response.output_item.done"]["item"]
+    assert (item["type"], item["name"], item["call_id"], item["arguments"]) == (
+        "function_call",
+        "get_weather",
+        "call_1",
+        args,
+    )
+    assert by["response.function_call_arguments.done"]["arguments"] == args
+    assert by["response.done"]["response"]["output"] == [item] and c.response is None
+    with pytest.raises(RealtimeError) as caught:  # the call waits for its output
+        await c.on_response_create({"type": "response.create"})
+    assert caught.value.code == "function_call_output_missing"
+    with pytest.raises(RealtimeError) as caught:
+        await c.on_item_create(
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "function_call_output", "call_id": "call_9", "output": "x"},
+            }
+        )
+    assert caught.value.param == "item.call_id"
+    output = {"type": "function_call_output", "call_id": "call_1", "output": "18 degrees and sunny"}
+    await c.on_item_create({"type": "conversation.item.create", "item": output})
+    assert kinds(drain(c)) == ["conversation.item.added", "conversation.item.done"]
+    assert not c.call.requests  # sent at response.create, not before
+    await c.on_response_create({"type": "response.create"})
+    sent = c.call.requests[-1].function_call_output
+    assert (sent.call_id, sent.output) == ("call_1", "18 degrees and sunny")
+    events = drain(c) + feed(c, text(0, "Here it is: 18 degrees and sunny."), sound(0, tone(0.2)))
+    events += feed(c, complete(0, "What's the weather in Paris?", "Here it is: 18 degrees and sunny."))
+    assert kinds(events)[0] == "response.created" and kinds(events)[-1] == "response.done"
+    done = events[-1]["response"]
+    assert done["status"] == "completed" and done["output"][0]["content"][0]["transcript"].endswith("sunny.")
+
+
+async def test_a_cancelled_call_takes_no_output():
+    c = connection(tools=[WEATHER_TOOL])
+    c.call = WrittenCall()
+    feed(c, said(0, "Weather in Paris?", True), state(0, THINKING), called(0, "call_2", done="{}"))
+    cancelled = conversation_pb2.FunctionCallCancelled(call_id="call_2", reason="barge_in")
+    feed(c, conversation_pb2.ConverseResponse(turn_index=0, function_call_cancelled=cancelled))
+    output = {"type": "function_call_output", "call_id": "call_2", "output": "late"}
+    with pytest.raises(RealtimeError) as caught:
+        await c.on_item_create({"type": "conversation.item.create", "item": output})
+    assert caught.value.param == "item.call_id" and "barge_in" in caught.value.message

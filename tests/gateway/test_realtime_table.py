@@ -117,7 +117,21 @@ def session() -> RealtimeSession:
             "session.audio.input.turn_detection.create_response",
             "unsupported",
         ),
-        ({"type": "realtime", "tools": [{"type": "function", "name": "f"}]}, "session.tools", "unsupported"),
+        ({"type": "realtime", "tools": [{"type": "mcp", "server_label": "x"}]}, "session.tools[0].type", "unsupported"),
+        (
+            {"type": "realtime", "tools": [{"type": "function", "name": "f", "parameters": {"type": "string"}}]},
+            "session.tools[0].parameters",
+            "invalid_value",
+        ),
+        (
+            {
+                "type": "realtime",
+                "tools": [{"type": "function", "name": "f"}],
+                "tool_choice": {"type": "function", "name": "g"},
+            },
+            "session.tool_choice.name",
+            "invalid_value",
+        ),
         ({"type": "realtime", "output_modalities": ["text", "audio"]}, "session.output_modalities", "invalid_value"),
         ({"type": "realtime", "audio": {"output": {"speed": 1.4}}}, "session.audio.output.speed", "unsupported"),
     ],
