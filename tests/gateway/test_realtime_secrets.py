@@ -149,7 +149,7 @@ async def test_a_secrets_model_is_the_sessions_model_and_a_url_naming_another_is
         ({"expires_after": {"anchor": "now", "seconds": 60}}, "expires_after.anchor"),
         ({"expires_after": {"seconds": 60, "later": 1}}, "expires_after.later"),
         ({"expires_after": 60}, "expires_after"),
-        ({"session": {"type": "realtime", "tools": [{"type": "function", "name": "f"}]}}, "session.tools"),
+        ({"session": {"type": "realtime", "tools": [{"type": "mcp", "server_label": "x"}]}}, "session.tools[0].type"),
         ({"session": {"type": "realtime", "audio": {"input": {"format": {"type": "audio/mp3"}}}}}, None),
         ({"session": {"instructions": "no type"}}, "session.type"),
         ({"session": "realtime"}, "session"),
