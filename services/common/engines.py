@@ -453,6 +453,8 @@ class SessionOptions:
     tools: tuple[Tool, ...] = ()
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     tool_timeout_s: float = 0.0
+    # A call waiting this long for its output gets a spoken filler (DialogueLimits.tool_filler_text); 0: never.
+    tool_filler_s: float = 0.0
 
 
 @dataclass(frozen=True)

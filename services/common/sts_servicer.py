@@ -42,6 +42,7 @@ MAX_BARGE_IN_MS = 5000
 MAX_BARGE_IN_PHRASES = 100
 MAX_BARGE_IN_PHRASE_CHARS = 64
 MAX_TOOL_TIMEOUT_MS = 600_000
+MAX_TOOL_FILLER_MS = 60_000
 # A new session at capacity waits this long for a place to free before it is refused: a caller who hangs up and calls
 # again at once can overtake its own hang-up (the cancel and the new call race, across the router most of all).
 ENDING_CALL_GRACE_S = 0.5
@@ -74,6 +75,7 @@ class StsLimits:
     barge_in_backchannels: tuple[str, ...] = ()
     barge_in_min_words: int = 0
     tool_timeout_s: float = 10.0
+    tool_filler_s: float = 0.0
 
     @classmethod
     def from_config(cls, section) -> StsLimits:
@@ -89,6 +91,7 @@ class StsLimits:
             barge_in_backchannels=tuple(section.barge_in_backchannels),
             barge_in_min_words=section.barge_in_min_words,
             tool_timeout_s=section.tool_timeout_ms / 1000,
+            tool_filler_s=section.tool_filler_ms / 1000,
         )
 
 
@@ -268,6 +271,11 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
                 "config.tool_timeout_ms",
                 f"{config.tool_timeout_ms} is over {MAX_TOOL_TIMEOUT_MS} (0 means the default)",
             )
+        if config.tool_filler_ms > MAX_TOOL_FILLER_MS:
+            raise InvalidArgument(
+                "config.tool_filler_ms", f"{config.tool_filler_ms} is over {MAX_TOOL_FILLER_MS} (0 means never)"
+            )
+        filler_s = config.tool_filler_ms / 1000 if config.HasField("tool_filler_ms") else self.limits.tool_filler_s
         remaining = context.time_remaining()
         options = SessionOptions(
             input_sample_rate_hz=self.engine.native_sample_rate or in_fmt.sample_rate_hz,
@@ -291,6 +299,7 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
             tools=declared,
             tool_choice=choice,
             tool_timeout_s=(config.tool_timeout_ms / 1000) or self.limits.tool_timeout_s,
+            tool_filler_s=filler_s,
         )
         return options, in_fmt, out_fmt
 

@@ -125,7 +125,9 @@ class CascadeSession(DialogueSession):
                     f"the reply model called {call.name!r} with arguments that do not fit its parameters ({problem});"
                     " nothing was called: ask again, or describe the tool's parameters more plainly"
                 )
-            done = await sink.function_call(call.name, call.arguments)
+            done = await sink.function_call(
+                call.name, call.arguments, filler=lambda: release(self.engine.limits.tool_filler_text + " ")
+            )
             call_id, output = done.call_id, done.output
             messages.append(
                 {

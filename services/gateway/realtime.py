@@ -826,6 +826,7 @@ class RealtimeConnection:
             config.tools.add(
                 name=tool["name"], description=tool["description"], parameters_json=json.dumps(tool["parameters"])
             )
+        config.tool_filler_ms = 0  # a Realtime app speaks its own filler while its function runs, if it wants one
         choice, mode = self.settings.tool_choice, conversation_pb2.ToolChoice
         if isinstance(choice, dict):
             config.tool_choice.CopyFrom(mode(mode=mode.MODE_FUNCTION, function_name=choice["name"]))

@@ -1120,6 +1120,27 @@ def test_a_call_without_output_times_out_and_the_session_goes_on(conv, router_ch
         close(talk)
 
 
+def test_a_late_output_gets_a_spoken_filler_that_joins_the_reply(conv, router_channel, say):
+    talk = Talk(router_channel, tools=[WEATHER], tool_filler_ms=300, sampling=SHORT_REPLY)
+    try:
+        call = asked_for_weather(talk, say)
+        assert talk.wait(lambda: bool(talk.of("reply_audio", 0))), talk.events[-5:]  # the output is late: a filler
+        assert talk.wait(lambda: talk.reply_text(0).startswith("One moment.")), talk.reply_text(0)
+        time.sleep(1.5)  # the filler plays out before the output comes
+        filler = talk.reply_audio(0)
+        talk.answer(call.call_id, "18 degrees and sunny")
+        assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
+        complete = talk.complete(0)
+        assert complete is not None and not complete.interrupted
+        assert complete.reply_text.startswith("One moment.") and "sunny" in complete.reply_text
+        rate = talk.of("reply_audio", 0)[0][1].reply_audio.format.sample_rate_hz
+        assert_heard("One moment.", filler, rate, "the filler")
+        heard = assert_reply_heard(talk, 0).lower()
+        assert "moment" in heard and "sunny" in heard, heard
+    finally:
+        close(talk)
+
+
 @pytest.mark.parametrize("target", ["router", "moss_sts"])
 def test_bad_tools_get_a_clear_status(conv, target):
     def config(**fields):
@@ -1147,6 +1168,7 @@ def test_bad_tools_get_a_clear_status(conv, target):
         ),
         ({"tool_choice": conversation_pb2.ToolChoice(mode=3)}, "config.tool_choice.mode"),
         ({"tools": [WEATHER], "tool_timeout_ms": 3_600_000}, "config.tool_timeout_ms"),
+        ({"tools": [WEATHER], "tool_filler_ms": 61_000}, "config.tool_filler_ms"),
     )
     with conv.channel(target) as channel:
         for fields, field in cases:

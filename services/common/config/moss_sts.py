@@ -113,6 +113,11 @@ class MossStsConfig(TtsServiceConfig):
     # How long the agent's function call waits for the client's output (ConversationConfig.tool_timeout_ms, 0) before
     # it is cancelled and the turn fails with DEADLINE_EXCEEDED (docs/conversation.md#tools).
     tool_timeout_ms: int = bounded(10_000, ge=100, le=600_000)
+    # While a function call waits this long for its output, the agent says tool_filler_text (0: never; a session may
+    # set its own, ConversationConfig.tool_filler_ms). Off by default: a client that speaks its own filler (an OpenAI
+    # Realtime app) would hear two.
+    tool_filler_ms: int = bounded(0, ge=0, le=60_000)
+    tool_filler_text: str = Field(default="One moment.", min_length=1, max_length=100)
     # User audio one session may send in all, and turns per session; past either the session ends with
     # RESOURCE_EXHAUSTED.
     max_session_seconds: float = bounded(3600.0, ge=10)

@@ -107,6 +107,7 @@ def config_to_proto(options: SessionOptions) -> conversation_pb2.ConversationCon
             mode=PROTO_TOOL_MODES[options.tool_choice.mode], function_name=options.tool_choice.function
         ),
         tool_timeout_ms=ms(options.tool_timeout_s),
+        tool_filler_ms=ms(options.tool_filler_s),  # resolved by the router's servicer: passed on as it decided
     )
 
 

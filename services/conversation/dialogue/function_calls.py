@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
@@ -55,15 +55,21 @@ class CompletedCall:
 class FunctionCalls:
     """One session's calls. ``emit(event)`` sends an event to the caller."""
 
-    def __init__(self, emit: Callable[[StsEvent], None], timeout_s: float, labels: tuple[str, str]):
+    def __init__(
+        self, emit: Callable[[StsEvent], None], timeout_s: float, labels: tuple[str, str], filler_s: float = 0.0
+    ):
         self._emit = emit
         self.timeout_s = timeout_s
+        self.filler_s = filler_s  # a call waiting this long gets its reply's filler (0: never)
         self._labels = labels
         self._waiting: dict[str, asyncio.Future[str]] = {}
         self._issued: list[str] = []
 
-    async def call(self, reply: Reply, name: str, arguments: str) -> CompletedCall:
-        """Send the call to the caller once ``reply``'s turn has committed and wait for its output (module doc)."""
+    async def call(
+        self, reply: Reply, name: str, arguments: str, filler: Callable[[], Awaitable[None]] | None = None
+    ) -> CompletedCall:
+        """Send the call to the caller once ``reply``'s turn has committed and wait for its output (module doc);
+        ``filler`` (the reply speaking a short filler) runs once the output has been waited for ``filler_s``."""
         if reply.held:
             await reply.released.wait()
         if reply.discarded:
@@ -78,7 +84,13 @@ class FunctionCalls:
         self._emit(StsEvent(FUNCTION_CALL, index, call=FunctionCall(call_id, name, done=True, arguments=arguments)))
         metrics.STS_FUNCTION_CALLS.labels(*self._labels, "called").inc()
         try:
-            done, _ = await asyncio.wait({output}, timeout=self.timeout_s)
+            waited = 0.0
+            if filler is not None and 0 < self.filler_s < self.timeout_s:
+                done, _ = await asyncio.wait({output}, timeout=self.filler_s)
+                waited = self.filler_s
+                if not done:
+                    await filler()  # the line is not dead while the function runs; its words are heard
+            done, _ = await asyncio.wait({output}, timeout=max(0.0, self.timeout_s - waited))
             if not done:
                 self._cancelled(index, call_id, "timeout")
                 raise ToolTimeout(

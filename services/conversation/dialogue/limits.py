@@ -42,6 +42,8 @@ class DialogueLimits:
     # candidate end of turn whose words the brain gives a log P(end of turn) below this waits for more speech up to
     # the endpointing's max_silence_ms; None: off.
     words_unfinished_below: float | None = None
+    # What the agent says while a function call waits for its output past the session's tool_filler_s.
+    tool_filler_text: str = "One moment."
 
     @classmethod
     def from_config(cls, section) -> DialogueLimits:
@@ -63,6 +65,7 @@ class DialogueLimits:
             reply_first=section.reply_first_segment(),
             brain_read_ahead_ms=section.brain_read_ahead_ms,
             words_unfinished_below=section.brain_turn_logprob if section.brain_turn_check else None,
+            tool_filler_text=section.tool_filler_text,
         )
 
 

@@ -100,12 +100,12 @@ class ReplySink:
     async def audio(self, piece: AudioPiece) -> None:
         await self._playout.audio(self._reply, piece)
 
-    async def function_call(self, name: str, arguments: str) -> CompletedCall:
+    async def function_call(self, name: str, arguments: str, filler=None) -> CompletedCall:
         """Call the caller's function ``name`` (once the turn has committed) and return the call with its output;
-        both join the context with the turn."""
+        both join the context with the turn. ``filler``: how the reply says its filler while the output is late."""
         if self._calls is None:
             raise FailedPrecondition("this session takes no function calls")
-        done = await self._calls.call(self._reply, name, arguments)
+        done = await self._calls.call(self._reply, name, arguments, filler)
         self._reply.calls.append(done)
         return done
 
@@ -172,7 +172,9 @@ class DialogueSession(StsSession):
         self._read_ahead = ReadAhead(self.read_ahead, self._labels)
         self._playout = Playout(limits, self._emit, lambda: self._set_state(SPEAKING))
         # The agent's calls of the caller's functions (function_calls.py).
-        self._calls = FunctionCalls(self._emit, options.tool_timeout_s or DEFAULT_TOOL_TIMEOUT_S, self._labels)
+        self._calls = FunctionCalls(
+            self._emit, options.tool_timeout_s or DEFAULT_TOOL_TIMEOUT_S, self._labels, options.tool_filler_s
+        )
         # The reply leaking back into the caller's microphone is cancelled before anything listens to it, unless the
         # caller's own canceller did that already.
         cancel = limits.echo_cancellation and not options.client_cancels_echo

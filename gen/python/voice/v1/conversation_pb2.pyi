@@ -78,7 +78,7 @@ class ToolChoice(_message.Message):
     def __init__(self, mode: _Optional[_Union[ToolChoice.Mode, str]] = ..., function_name: _Optional[str] = ...) -> None: ...
 
 class ConversationConfig(_message.Message):
-    __slots__ = ("input_format", "output_format", "voice", "system_prompt", "sampling", "language", "endpointing", "barge_in", "routing", "client_cancels_echo", "tools", "tool_choice", "tool_timeout_ms")
+    __slots__ = ("input_format", "output_format", "voice", "system_prompt", "sampling", "language", "endpointing", "barge_in", "routing", "client_cancels_echo", "tools", "tool_choice", "tool_timeout_ms", "tool_filler_ms")
     INPUT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +92,7 @@ class ConversationConfig(_message.Message):
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
     TOOL_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FILLER_MS_FIELD_NUMBER: _ClassVar[int]
     input_format: _audio_pb2.AudioFormat
     output_format: _audio_pb2.AudioFormat
     voice: str
@@ -105,7 +106,8 @@ class ConversationConfig(_message.Message):
     tools: _containers.RepeatedCompositeFieldContainer[ToolDeclaration]
     tool_choice: ToolChoice
     tool_timeout_ms: int
-    def __init__(self, input_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., output_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., voice: _Optional[str] = ..., system_prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingConfig, _Mapping]] = ..., language: _Optional[str] = ..., endpointing: _Optional[_Union[_recognizer_pb2.EndpointingConfig, _Mapping]] = ..., barge_in: _Optional[_Union[BargeInConfig, _Mapping]] = ..., routing: _Optional[_Union[_routing_pb2.Routing, _Mapping]] = ..., client_cancels_echo: _Optional[bool] = ..., tools: _Optional[_Iterable[_Union[ToolDeclaration, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., tool_timeout_ms: _Optional[int] = ...) -> None: ...
+    tool_filler_ms: int
+    def __init__(self, input_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., output_format: _Optional[_Union[_audio_pb2.AudioFormat, _Mapping]] = ..., voice: _Optional[str] = ..., system_prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingConfig, _Mapping]] = ..., language: _Optional[str] = ..., endpointing: _Optional[_Union[_recognizer_pb2.EndpointingConfig, _Mapping]] = ..., barge_in: _Optional[_Union[BargeInConfig, _Mapping]] = ..., routing: _Optional[_Union[_routing_pb2.Routing, _Mapping]] = ..., client_cancels_echo: _Optional[bool] = ..., tools: _Optional[_Iterable[_Union[ToolDeclaration, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., tool_timeout_ms: _Optional[int] = ..., tool_filler_ms: _Optional[int] = ...) -> None: ...
 
 class FunctionCallOutput(_message.Message):
     __slots__ = ("call_id", "output")
