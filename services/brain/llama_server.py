@@ -114,6 +114,16 @@ def chat_formatter(llama):
     )
 
 
+def around_words(formatter, messages: list[dict]) -> tuple[str, str]:
+    """The chat template's text before and after the last message's words (``messages[-1]`` is the user's; its
+    content is not read): the prompt up to the words, and what the template puts after them."""
+    rendered = formatter(messages=[*messages[:-1], {"role": "user", "content": WORDS_MARK}]).prompt
+    before, mark, after = rendered.partition(WORDS_MARK)
+    if not mark:
+        raise TurnRequestError("the chat template does not show the user's message as written")
+    return before, after
+
+
 def end_of_turn_logprob(llama, messages: list[dict]) -> dict:
     """log P(the template's end-of-message token | the conversation up to the last user message's words)."""
     import numpy as np
@@ -124,10 +134,7 @@ def end_of_turn_logprob(llama, messages: list[dict]) -> dict:
     words = messages[-1]["content"]
     if not words.strip():
         raise TurnRequestError("messages: the user's last message is empty")
-    rendered = chat_formatter(llama)(messages=[*messages[:-1], {"role": "user", "content": WORDS_MARK}]).prompt
-    before, mark, after = rendered.partition(WORDS_MARK)
-    if not mark:
-        raise TurnRequestError("the chat template does not show the user's message as written")
+    before, after = around_words(chat_formatter(llama), messages)
     ends = llama.tokenize(after.encode(), add_bos=False, special=True)
     if not ends:
         raise TurnRequestError("the chat template puts nothing after the user's message")

@@ -38,6 +38,8 @@ from aiohttp import WSMsgType, web
 
 from services.common import audio
 from services.common.config.gateway import GatewayConfig
+from services.common.convert.sts import PROTO_TOOL_MODES, tool_to_proto
+from services.common.engines import Tool
 from services.common.metrics import GATEWAY_ADDED, GATEWAY_BYTES, GATEWAY_MESSAGES, GATEWAY_REFUSALS
 from services.gateway import protocol
 from services.gateway.realtime_config import (
@@ -50,6 +52,7 @@ from services.gateway.realtime_config import (
     RealtimeError,
     RealtimeSession,
     apply_update,
+    engine_tool_choice,
     output_modalities,
     recognition_endpointing,
 )
@@ -822,17 +825,15 @@ class RealtimeConnection:
 
     def _tools_config(self, config: conversation_pb2.ConversationConfig) -> None:
         """session.tools and tool_choice onto the Converse config (checked at session.update)."""
-        for tool in self.settings.tools:
-            config.tools.add(
-                name=tool["name"], description=tool["description"], parameters_json=json.dumps(tool["parameters"])
+        for t in self.settings.tools:
+            config.tools.append(
+                tool_to_proto(Tool(t["name"], t["description"], t["parameters"], json.dumps(t["parameters"])))
             )
         config.tool_filler_ms = 0  # a Realtime app speaks its own filler while its function runs, if it wants one
-        choice, mode = self.settings.tool_choice, conversation_pb2.ToolChoice
-        if isinstance(choice, dict):
-            config.tool_choice.CopyFrom(mode(mode=mode.MODE_FUNCTION, function_name=choice["name"]))
-        else:
-            modes = {"auto": mode.MODE_AUTO, "none": mode.MODE_NONE, "required": mode.MODE_REQUIRED}
-            config.tool_choice.CopyFrom(mode(mode=modes[choice]))
+        choice = engine_tool_choice(self.settings.tool_choice)
+        config.tool_choice.CopyFrom(
+            conversation_pb2.ToolChoice(mode=PROTO_TOOL_MODES[choice.mode], function_name=choice.function)
+        )
 
     async def _write(self, request) -> bool:
         async with self.write_lock:

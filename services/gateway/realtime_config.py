@@ -407,26 +407,37 @@ def _tools(value) -> list:
     return out
 
 
+def engine_tool_choice(choice):
+    """A session's tool_choice ("auto", "none", "required" or {type: "function", name}) as the engines' ToolChoice."""
+    from services.common.engines import TOOL_FUNCTION, ToolChoice
+
+    return ToolChoice(TOOL_FUNCTION, choice["name"]) if isinstance(choice, dict) else ToolChoice(choice)
+
+
+# The Conversation contract's field names for a choice -> the Realtime session's.
+_CHOICE_PARAMS = {"session.tool_choice.function_name": "session.tool_choice.name", "session.tool_choice.mode": ""}
+
+
 def _tool_choice(value, tools: list):
-    """session.tool_choice: "auto", "none", "required", or {type: "function", name} of a declared tool."""
-    names = [t["name"] for t in tools]
-    if value in ("auto", "none"):
-        return value
-    if value == "required":
-        if not tools:
-            raise RealtimeError("'session.tool_choice' required needs session.tools.", "session.tool_choice")
-        return value
+    """session.tool_choice: "auto", "none", "required", or {type: "function", name} of a declared tool, checked as
+    the Conversation contract checks a choice against its tools (services/common/tools.py ``declared``)."""
+    from services.common import tools as declarations
+    from services.common.engines import Tool
+    from services.common.errors import InvalidArgument
+
     if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("name"), str):
-        if value["name"] not in names:
-            raise RealtimeError(
-                f"Invalid value for 'session.tool_choice.name': {value['name'][:64]!r} is not in session.tools.",
-                "session.tool_choice.name",
-            )
-        return {"type": "function", "name": value["name"]}
-    raise RealtimeError(
-        'Invalid value for \'session.tool_choice\': "auto", "none", "required" or {"type": "function", "name"}.',
-        "session.tool_choice",
-    )
+        value = {"type": "function", "name": value["name"]}
+    elif value not in ("auto", "none", "required"):
+        raise RealtimeError(
+            'Invalid value for \'session.tool_choice\': "auto", "none", "required" or {"type": "function", "name"}.',
+            "session.tool_choice",
+        )
+    try:
+        declarations.declared([Tool(t["name"]) for t in tools], engine_tool_choice(value), "session")
+    except InvalidArgument as e:
+        param = _CHOICE_PARAMS.get(e.field) or "session.tool_choice"
+        raise RealtimeError(f"Invalid value for '{param}': {e.message.split(': ', 1)[-1]}", param) from None
+    return value
 
 
 def _refuse_set(obj: dict, where: str, name: str, why: str, allowed=(None,)) -> None:

@@ -59,6 +59,7 @@ from services.common.engines import (
 )
 from services.common.errors import InvalidArgument, VoiceError
 from services.conversation.dialogue import Message
+from services.conversation.dialogue.function_calls import REMEMBERED_CALLS
 from services.conversation.relay import AudioRing, EventRelay, shifted
 from services.remote.sts import RemoteStsEngine
 from services.router.failover import FailoverLog, failover_reason
@@ -344,7 +345,7 @@ class FailoverStsSession(StsSession):
         elif kind == FUNCTION_CALL and event.call.done:
             self.calls_sent[event.call.call_id] = t
             self.calls_waiting.add(event.call.call_id)
-            while len(self.calls_sent) > 256:
+            while len(self.calls_sent) > REMEMBERED_CALLS:
                 self.calls_sent.pop(next(iter(self.calls_sent)))
         elif kind == FUNCTION_CALL_CANCELLED:
             self.calls_waiting.discard(event.call.call_id)

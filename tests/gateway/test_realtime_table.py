@@ -132,6 +132,8 @@ def session() -> RealtimeSession:
             "session.tool_choice.name",
             "invalid_value",
         ),
+        ({"type": "realtime", "tool_choice": "required"}, "session.tool_choice", "invalid_value"),
+        ({"type": "realtime", "tool_choice": "sometimes"}, "session.tool_choice", "invalid_value"),
         ({"type": "realtime", "output_modalities": ["text", "audio"]}, "session.output_modalities", "invalid_value"),
         ({"type": "realtime", "audio": {"output": {"speed": 1.4}}}, "session.audio.output.speed", "unsupported"),
     ],

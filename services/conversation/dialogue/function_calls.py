@@ -23,23 +23,15 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import grpc
-
 from services.common import metrics
 from services.common.engines import FUNCTION_CALL, FUNCTION_CALL_CANCELLED, FunctionCall, StsEvent
-from services.common.errors import InvalidArgument, VoiceError
+from services.common.errors import DeadlineExceeded, InvalidArgument
 from services.conversation.dialogue.reply import Reply
 
 log = logging.getLogger("voicefleet.conversation.dialogue")
 
 # The call ids a session remembers (to tell a late output from a wrong one), oldest dropped first.
 REMEMBERED_CALLS = 256
-
-
-class ToolTimeout(VoiceError):
-    """No output within the session's tool timeout: the turn fails with DEADLINE_EXCEEDED."""
-
-    code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
 @dataclass
@@ -93,7 +85,7 @@ class FunctionCalls:
             done, _ = await asyncio.wait({output}, timeout=max(0.0, self.timeout_s - waited))
             if not done:
                 self._cancelled(index, call_id, "timeout")
-                raise ToolTimeout(
+                raise DeadlineExceeded(  # the turn fails with it (turn_end.py)
                     f"function_call_output: no output for {name} (call {call_id}) within"
                     f" {self.timeout_s * 1000:.0f} ms (config.tool_timeout_ms, moss_sts.tool_timeout_ms); the turn"
                     " ends without its reply"

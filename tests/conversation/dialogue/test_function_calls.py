@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from services.common.engines import FUNCTION_CALL, FUNCTION_CALL_CANCELLED
-from services.common.errors import InvalidArgument
-from services.conversation.dialogue.function_calls import FunctionCalls, ToolTimeout
+from services.common.errors import DeadlineExceeded, InvalidArgument
+from services.conversation.dialogue.function_calls import FunctionCalls
 from services.conversation.dialogue.reply import Reply, UserTurn
 
 LABELS = ("test", "cascade")
@@ -70,7 +70,7 @@ async def test_a_barge_in_cancels_the_call_and_a_late_output_is_dropped():
 
 async def test_no_output_in_time_cancels_the_call_and_fails_the_turn():
     calls, events, reply = setup(timeout_s=0.05)
-    with pytest.raises(ToolTimeout) as caught:
+    with pytest.raises(DeadlineExceeded) as caught:
         await calls.call(reply, "get_weather", "{}")
     assert "tool_timeout_ms" in caught.value.message
     assert events[-1].kind == FUNCTION_CALL_CANCELLED and events[-1].reason == "timeout"
