@@ -163,9 +163,10 @@ class Scorer:
         self.cached: dict[str, tuple[int, list[int]]] = {}  # frame -> (its sequence, its prompt's tokens)
 
     def _prompt(self, system: str, formatter) -> list[int]:
-        from services.brain.llama_server import around_words
-
-        before, _ = around_words(formatter, [{"role": "system", "content": system}, {"role": "user", "content": ""}])
+        # As llama_server.around_words renders it (not imported: llama_server imports this module).
+        mark = "\u2063"
+        rendered = formatter(messages=[{"role": "system", "content": system}, {"role": "user", "content": mark}]).prompt
+        before = rendered.partition(mark)[0]
         return self.llama.tokenize(before.encode(), add_bos=False, special=True)
 
     def _decode(self, items: list[tuple[int, int, int, bool]]) -> None:
