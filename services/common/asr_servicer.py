@@ -19,7 +19,7 @@ from services.common.convert.asr import endpointing_values, event_fields
 from services.common.endpointing import BadSetting, from_config, resolve
 from services.common.engines import AsrEngine, Endpointing, RecognitionOptions
 from services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
-from services.common.rpc import request_id
+from services.common.rpc import TAKEN_METADATA, request_id
 from services.common.scheduler import Admission, cpu_cores
 from services.common.text import spoken_words
 from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
@@ -103,7 +103,7 @@ class RecognizerServicer(recognizer_pb2_grpc.RecognizerServicer):
             pump = asyncio.create_task(self._pump(requests, stream, fmt, options.sample_rate_hz))
             try:
                 # Taken: a fleet client waits for this before it sends audio (services/remote/base.py, accepted()).
-                await context.send_initial_metadata(())
+                await context.send_initial_metadata(TAKEN_METADATA)
                 async for event in stream.events():
                     yield recognizer_pb2.StreamingRecognizeResponse(
                         request_id=options.request_id, **event_fields(event)

@@ -372,7 +372,7 @@ class AsrEngine(abc.ABC):
 # engines take the caller's audio as it came (0) and ask their backend for ``output_sample_rate_hz``.
 
 LISTENING, THINKING, SPEAKING = "listening", "thinking", "speaking"
-INTERRUPT, END_OF_TURN, MUTE, UNMUTE = "interrupt", "end_of_turn", "mute", "unmute"
+INTERRUPT, END_OF_TURN, MUTE, UNMUTE, RESPOND = "interrupt", "end_of_turn", "mute", "unmute", "respond"
 
 
 @dataclass(frozen=True)
@@ -526,7 +526,8 @@ class StsSession(abc.ABC):
 
     @abc.abstractmethod
     async def control(self, action: str, played_ms: int | None = None) -> None:
-        """INTERRUPT (no-op while listening), END_OF_TURN, MUTE or UNMUTE. ``played_ms`` (INTERRUPT only): how much
+        """INTERRUPT (no-op while listening), END_OF_TURN, MUTE, UNMUTE or RESPOND (the agent speaks without a user
+        turn; END_OF_TURN while the user has words pending, a no-op while the agent has the turn). ``played_ms`` (INTERRUPT only): how much
         of the reply the caller has played, when it knows (the context keeps the text of that much)."""
 
     async def interrupt(self) -> None:

@@ -355,7 +355,8 @@ ROUTER_RELAY = Histogram(
 FAILOVERS = Counter(
     "voicefleet_router_failovers_total",
     "Requests (or conversation turns) moved from one backend to another, by why: unavailable, deadline, internal,"
-    " resource_exhausted, no_audio (first-audio timeout), unhealthy (skipped: ejected or down), recovered (back).",
+    " resource_exhausted, no_audio (first-audio timeout), unhealthy (skipped: ejected or down), recovered (back),"
+    " tools (moss_sts calls no tools, so a conversation with tools went to the cascade).",
     ["from", "to", "reason"],
 )
 

@@ -28,6 +28,16 @@ from services.common import metrics
 from services.common.errors import MalformedMessage, VoiceError, retry_metadata
 
 log = logging.getLogger("voicefleet.rpc")
+# A streaming servicer's initial metadata once it has admitted and opened the call (Converse, StreamingRecognize):
+# the caller waits for it before sending audio (services/remote/base.py accepted, services/gateway/session.py). Its
+# own key, because a call refused before that ends as a trailers-only answer whose (empty) initial metadata gRPC
+# also hands over, at times before the call counts as done.
+TAKEN_METADATA = (("voicefleet-taken", "1"),)
+
+
+def was_taken(initial_metadata) -> bool:
+    """``initial_metadata`` (of a finished initial_metadata() wait) says the servicer took the call."""
+    return TAKEN_METADATA[0] in tuple(initial_metadata or ())
 
 
 _last_output = float("-inf")

@@ -32,7 +32,7 @@ from services.common.engines import (
     StsEvent,
 )
 from services.common.errors import InvalidArgument
-from services.common.rpc import request_id
+from services.common.rpc import TAKEN_METADATA, request_id
 from services.common.scheduler import Admission, cpu_cores
 from voice.v1 import audio_pb2, conversation_pb2, conversation_pb2_grpc
 
@@ -165,7 +165,7 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
             relay = _Relay(options.request_id, out_fmt, self.labels)
             try:
                 # Taken: the router waits for this before it sends audio (services/remote/base.py, accepted()).
-                await context.send_initial_metadata(())
+                await context.send_initial_metadata(TAKEN_METADATA)
                 async for event in session.events():
                     for response in relay.responses(event):
                         yield response
@@ -203,7 +203,7 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
                     if action is None:
                         raise InvalidArgument(
                             "control.action",
-                            "must be ACTION_INTERRUPT, ACTION_END_OF_TURN, ACTION_MUTE or ACTION_UNMUTE",
+                            "must be ACTION_INTERRUPT, ACTION_END_OF_TURN, ACTION_MUTE, ACTION_UNMUTE or ACTION_RESPOND",
                         )
                     control = message.control
                     await session.control(action, control.played_ms if control.HasField("played_ms") else None)

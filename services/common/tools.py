@@ -15,7 +15,7 @@ from jsonschema import exceptions as schema_errors
 from jsonschema import validators
 
 from services.common.engines import TOOL_AUTO, TOOL_FUNCTION, TOOL_NONE, TOOL_REQUIRED, Tool, ToolChoice
-from services.common.errors import InvalidArgument
+from services.common.errors import FailedPrecondition, InvalidArgument, VoiceError
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
 MAX_TOOLS = 32
@@ -23,6 +23,24 @@ MAX_DESCRIPTION_CHARS = 1024
 MAX_PARAMETERS_CHARS = 16_384
 MAX_OUTPUT_CHARS = 16_384  # a FunctionCallOutput's output: the reply model reads it, within its context
 NO_ARGUMENTS = {"type": "object", "properties": {}}
+# How an engine without function calling (MOSS-Speech) refuses a session with tools. The router reads the words
+# (they cross gRPC as the status message) to serve such a session with its own cascade instead
+# (router.routes.conversation_tools).
+CALLS_NO_TOOLS = "config.tools: this engine calls no tools"
+
+
+def calls_no_tools(why: str) -> FailedPrecondition:
+    """An engine's refusal of a session with tools; ``why`` names the engine and what would serve it."""
+    return FailedPrecondition(f"{CALLS_NO_TOOLS} ({why})")
+
+
+def refuses_tools(error: BaseException) -> bool:
+    """``error`` is an engine's refusal of the session's tools (``calls_no_tools``), here or from a backend."""
+    return (
+        isinstance(error, VoiceError)
+        and error.code == FailedPrecondition.code
+        and error.message.startswith(CALLS_NO_TOOLS)
+    )
 
 
 def tool(name: str, description: str, parameters_json: str, where: str) -> Tool:

@@ -71,7 +71,8 @@ class CascadeSession(DialogueSession):
         return await self.engine.brain.end_of_turn_logprob(self._messages(text), self.options.request_id)
 
     async def generate_reply(self, turn: UserTurn, sink: ReplySink) -> None:
-        messages = self._messages(turn.text)
+        # The agent's own turn (ACTION_RESPOND) continues the conversation as it is: no user message.
+        messages = self.context.chat(self.system_prompt) if turn.unprompted else self._messages(turn.text)
         deltas: asyncio.Queue[TextEvent | None] = asyncio.Queue()
         tools = {t.name: t for t in self.options.tools}
 

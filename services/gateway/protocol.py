@@ -201,6 +201,7 @@ CONTROLS = {
     "end_of_turn": conversation_pb2.ConversationControl.ACTION_END_OF_TURN,
     "mute": conversation_pb2.ConversationControl.ACTION_MUTE,
     "unmute": conversation_pb2.ConversationControl.ACTION_UNMUTE,
+    "respond": conversation_pb2.ConversationControl.ACTION_RESPOND,
 }
 
 

@@ -199,6 +199,8 @@ class Response:
     end_turn_at: float | None = None  # ... and ACTION_END_OF_TURN goes at its first transcript, or at this time
     truncated_ms: int | None = None  # conversation.item.truncate on it while in progress
     calls: list = field(default_factory=list)  # its function_call items, once their arguments are done
+    agent_turn: bool = False  # response.create with no user input (or the idle timeout): ACTION_RESPOND
+    first_audio_at: float | None = None  # monotonic: when its first audio went out (its playback's start)
 
 
 class RealtimeConnection:
@@ -257,6 +259,10 @@ class RealtimeConnection:
         # (the Realtime client asks for the reply to an output with response.create; the stream's turn waits for it).
         self.calls: OrderedDict[str, dict] = OrderedDict()
         self.output_ready: tuple[str, str] | None = None
+        # server_vad.idle_timeout_ms: since when (monotonic) the line is quiet after the last reply's audio played;
+        # None while a response runs, the user speaks, or before any reply.
+        self.idle_since: float | None = None
+        self.input_ms = 0.0  # audio written to the stream (the caller's and the keeper's silence): its clock
         self.tasks: list[asyncio.Task] = []
 
     # --- life ------------------------------------------------------------------------------------------------------
@@ -269,6 +275,10 @@ class RealtimeConnection:
             waiter = asyncio.create_task(self.done.wait())
             await asyncio.wait([reader, writer, waiter], return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
+            for task in (reader, writer):
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    log.error("realtime session: %s failed", task.get_name(), exc_info=task.exception())
+                    self.fail(1011, "internal error (the gateway's log has it)")
             if not writer.done():  # let the writer send what is queued (an error event) before closing
                 await asyncio.wait([asyncio.create_task(self.outbound.put(None)), writer], timeout=2)
         finally:
@@ -525,12 +535,32 @@ class RealtimeConnection:
             self.next_params = params
             await self._control(conversation_pb2.ConversationControl.ACTION_END_OF_TURN)
             return
-        raise RealtimeError(
-            "nothing to respond to: the fleet answers user turns; commit user audio first"
-            + ("" if self.settings.vad else " (input_audio_buffer.commit)"),
-            None,
-            "no_user_input",
+        await self._respond(params)
+
+    async def _respond(self, params: dict) -> None:
+        """A response with no new user input: the agent speaks from the conversation as it is (a greeting first, a
+        prompt after a silence), by the stream's ACTION_RESPOND. Its commit must come within ANSWER_WAIT_S."""
+        await self._ensure_call()
+        response = self._new_response(params)
+        response.agent_turn = True
+        response.deadline = time.monotonic() + ANSWER_WAIT_S
+        await self._control(conversation_pb2.ConversationControl.ACTION_RESPOND)
+
+    async def _idle_timeout(self, now: float) -> None:
+        """server_vad.idle_timeout_ms passed with the line quiet: the silence is committed as an empty user item
+        and the agent speaks (OpenAI's input_audio_buffer.timeout_triggered)."""
+        item_id = new_id("item")
+        end_ms = round(self.input_ms)
+        start_ms = max(0, end_ms - round((now - self.idle_since) * 1000))
+        self.idle_since = None
+        previous = self.last_item_id
+        self.emit("input_audio_buffer.timeout_triggered", audio_start_ms=start_ms, audio_end_ms=end_ms, item_id=item_id)
+        self.emit("input_audio_buffer.committed", item_id=item_id, previous_item_id=previous)
+        self.emit(
+            "conversation.item.added", item=self._user_item(item_id, None, "completed"), previous_item_id=previous
         )
+        self.emit("conversation.item.done", item=self._user_item(item_id, "", "completed"), previous_item_id=None)
+        await self._respond({})
 
     async def on_response_cancel(self, event: dict) -> None:
         _fields(event, ("response_id",))
@@ -855,6 +885,7 @@ class RealtimeConnection:
                 return
         now = time.monotonic()
         self.fed_until = max(self.fed_until, now) + len(pcm) / 2 / FLEET_INPUT_RATE
+        self.input_ms += len(pcm) * 1000 / 2 / FLEET_INPUT_RATE
 
     async def _control(self, action, played_ms: int | None = None) -> None:
         control = conversation_pb2.ConversationControl(action=action, played_ms=played_ms)
@@ -873,7 +904,18 @@ class RealtimeConnection:
             if r is not None and r.turn is None and r.end_turn_at is not None and now > r.end_turn_at:
                 r.end_turn_at = None
                 await self._control(conversation_pb2.ConversationControl.ACTION_END_OF_TURN)
-            if r is not None and r.turn is None and r.deadline is not None and now > r.deadline:
+            if r is not None and r.turn is None and r.agent_turn and now > r.deadline:
+                self._finish(
+                    r,
+                    "failed",
+                    "",
+                    error={
+                        "type": "server_error",
+                        "code": "no_turn",
+                        "message": "the conversation did not start the agent's turn in time; send response.create again",
+                    },
+                )
+            elif r is not None and r.turn is None and r.deadline is not None and now > r.deadline:
                 self.drop_fed_turn = True
                 self._finish(
                     r,
@@ -885,6 +927,16 @@ class RealtimeConnection:
                         "message": "no speech was heard in the committed audio: nothing to answer",
                     },
                 )
+            idle = self.settings.idle_timeout_s
+            if (
+                idle is not None
+                and self.idle_since is not None
+                and now - self.idle_since >= idle
+                and self.response is None
+                and not self.held
+                and self._open_turn() is None
+            ):
+                await self._idle_timeout(now)
 
     async def _read_router(self) -> None:
         try:
@@ -1015,6 +1067,8 @@ class RealtimeConnection:
                 log.warning("realtime: reply audio of turn %d with no response for it (%s)", t, self._where())
             if response is not None and response.modalities == ["audio"] and r.reply_audio.data:
                 self._start_output(response)
+                if response.first_audio_at is None:
+                    response.first_audio_at = time.monotonic()
                 pcm = r.reply_audio.data
                 response.audio_ms += len(pcm) * 1000 / 2 / FLEET_OUTPUT_RATE
                 if self.media:
@@ -1185,6 +1239,7 @@ class RealtimeConnection:
             return
         if not turn.started:
             turn.started = True
+            self.idle_since = None
             turn.start_ms = result.utterance_start_ms
             if self.settings.vad and not turn.held:
                 self.emit("input_audio_buffer.speech_started", audio_start_ms=turn.start_ms, item_id=turn.item_id)
@@ -1214,6 +1269,10 @@ class RealtimeConnection:
         if turn.committed:
             return
         turn.committed = True
+        response = self.response
+        if response is not None and response.agent_turn and response.turn is None and not turn.started:
+            response.turn = t  # the agent's own turn (ACTION_RESPOND): no user item
+            return
         if not turn.held:
             previous = self.last_item_id
             if self.settings.vad:
@@ -1258,6 +1317,7 @@ class RealtimeConnection:
         response = Response(id=new_id("resp"), modalities=modalities, metadata=params.get("metadata"))
         response.encoder = Encoder(self.settings.output_format)
         self.response = response
+        self.idle_since = None
         self.emit("response.created", response=self._response_body(response, "in_progress", []))
         return response
 
@@ -1323,6 +1383,9 @@ class RealtimeConnection:
         if self.response is not response:
             return
         self.response = None
+        # The idle timeout counts from when the caller has heard the reply out (its audio plays at real time).
+        played_out = (response.first_audio_at or 0.0) + response.audio_ms / 1000
+        self.idle_since = max(time.monotonic(), played_out)
         output = []
         if response.started:
             if response.modalities == ["audio"] and self.media:

@@ -40,6 +40,7 @@ EAGERNESS_MAX_SILENCE_MS = {"low": 8000, "medium": 4000, "high": 2000, "auto": 0
 # turn_detection null: the client commits each turn; the gateway holds the audio and feeds it at response.create, so
 # the recognizer's silence endpointing only needs to be long enough never to split a committed turn (its maximum).
 MANUAL_HANGOVER_MS = HANGOVER.high
+IDLE_TIMEOUT_MS = (5000, 30000)  # server_vad.idle_timeout_ms: the shortest and longest silence before the agent speaks
 # server_vad's documented defaults (the session shows them; silence_duration_ms becomes our hangover).
 SERVER_VAD_DEFAULTS = {
     "type": "server_vad",
@@ -115,6 +116,7 @@ CLIENT_EVENTS: dict[str, tuple[str, str]] = {
     "response.create": (
         MAPPED,
         "turn_detection null: feeds the committed audio and ends the turn; with VAD: ends a turn in progress;"
+        " with no user input: ACTION_RESPOND, the agent speaks from the conversation so far (a greeting);"
         " output_modalities and metadata are honoured, other per-response overrides refused",
     ),
     "response.cancel": (MAPPED, "ACTION_INTERRUPT: the reply stops, response.done says cancelled"),
@@ -139,7 +141,10 @@ SERVER_EVENTS: dict[str, tuple[str, str]] = {
     ),
     "input_audio_buffer.committed": (MAPPED, "the Converse turn's commit (VAD), or input_audio_buffer.commit (null)"),
     "input_audio_buffer.cleared": (SUPPORTED, "turn_detection null"),
-    "input_audio_buffer.timeout_triggered": (NOT_SENT, "server_vad.idle_timeout_ms is refused"),
+    "input_audio_buffer.timeout_triggered": (
+        SUPPORTED,
+        "server_vad.idle_timeout_ms after the last reply's audio has played: an empty user item, then a response",
+    ),
     "input_audio_buffer.dtmf_event_received": (NOT_SENT, "SIP only"),
     "conversation.item.added": (SUPPORTED, "user items at commit, assistant items when the reply starts"),
     "conversation.item.done": (SUPPORTED, "user items with their transcript, assistant items at the turn's end"),
@@ -285,6 +290,13 @@ class RealtimeSession:
     @property
     def vad(self) -> bool:
         return self.turn_detection is not None
+
+    @property
+    def idle_timeout_s(self) -> float | None:
+        """server_vad's idle_timeout_ms, in seconds (None: off)."""
+        td = self.turn_detection
+        ms = td.get("idle_timeout_ms") if td is not None and td["type"] == "server_vad" else None
+        return ms / 1000 if ms else None
 
     @property
     def text_only(self) -> bool:
@@ -544,7 +556,14 @@ def _turn_detection(value, current: dict | None, param: str, responds: bool = Tr
         merged["prefix_padding_ms"] = _number(
             merged["prefix_padding_ms"], f"{param}.prefix_padding_ms", 0, 5000, integer=True
         )
-        _refuse_set(merged, param, "idle_timeout_ms", "no reply without user speech (the Converse turn needs a user)")
+        if merged["idle_timeout_ms"] is not None:  # the agent speaks after this much silence (realtime.py _keep)
+            merged["idle_timeout_ms"] = _number(
+                merged["idle_timeout_ms"],
+                f"{param}.idle_timeout_ms",
+                IDLE_TIMEOUT_MS[0],
+                IDLE_TIMEOUT_MS[1],
+                integer=True,
+            )
     else:
         if merged["eagerness"] not in EAGERNESS_MAX_SILENCE_MS:
             raise RealtimeError(

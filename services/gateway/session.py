@@ -19,6 +19,7 @@ from services.common.metrics import (
     GATEWAY_MESSAGES,
     GATEWAY_REFUSALS,
 )
+from services.common.rpc import was_taken
 from services.gateway import protocol
 from services.gateway.protocol import ProtocolError
 from voice.v1 import conversation_pb2, conversation_pb2_grpc
@@ -37,6 +38,8 @@ async def router_took(call) -> bool:
     answer = asyncio.ensure_future(call.initial_metadata())
     answer.add_done_callback(lambda f: f.cancelled() or f.exception())  # its outcome is the reader's to report
     await asyncio.wait([answer], timeout=ACCEPT_WAIT_S)
+    if answer.done() and not answer.cancelled() and answer.exception() is None:
+        return was_taken(answer.result())
     return not call.done()
 
 

@@ -69,6 +69,7 @@ from services.common.engines import (
     VoiceInfo,
 )
 from services.common.errors import FailedPrecondition
+from services.common.tools import calls_no_tools
 from services.common.voices import unknown_voice
 from services.conversation.dialogue import RATE, DialogueLimits, DialogueSession, Message, Reply, ReplySink, UserTurn
 from services.moss_sts.moss_stream import ChunkPlan, StreamingCodecDecoder, TokenTap
@@ -450,6 +451,7 @@ def decoder_plan(decoder, plan: ChunkPlan) -> tuple[ChunkPlan, bool]:
 
 
 class MossSession(DialogueSession):
+    speaks_unprompted = False  # MOSS-Speech's turn is an answer to the user's audio
     keeps_user_audio = True
 
     def __init__(self, engine: MossSpeechEngine, options: SessionOptions):
@@ -575,9 +577,9 @@ class MossSpeechEngine(StsEngine, Offloadable):
     def check_options(self, options: SessionOptions) -> None:
         if options.tools:
             # MOSS-Speech answers speech with speech; its text channel has no function-call format to constrain.
-            raise FailedPrecondition(
-                "config.tools: MOSS-Speech (moss_sts.engine gpu) calls no tools; a session with tools needs the"
-                " cascade (moss_sts.engine cpu, or a router whose moss_sts backend runs it): docs/conversation.md#tools"
+            raise calls_no_tools(
+                "MOSS-Speech, moss_sts.engine gpu; a session with tools needs a cascade: moss_sts.engine cpu, or the"
+                " router's own with router.routes.conversation_tools cascade: docs/conversation.md#tools"
             )
 
     async def open_session(self, options: SessionOptions) -> StsSession:

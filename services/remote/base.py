@@ -20,6 +20,7 @@ from typing import Protocol
 import grpc
 
 from services.common.errors import DeadlineExceeded, Unavailable, from_rpc_error
+from services.common.rpc import was_taken
 
 # Statuses that say the backend failed: it is down or restarting (UNAVAILABLE) or broke (INTERNAL, UNKNOWN). Not
 # FAILED_PRECONDITION ("still loading": a warming backend is no outlier), RESOURCE_EXHAUSTED (full, it refused at
@@ -139,7 +140,9 @@ class RemoteStream:
             answer.cancel()
             self.backend.record_failure("failures")
             raise Unavailable(f"{self.backend.name} did not take the call within {timeout_s:g} s")
-        if self.call.done():
+        if not was_taken(answer.result()):
+            # Refused before it was taken: gRPC hands over the (empty) metadata of a trailers-only answer, sometimes
+            # before the call counts as done, so the marker, not done(), tells a refusal from a taken call.
             code = await self.call.code()
             if code not in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED):
                 error = grpc.aio.AioRpcError(

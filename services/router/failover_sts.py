@@ -58,6 +58,7 @@ from services.common.engines import (
     VoiceInfo,
 )
 from services.common.errors import InvalidArgument, VoiceError
+from services.common.tools import refuses_tools
 from services.conversation.dialogue import Message
 from services.conversation.dialogue.function_calls import REMEMBERED_CALLS
 from services.conversation.relay import AudioRing, EventRelay, shifted
@@ -84,6 +85,7 @@ class FailoverStsEngine(StsEngine):
         max_user_turn_s: float = 60.0,
         default_system_prompt: str = "",
         max_system_prompt_chars: int = 4000,
+        tools_to_cascade: bool = True,
     ):
         self.primary = primary
         self.fallback = fallback
@@ -92,6 +94,9 @@ class FailoverStsEngine(StsEngine):
         self.max_user_turn_s = max_user_turn_s
         self.default_system_prompt = default_system_prompt
         self.max_system_prompt_chars = max_system_prompt_chars
+        # A session with tools that moss_sts refuses (it calls none: MOSS-Speech) is served by the cascade, and stays
+        # there (router.routes.conversation_tools: cascade); else the refusal goes to the caller.
+        self.tools_to_cascade = tools_to_cascade
 
     @property
     def backend(self):
@@ -164,6 +169,8 @@ class FailoverStsSession(StsSession):
         # session that fails over forgets them, so they are cancelled (reason "failover") and a late output dropped.
         self.calls_sent: dict[str, int] = {}
         self.calls_waiting: set[str] = set()
+        # On the cascade for good: moss_sts refused the session's tools, so it is never moved back.
+        self.pinned_to_cascade = False
 
     # --- opening sessions -------------------------------------------------------------------------------------
     def _options(self, primary: bool, voices: list[VoiceInfo] | None = None) -> SessionOptions:
@@ -181,7 +188,7 @@ class FailoverStsSession(StsSession):
         base = self.options.system_prompt or self.engine.default_system_prompt
         turns = list(self.history)
         while turns:
-            lines = "\n".join(f"User: {u}\nAssistant: {a}" for u, a in turns)
+            lines = "\n".join((f"User: {u}\n" if u else "") + f"Assistant: {a}" for u, a in turns)
             prompt = f"{base}\n\nThe conversation so far (continue it):\n{lines}"
             if len(prompt) <= self.engine.max_system_prompt_chars:
                 return prompt
@@ -199,7 +206,8 @@ class FailoverStsSession(StsSession):
         context = getattr(session, "context", None)
         if context is not None:  # the cascade's dialogue context: the conversation so far
             for user, reply in self.history:
-                context.add(Message("user", user))
+                if user:  # empty: the agent's own turn (ACTION_RESPOND)
+                    context.add(Message("user", user))
                 if reply:
                     context.add(Message("assistant", reply))
         return session
@@ -235,9 +243,10 @@ class FailoverStsSession(StsSession):
                 self._activate(await self._open(True), primary=True)
                 return
             except VoiceError as e:
-                reason = failover_reason(e)
+                reason = "tools" if self.engine.tools_to_cascade and refuses_tools(e) else failover_reason(e)
                 if reason is None:
                     raise
+                self.pinned_to_cascade = reason == "tools"
                 self.engine.failovers.record(
                     self._primary_name(), self._fallback_name(), reason, self.options.request_id
                 )
@@ -253,7 +262,7 @@ class FailoverStsSession(StsSession):
         self._spawn(self._read(session, self.gen), "failover-sts-read")
         if primary:
             self._spawn(self._watch_primary(self.gen), "failover-sts-watch")
-        else:
+        elif not self.pinned_to_cascade:
             self._spawn(self._look_for_primary(self.gen), "failover-sts-back")
 
     def _spawn(self, coro, name: str) -> None:
@@ -390,7 +399,10 @@ class FailoverStsSession(StsSession):
             except VoiceError as e:
                 if to_primary:  # moss_sts is not ready after all: stay on the cascade
                     log.info("%s: moss_sts did not take the session back: %s", self.options.request_id, e.message)
-                    self._spawn(self._look_for_primary(gen), "failover-sts-back")
+                    if refuses_tools(e):  # it never will (MOSS-Speech calls no tools): the session stays here
+                        self.pinned_to_cascade = True
+                    else:
+                        self._spawn(self._look_for_primary(gen), "failover-sts-back")
                     return
                 self._end(e)
                 return

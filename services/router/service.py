@@ -93,6 +93,7 @@ def build(config: Config) -> ServiceParts:
         max_user_turn_s=config.moss_sts.max_user_turn_seconds,
         default_system_prompt=config.moss_sts.default_system_prompt,
         max_system_prompt_chars=config.moss_sts.max_system_prompt_chars,
+        tools_to_cascade=rc.routes.conversation_tools == "cascade",
     )
     conversation = ConversationServicer(SERVICE, sts_engine, StsLimits.from_config(config.moss_sts))
 

@@ -10,6 +10,7 @@ Timings are printed (make bench measures them), never asserted.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import os
@@ -124,7 +125,8 @@ class BrainRecorder:
 
     def asked(self, since: int = 0) -> list[str]:
         """What the user said last in each chat request from the ``since``-th on (the turn each reply answered)."""
-        return [[m["content"] for m in r["messages"] if m["role"] == "user"][-1] for r in self.requests[since:]]
+        users = ([m["content"] for m in r["messages"] if m["role"] == "user"] for r in self.requests[since:])
+        return [u[-1] for u in users if u]  # none: the agent's own turn (ACTION_RESPOND)
 
     def read(self, since: int = 0) -> list[str]:
         """The user's words of each reading of a candidate end of turn from the ``since``-th on."""
@@ -361,6 +363,41 @@ def trim(pcm: bytes) -> bytes:
     x = np.frombuffer(pcm, dtype=np.int16)
     loud = np.flatnonzero(np.abs(x) > 300)
     return x[loud[0] : loud[-1] + 1].tobytes() if len(loud) else pcm
+
+
+def test_respond_lets_the_agent_speak_first_and_the_users_turn_follows(conv, router_channel, say):
+    """ACTION_RESPOND before the user says anything: the agent's own turn (turn 0, no user text), a spoken reply the
+    strict listener hears; the brain was asked with no user message. The user's question is then turn 1, and the
+    brain's request for it holds the greeting before it."""
+    config = conversation_pb2.ConversationConfig(
+        input_format=audio_pb2.AudioFormat(encoding=audio.S16LE, sample_rate_hz=RATE, channels=1),
+        system_prompt="You are a friendly voice assistant. Greet the caller.",
+        language="en-US",
+        sampling=SHORT_REPLY,
+    )
+    talk = Talk(router_channel, config)
+    asked_before = len(conv.recorder.requests)
+    try:
+        talk.control(C.ACTION_RESPOND)
+        assert talk.wait(lambda: talk.ended(0)), talk.events[-5:]
+        greeting = talk.complete(0)
+        assert greeting is not None and greeting.user_text == "" and greeting.reply_text.strip(), talk.events[-5:]
+        assert_reply_heard(talk, 0)
+        first = conv.recorder.requests[asked_before]["messages"]
+        assert [m["role"] for m in first] == ["system"], first
+        talk.send(say("What is two plus two?"), label="question")
+        assert talk.wait(lambda: talk.ended(1)), talk.events[-5:]
+        answer = talk.complete(1)
+        assert answer is not None and answer.user_text.strip(), talk.events[-5:]
+        question = {"role": "user", "content": answer.user_text}
+        asked = [r["messages"] for r in conv.recorder.requests[asked_before:] if r["messages"][-1] == question]
+        assert asked and asked[-1][1:] == [
+            {"role": "assistant", "content": greeting.reply_text},
+            {"role": "user", "content": answer.user_text},
+        ], asked[-1]
+        assert talk.error is None
+    finally:
+        close(talk)
 
 
 # --- the 3-turn conversation -------------------------------------------------------------------------------------
@@ -1070,6 +1107,118 @@ def test_a_spoken_request_calls_the_callers_function_and_the_reply_says_its_outp
         assert talk.error is None
     finally:
         close(talk)
+
+
+async def _tools_session_where_moss_speech_serves(conv, speech: bytes, tools_to_cascade: bool) -> dict:
+    """A router's conversation engine (FailoverStsEngine) whose moss_sts backend is MOSS-Speech: the real GPU engine,
+    made and not started (no weights, no torch: the engine's double of docs/conversation.md#tools), in a real
+    ConversationServicer on loopback with grpc.health SERVING. Its fallback, the router's cascade in production,
+    is here the fleet's own CPU moss_sts over gRPC: the same cascade dialogue, calling tools. A session that
+    declares get_weather says ASK_WEATHER at real time; returns what happened."""
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    from services.common.config import load_config
+    from services.common.config.router import RouterHealthConfig
+    from services.common.engines import FUNCTION_CALL, SessionOptions
+    from services.common.errors import VoiceError
+    from services.common.server import Servicer, add_servicers
+    from services.common.sts_servicer import ConversationServicer, StsLimits
+    from services.common.tools import tool
+    from services.moss_sts.moss_engine import MossSpeechEngine
+    from services.remote.direct import DirectBackend
+    from services.remote.sts import RemoteStsEngine
+    from services.router.backends import Backend
+    from services.router.failover import FailoverLog
+    from services.router.failover_sts import FailoverStsEngine
+    from voice.v1 import conversation_pb2_grpc
+
+    section = load_config().moss_sts
+    moss_speech = MossSpeechEngine("moss_sts", section.gpu, asr=None, limits=None, chunking=None)
+    server = grpc.aio.server()
+    servicer = ConversationServicer("moss_sts", moss_speech, StsLimits.from_config(section))
+    # As moss_sts's bootstrap adds it: errors become their gRPC status.
+    add_servicers(
+        server,
+        "moss_sts",
+        [Servicer(conversation_pb2_grpc.add_ConversationServicer_to_server, servicer, "voice.v1.Conversation")],
+    )
+    health_servicer = health.aio.HealthServicer()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    backend = Backend("moss_sts", f"127.0.0.1:{port}", RouterHealthConfig(deep_probe=[]))  # it has no Synthesizer
+    backend.start()
+    failovers = FailoverLog()
+    engine = FailoverStsEngine(
+        RemoteStsEngine(backend, 0.0),
+        RemoteStsEngine(DirectBackend("moss_sts", conv.fleet.config.moss_sts.address), 0.0),
+        failovers,
+        tools_to_cascade=tools_to_cascade,
+    )
+    weather = tool("get_weather", WEATHER.description, WEATHER.parameters_json, "config.tools[0]")
+    options = SessionOptions(tools=(weather,), request_id="tools-on-moss-speech")
+    outcome: dict = {}
+    try:
+        for _ in range(100):
+            if backend.routable():
+                break
+            await asyncio.sleep(0.1)
+        assert backend.routable(), backend.describe()
+        try:
+            session = await engine.open_session(options)
+        except VoiceError as e:
+            outcome["refused"] = e
+            return outcome
+        try:
+            outcome["pinned"] = session.pinned_to_cascade
+
+            async def say_it():
+                step = 640  # 20 ms of 16 kHz s16le
+                for i in range(0, len(speech), step):
+                    await session.feed(speech[i : i + step])
+                    await asyncio.sleep(0.02)
+                for _ in range(100):  # silence after it: the turn ends
+                    await session.feed(bytes(step))
+                    await asyncio.sleep(0.02)
+
+            feeding = asyncio.create_task(say_it())
+
+            async def first_call():
+                async for event in session.events():
+                    if event.kind == FUNCTION_CALL and event.call.done:
+                        return event.call
+                return None
+
+            outcome["call"] = await asyncio.wait_for(first_call(), 60)
+            feeding.cancel()
+        finally:
+            await session.close()
+        outcome["failovers"] = [(r.from_backend, r.to_backend, r.reason) for r in failovers.records]
+        return outcome
+    finally:
+        await backend.close()
+        await server.stop(None)
+
+
+def test_a_session_with_tools_is_served_by_the_routers_cascade_when_moss_speech_calls_none(conv, say):
+    """Issue 47 item 4: moss_sts on a card runs MOSS-Speech, which calls no tools. With the default
+    router.routes.conversation_tools (cascade), a session that declares tools is served by the cascade from its
+    start and never moved back (the spoken question gives a get_weather call naming Paris); with ``refuse`` the
+    caller gets FAILED_PRECONDITION naming config.tools."""
+    speech = say(ASK_WEATHER)
+    served = asyncio.run(_tools_session_where_moss_speech_serves(conv, speech, tools_to_cascade=True))
+    assert "refused" not in served, served.get("refused")
+    assert served["pinned"] is True, served
+    assert [reason for _, _, reason in served["failovers"]] == ["tools"], served["failovers"]
+    call = served["call"]
+    assert call is not None and call.name == "get_weather", call
+    assert "paris" in json.loads(call.arguments)["city"].lower(), call.arguments
+
+    refused = asyncio.run(_tools_session_where_moss_speech_serves(conv, speech, tools_to_cascade=False))
+    error = refused.get("refused")
+    assert error is not None and error.code == grpc.StatusCode.FAILED_PRECONDITION, refused
+    assert error.message.startswith("config.tools:"), error.message
 
 
 def test_tool_choice_none_never_calls(conv, router_channel, say):

@@ -173,6 +173,56 @@ async def test_spoken_question_gets_transcript_reply_audio_and_done(gateway_flee
     assert error <= INTELLIGIBLE, (transcript, heard)
 
 
+async def test_the_agent_speaks_first_on_response_create_and_again_after_idle_timeout_ms(gateway_fleet):
+    """response.create with nothing from the user: the agent greets (ACTION_RESPOND), a spoken reply the strict
+    listener hears, with no user item. Then, with server_vad idle_timeout_ms, the line quiet after that reply's audio
+    has played: input_audio_buffer.timeout_triggered, the silence committed as an empty user item, another reply."""
+    async with connect(gateway_fleet) as connection:
+        await next_event(connection, "session.created")
+        session = {**SPOKEN_SESSION, "instructions": "You are a friendly voice assistant. Greet the caller briefly."}
+        session["audio"] = {**session["audio"], "input": {**session["audio"]["input"]}}
+        session["audio"]["input"]["turn_detection"] = {"type": "server_vad", "idle_timeout_ms": 5000}
+        await connection.session.update(session=session)
+        updated = await next_event(connection, "session.updated")
+        assert updated.session.audio.input.turn_detection.idle_timeout_ms == 5000
+        await connection.response.create()
+        greeting: list = []
+        await next_event(connection, "response.done", greeting)
+        assert not of(greeting, "error") and not of(greeting, "input_audio_buffer.committed"), greeting
+        greeted = check_spoken_reply(greeting)
+
+        async def quiet_line():  # a microphone that hears nothing: the client keeps sending silence
+            while True:
+                await append(connection, bytes(48 * CHUNK_MS), 48, paced=True)
+
+        mic = asyncio.create_task(quiet_line())
+        try:
+            nudge: list = []
+            await next_event(connection, "response.done", nudge)
+        finally:
+            mic.cancel()
+            await asyncio.gather(mic, return_exceptions=True)
+    # The strict listener runs after the session: a client busy for seconds answers no WebSocket pings.
+    error, heard = intelligible(*greeted, 24_000)
+    assert error <= INTELLIGIBLE, (greeted[0], heard)
+    kinds = [e.type for e in nudge]
+    assert "error" not in kinds, of(nudge, "error")
+    order = [
+        "input_audio_buffer.timeout_triggered",
+        "input_audio_buffer.committed",
+        "response.created",
+        "response.done",
+    ]
+    firsts = [kinds.index(k) for k in order]
+    assert firsts == sorted(firsts), list(zip(order, firsts, strict=True))
+    triggered = of(nudge, "input_audio_buffer.timeout_triggered")[0]
+    assert triggered.item_id == of(nudge, "input_audio_buffer.committed")[0].item_id
+    assert triggered.audio_end_ms - triggered.audio_start_ms >= 5000, triggered
+    transcript, pcm = check_spoken_reply(nudge)
+    error, heard = intelligible(transcript, pcm, 24_000)
+    assert error <= INTELLIGIBLE, (transcript, heard)
+
+
 async def test_a_spoken_request_calls_the_function_and_the_reply_says_its_output(gateway_fleet, said):
     """The official SDK's function-calling flow: the call is a response of its own; the client's output
     (conversation.item.create function_call_output) and response.create get the spoken reply that says it."""
@@ -241,7 +291,11 @@ BAD_EVENTS = [
     ({"type": "input_audio_buffer.append", "event_id": "ev_5", "audio": "%%% not base64"}, "audio", "invalid_value"),
     ({"type": "input_audio_buffer.commit", "event_id": "ev_6"}, None, "input_audio_buffer_commit_empty"),
     ({"type": "response.cancel", "event_id": "ev_7"}, None, "response_cancel_not_active"),
-    ({"type": "response.create", "event_id": "ev_8"}, None, "no_user_input"),
+    (
+        {"type": "response.create", "event_id": "ev_8", "response": {"conversation": "none"}},
+        "response.conversation",
+        "unsupported",
+    ),
     ({"type": "conversation.item.retrieve", "event_id": "ev_9", "item_id": "item_nope"}, "item_id", "item_not_found"),
     (
         {

@@ -131,6 +131,10 @@ class RoutesConfig(Section):
     # -> brain -> the first configured backend of this list), replaying the user's audio of the turn.
     conversation_fallback: bool = True
     conversation_fallback_tts: Chain = Field(default_factory=lambda: ["cosyvoice_tts"])
+    # A conversation that declares tools when moss_sts calls none (MOSS-Speech on a card): cascade = the router's
+    # cascade serves the whole session (it calls tools); refuse = the caller gets moss_sts's FAILED_PRECONDITION
+    # naming config.tools. docs/conversation.md#tools
+    conversation_tools: Literal["cascade", "refuse"] = "cascade"
 
     @field_validator("realtime", "broadcast", "default", "voice_owners", "conversation_fallback_tts")
     @classmethod

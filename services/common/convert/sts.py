@@ -21,6 +21,7 @@ from services.common.engines import (
     MUTE,
     REPLY_AUDIO,
     REPLY_TEXT,
+    RESPOND,
     SPEAKING,
     STATE,
     THINKING,
@@ -48,6 +49,7 @@ ACTIONS = {
     conversation_pb2.ConversationControl.ACTION_END_OF_TURN: END_OF_TURN,
     conversation_pb2.ConversationControl.ACTION_MUTE: MUTE,
     conversation_pb2.ConversationControl.ACTION_UNMUTE: UNMUTE,
+    conversation_pb2.ConversationControl.ACTION_RESPOND: RESPOND,
 }
 PROTO_ACTIONS = {action: proto for proto, action in ACTIONS.items()}
 STATES = {

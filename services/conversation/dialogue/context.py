@@ -78,8 +78,9 @@ class Context:
             turns, chars = max(1, int(self.max_turns * self.TRIM_TO)), int(self.max_chars * self.TRIM_TO)
             while self._over(turns, chars):
                 self.messages.popleft()
-        while self.messages and self.messages[0].role != "user":  # start with the user, like a chat
-            self.messages.popleft()
+            while self.messages and self.messages[0].role != "user":  # start with the user, like a chat
+                self.messages.popleft()
+        # Untrimmed, a first assistant message stays: the agent spoke first (ACTION_RESPOND, a greeting).
 
     def chat(self, system_prompt: str) -> list[dict]:
         """OpenAI chat messages: the system prompt, then the turns."""

@@ -25,6 +25,7 @@ class UserTurn:
     commit_wall: float | None = None  # when the turn committed (None while its reply is held, preemptive)
     discarded: int = 0  # preemptive replies to earlier candidate ends of this turn, dropped (the user went on)
     preemptive: bool = False  # its reply started before the commit
+    unprompted: bool = False  # the agent's own turn (ACTION_RESPOND): no user words, no user message in the context
 
 
 @dataclass

@@ -33,6 +33,7 @@ from services.common.engines import (
     PHRASE_SPOTTED,
     REPLY_AUDIO,
     REPLY_TEXT,
+    RESPOND,
     RESULT,
     SPEAKING,
     SPEECH_END,
@@ -120,6 +121,9 @@ class DialogueSession(StsSession):
     reads_ahead = False
     #: Engines with a text brain judge a candidate end of turn by its words too (``judge_words``, turn_words.py).
     judges_words = False
+    #: Engines that can reply without a user turn (ACTION_RESPOND: a greeting, a prompt after a silence). A text
+    #: brain continues the conversation; MOSS-Speech answers the user's speech and says nothing without it.
+    speaks_unprompted = True
 
     def __init__(self, service: str, served_by: str, asr: AsrEngine, options: SessionOptions, limits: DialogueLimits):
         self.service = service
@@ -237,12 +241,37 @@ class DialogueSession(StsSession):
         elif action == UNMUTE:
             self._muted = False
         elif action == END_OF_TURN:
-            if self._commit_rule.candidate is not None and not self._speech_active:
-                self._commit()  # the reply is ready or on its way: release it now
-            elif self.state == LISTENING and (self._pending or self._speech_active or self._turn_start_ms is not None):
-                await self._rotate_stream()
+            await self._end_turn_now()
+        elif action == RESPOND:
+            await self._respond()
         else:
             raise InvalidArgument("control.action", f"unknown action {action!r}")
+
+    async def _end_turn_now(self) -> None:
+        if self._commit_rule.candidate is not None and not self._speech_active:
+            self._commit()  # the reply is ready or on its way: release it now
+        elif self.state == LISTENING and self._user_has_the_turn():
+            await self._rotate_stream()
+
+    def _user_has_the_turn(self) -> bool:
+        return bool(self._pending) or self._speech_active or self._turn_start_ms is not None
+
+    async def _respond(self) -> None:
+        """ACTION_RESPOND: the agent takes a turn of its own, from the conversation so far (no user message)."""
+        if self.state != LISTENING or self._closing:
+            return  # the agent has the turn already
+        if self._commit_rule.candidate is not None or self._user_has_the_turn():
+            await self._end_turn_now()  # the user said something: that is what is answered
+            return
+        if not self.speaks_unprompted:
+            raise FailedPrecondition(
+                f"control.action: ACTION_RESPOND: {self.served_by} answers the user's speech and cannot speak without"
+                " it; send user audio (or ACTION_END_OF_TURN after it)"
+            )
+        now = time.monotonic()
+        turn = UserTurn(self.turn, "", None, None, now, commit_wall=now, unprompted=True)
+        self._set_state(THINKING)
+        self._turn_task = asyncio.create_task(self._run_turn(turn), name=f"dialogue-turn-{turn.index}")
 
     async def function_call_output(self, call_id: str, output: str) -> None:
         self._calls.answer(call_id, output)
@@ -728,7 +757,8 @@ class DialogueSession(StsSession):
         error = None if gen.cancelled() else gen.exception()
         if self._gen_task is gen:
             self._gen_task = None
-        self.context.add(Message("user", turn.text, turn.audio))
+        if not turn.unprompted:
+            self.context.add(Message("user", turn.text, turn.audio))
         end = turn_end(reply, error)
         kept = Message("assistant", end.heard) if end.failed else self.assistant_message(reply, end.heard)
         if reply.calls:  # the calls answered, before the words (context.py)

@@ -4,10 +4,13 @@ barge-in by a stop word, a backchannel that does not interrupt, a turn that runs
 
 from __future__ import annotations
 
+import pytest
+
 from services.common.engines import (
     INTERRUPT,
     INTERRUPTED,
     REPLY_TEXT,
+    RESPOND,
     STATE,
     THINKING,
     TURN_COMPLETE,
@@ -16,6 +19,7 @@ from services.common.engines import (
     BargeIn,
     SessionOptions,
 )
+from services.common.errors import FailedPrecondition
 from services.conversation.dialogue import DialogueLimits
 from tests.conversation.dialogue.kit import Replies, ScriptedAsr, end, final, interim, start, talk, virtual_time
 
@@ -136,3 +140,36 @@ def test_a_played_position_with_no_reply_ended_whole_changes_nothing(monkeypatch
         events = run(talk(s, [(300, 1000)], 9000, controls=[(200, INTERRUPT, 1000)]))
     assert not of(events, INTERRUPTED)
     assert [m.text for m in s.context.messages] == ["Hello there.", s.reply_text]
+
+
+def test_respond_gives_the_agent_a_turn_of_its_own_with_no_user_message(monkeypatch):
+    """ACTION_RESPOND while nobody speaks: a reply from the conversation as it is (a greeting here); its TurnComplete
+    has no user text, the context holds the reply alone, and the next user turn is the next index."""
+    s = session([start(3000), end(3600, 3500), final(3600, 0, "Hello there.")])
+    with virtual_time(monkeypatch) as run:
+        events = run(talk(s, [(3000, 3500)], 8000, controls=[(200, RESPOND)]))
+    done = [e for _, e in of(events, TURN_COMPLETE)]
+    assert [(e.turn_index, e.result.user_text) for e in done] == [(0, ""), (1, "Hello there.")], done
+    assert min(ms for ms, _ in of(events, REPLY_TEXT)) < 3000  # the agent spoke before the user said anything
+    assert s.asked == ["", "Hello there."]
+    assert [m.role for m in s.context.messages] == ["assistant", "user", "assistant"]
+
+
+def test_respond_while_the_user_has_words_pending_answers_them_and_is_a_no_op_while_the_agent_speaks(monkeypatch):
+    s = session(TURN, turn_commit_ms=3000)  # the commit would wait long: RESPOND ends the turn at once
+    with virtual_time(monkeypatch) as run:
+        events = run(talk(s, [(300, 1000)], 6000, controls=[(1400, RESPOND), (1700, RESPOND)]))
+    done = [e for _, e in of(events, TURN_COMPLETE)]
+    assert [e.result.user_text for e in done] == ["Hello there."], done
+    thinking = [ms for ms, e in of(events, STATE) if e.state == THINKING]
+    assert len(thinking) == 1 and thinking[0] < 1500, thinking  # at the control, not at 1000 + 3000 ms
+
+
+def test_an_engine_that_answers_only_speech_refuses_respond_naming_the_field(monkeypatch):
+    class SpeechOnly(Replies):
+        speaks_unprompted = False
+
+    s = session(TURN, cls=SpeechOnly)
+    with virtual_time(monkeypatch) as run, pytest.raises(FailedPrecondition) as refused:
+        run(talk(s, [], 1000, controls=[(100, RESPOND)]))
+    assert refused.value.message.startswith("control.action: ACTION_RESPOND:"), refused.value.message

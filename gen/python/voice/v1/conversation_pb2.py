@@ -27,15 +27,15 @@ from voice.v1 import recognizer_pb2 as voice_dot_v1_dot_recognizer__pb2
 from voice.v1 import routing_pb2 as voice_dot_v1_dot_routing__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bvoice/v1/conversation.proto\x12\x08voice.v1\x1a\x14voice/v1/audio.proto\x1a\x19voice/v1/recognizer.proto\x1a\x16voice/v1/routing.proto\"V\n\x0eSamplingConfig\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\x12\n\nmax_tokens\x18\x03 \x01(\r\x12\x0c\n\x04seed\x18\x04 \x01(\x04\"u\n\rBargeInConfig\x12\x10\n\x08\x64isabled\x18\x01 \x01(\x08\x12\x15\n\rmin_speech_ms\x18\x02 \x01(\r\x12\x12\n\nstop_words\x18\x03 \x03(\t\x12\x11\n\tmin_words\x18\x04 \x01(\r\x12\x14\n\x0c\x62\x61\x63kchannels\x18\x05 \x03(\t\"M\n\x0fToolDeclaration\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\"\xae\x01\n\nToolChoice\x12\'\n\x04mode\x18\x01 \x01(\x0e\x32\x19.voice.v1.ToolChoice.Mode\x12\x15\n\rfunction_name\x18\x02 \x01(\t\"`\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\r\n\tMODE_AUTO\x10\x01\x12\r\n\tMODE_NONE\x10\x02\x12\x11\n\rMODE_REQUIRED\x10\x03\x12\x11\n\rMODE_FUNCTION\x10\x04\"\x8f\x04\n\x12\x43onversationConfig\x12+\n\x0cinput_format\x18\x01 \x01(\x0b\x32\x15.voice.v1.AudioFormat\x12,\n\routput_format\x18\x02 \x01(\x0b\x32\x15.voice.v1.AudioFormat\x12\r\n\x05voice\x18\x03 \x01(\t\x12\x15\n\rsystem_prompt\x18\x04 \x01(\t\x12*\n\x08sampling\x18\x05 \x01(\x0b\x32\x18.voice.v1.SamplingConfig\x12\x10\n\x08language\x18\x06 \x01(\t\x12\x30\n\x0b\x65ndpointing\x18\x07 \x01(\x0b\x32\x1b.voice.v1.EndpointingConfig\x12)\n\x08\x62\x61rge_in\x18\x08 \x01(\x0b\x32\x17.voice.v1.BargeInConfig\x12\"\n\x07routing\x18\t \x01(\x0b\x32\x11.voice.v1.Routing\x12\x1b\n\x13\x63lient_cancels_echo\x18\n \x01(\x08\x12(\n\x05tools\x18\x0b \x03(\x0b\x32\x19.voice.v1.ToolDeclaration\x12)\n\x0btool_choice\x18\x0c \x01(\x0b\x32\x14.voice.v1.ToolChoice\x12\x17\n\x0ftool_timeout_ms\x18\r \x01(\r\x12\x1b\n\x0etool_filler_ms\x18\x0e \x01(\rH\x00\x88\x01\x01\x42\x11\n\x0f_tool_filler_ms\"5\n\x12\x46unctionCallOutput\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0e\n\x06output\x18\x02 \x01(\t\"\xe5\x01\n\x13\x43onversationControl\x12\x34\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32$.voice.v1.ConversationControl.Action\x12\x16\n\tplayed_ms\x18\x02 \x01(\rH\x00\x88\x01\x01\"r\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x14\n\x10\x41\x43TION_INTERRUPT\x10\x01\x12\x16\n\x12\x41\x43TION_END_OF_TURN\x10\x02\x12\x0f\n\x0b\x41\x43TION_MUTE\x10\x03\x12\x11\n\rACTION_UNMUTE\x10\x04\x42\x0c\n\n_played_ms\"\xe1\x01\n\x0f\x43onverseRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1c.voice.v1.ConversationConfigH\x00\x12\x0f\n\x05\x61udio\x18\x03 \x01(\x0cH\x00\x12\x30\n\x07\x63ontrol\x18\x04 \x01(\x0b\x32\x1d.voice.v1.ConversationControlH\x00\x12<\n\x14\x66unction_call_output\x18\x05 \x01(\x0b\x32\x1c.voice.v1.FunctionCallOutputH\x00\x42\t\n\x07payload\"9\n\x0bStateChange\x12*\n\x05state\x18\x01 \x01(\x0e\x32\x1b.voice.v1.ConversationState\"\x1a\n\tReplyText\x12\r\n\x05\x64\x65lta\x18\x01 \x01(\t\"H\n\x0bInterrupted\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x15\n\raudio_sent_ms\x18\x02 \x01(\r\x12\x12\n\nheard_text\x18\x03 \x01(\t\"\xe5\x01\n\x0bTurnTimings\x12$\n\x1cspeech_end_to_first_audio_ms\x18\x01 \x01(\r\x12#\n\x1bspeech_end_to_transcript_ms\x18\x02 \x01(\r\x12#\n\x1btranscript_to_first_text_ms\x18\x03 \x01(\r\x12\x16\n\x0ereply_audio_ms\x18\x04 \x01(\r\x12\x1f\n\x17speech_end_to_commit_ms\x18\x05 \x01(\r\x12\x19\n\x11\x64iscarded_replies\x18\x06 \x01(\r\x12\x12\n\npreemptive\x18\x07 \x01(\x08\"\x85\x01\n\x0cTurnComplete\x12\x11\n\tuser_text\x18\x01 \x01(\t\x12\x12\n\nreply_text\x18\x02 \x01(\t\x12\x13\n\x0binterrupted\x18\x03 \x01(\x08\x12&\n\x07timings\x18\x04 \x01(\x0b\x32\x15.voice.v1.TurnTimings\x12\x11\n\tserved_by\x18\x05 \x01(\t\"g\n\x0c\x46unctionCall\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x17\n\x0f\x61rguments_delta\x18\x03 \x01(\t\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x12\x11\n\targuments\x18\x05 \x01(\t\"8\n\x15\x46unctionCallCancelled\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"*\n\tTurnError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xa6\x04\n\x10\x43onverseResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nturn_index\x18\x02 \x01(\r\x12&\n\x05state\x18\x03 \x01(\x0b\x32\x15.voice.v1.StateChangeH\x00\x12\x36\n\x0fuser_transcript\x18\x04 \x01(\x0b\x32\x1b.voice.v1.RecognitionResultH\x00\x12)\n\nreply_text\x18\x05 \x01(\x0b\x32\x13.voice.v1.ReplyTextH\x00\x12+\n\x0breply_audio\x18\x06 \x01(\x0b\x32\x14.voice.v1.AudioChunkH\x00\x12,\n\x0binterrupted\x18\x07 \x01(\x0b\x32\x15.voice.v1.InterruptedH\x00\x12/\n\rturn_complete\x18\x08 \x01(\x0b\x32\x16.voice.v1.TurnCompleteH\x00\x12)\n\nturn_error\x18\t \x01(\x0b\x32\x13.voice.v1.TurnErrorH\x00\x12*\n\x0b\x65nd_of_turn\x18\n \x01(\x0b\x32\x13.voice.v1.EndOfTurnH\x00\x12/\n\rfunction_call\x18\x0b \x01(\x0b\x32\x16.voice.v1.FunctionCallH\x00\x12\x42\n\x17\x66unction_call_cancelled\x18\x0c \x01(\x0b\x32\x1f.voice.v1.FunctionCallCancelledH\x00\x42\x07\n\x05\x65vent*\x9b\x01\n\x11\x43onversationState\x12\"\n\x1e\x43ONVERSATION_STATE_UNSPECIFIED\x10\x00\x12 \n\x1c\x43ONVERSATION_STATE_LISTENING\x10\x01\x12\x1f\n\x1b\x43ONVERSATION_STATE_THINKING\x10\x02\x12\x1f\n\x1b\x43ONVERSATION_STATE_SPEAKING\x10\x03\x32U\n\x0c\x43onversation\x12\x45\n\x08\x43onverse\x12\x19.voice.v1.ConverseRequest\x1a\x1a.voice.v1.ConverseResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bvoice/v1/conversation.proto\x12\x08voice.v1\x1a\x14voice/v1/audio.proto\x1a\x19voice/v1/recognizer.proto\x1a\x16voice/v1/routing.proto\"V\n\x0eSamplingConfig\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\x12\n\nmax_tokens\x18\x03 \x01(\r\x12\x0c\n\x04seed\x18\x04 \x01(\x04\"u\n\rBargeInConfig\x12\x10\n\x08\x64isabled\x18\x01 \x01(\x08\x12\x15\n\rmin_speech_ms\x18\x02 \x01(\r\x12\x12\n\nstop_words\x18\x03 \x03(\t\x12\x11\n\tmin_words\x18\x04 \x01(\r\x12\x14\n\x0c\x62\x61\x63kchannels\x18\x05 \x03(\t\"M\n\x0fToolDeclaration\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\"\xae\x01\n\nToolChoice\x12\'\n\x04mode\x18\x01 \x01(\x0e\x32\x19.voice.v1.ToolChoice.Mode\x12\x15\n\rfunction_name\x18\x02 \x01(\t\"`\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\r\n\tMODE_AUTO\x10\x01\x12\r\n\tMODE_NONE\x10\x02\x12\x11\n\rMODE_REQUIRED\x10\x03\x12\x11\n\rMODE_FUNCTION\x10\x04\"\x8f\x04\n\x12\x43onversationConfig\x12+\n\x0cinput_format\x18\x01 \x01(\x0b\x32\x15.voice.v1.AudioFormat\x12,\n\routput_format\x18\x02 \x01(\x0b\x32\x15.voice.v1.AudioFormat\x12\r\n\x05voice\x18\x03 \x01(\t\x12\x15\n\rsystem_prompt\x18\x04 \x01(\t\x12*\n\x08sampling\x18\x05 \x01(\x0b\x32\x18.voice.v1.SamplingConfig\x12\x10\n\x08language\x18\x06 \x01(\t\x12\x30\n\x0b\x65ndpointing\x18\x07 \x01(\x0b\x32\x1b.voice.v1.EndpointingConfig\x12)\n\x08\x62\x61rge_in\x18\x08 \x01(\x0b\x32\x17.voice.v1.BargeInConfig\x12\"\n\x07routing\x18\t \x01(\x0b\x32\x11.voice.v1.Routing\x12\x1b\n\x13\x63lient_cancels_echo\x18\n \x01(\x08\x12(\n\x05tools\x18\x0b \x03(\x0b\x32\x19.voice.v1.ToolDeclaration\x12)\n\x0btool_choice\x18\x0c \x01(\x0b\x32\x14.voice.v1.ToolChoice\x12\x17\n\x0ftool_timeout_ms\x18\r \x01(\r\x12\x1b\n\x0etool_filler_ms\x18\x0e \x01(\rH\x00\x88\x01\x01\x42\x11\n\x0f_tool_filler_ms\"5\n\x12\x46unctionCallOutput\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0e\n\x06output\x18\x02 \x01(\t\"\xfa\x01\n\x13\x43onversationControl\x12\x34\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32$.voice.v1.ConversationControl.Action\x12\x16\n\tplayed_ms\x18\x02 \x01(\rH\x00\x88\x01\x01\"\x86\x01\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x14\n\x10\x41\x43TION_INTERRUPT\x10\x01\x12\x16\n\x12\x41\x43TION_END_OF_TURN\x10\x02\x12\x0f\n\x0b\x41\x43TION_MUTE\x10\x03\x12\x11\n\rACTION_UNMUTE\x10\x04\x12\x12\n\x0e\x41\x43TION_RESPOND\x10\x05\x42\x0c\n\n_played_ms\"\xe1\x01\n\x0f\x43onverseRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1c.voice.v1.ConversationConfigH\x00\x12\x0f\n\x05\x61udio\x18\x03 \x01(\x0cH\x00\x12\x30\n\x07\x63ontrol\x18\x04 \x01(\x0b\x32\x1d.voice.v1.ConversationControlH\x00\x12<\n\x14\x66unction_call_output\x18\x05 \x01(\x0b\x32\x1c.voice.v1.FunctionCallOutputH\x00\x42\t\n\x07payload\"9\n\x0bStateChange\x12*\n\x05state\x18\x01 \x01(\x0e\x32\x1b.voice.v1.ConversationState\"\x1a\n\tReplyText\x12\r\n\x05\x64\x65lta\x18\x01 \x01(\t\"H\n\x0bInterrupted\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x15\n\raudio_sent_ms\x18\x02 \x01(\r\x12\x12\n\nheard_text\x18\x03 \x01(\t\"\xe5\x01\n\x0bTurnTimings\x12$\n\x1cspeech_end_to_first_audio_ms\x18\x01 \x01(\r\x12#\n\x1bspeech_end_to_transcript_ms\x18\x02 \x01(\r\x12#\n\x1btranscript_to_first_text_ms\x18\x03 \x01(\r\x12\x16\n\x0ereply_audio_ms\x18\x04 \x01(\r\x12\x1f\n\x17speech_end_to_commit_ms\x18\x05 \x01(\r\x12\x19\n\x11\x64iscarded_replies\x18\x06 \x01(\r\x12\x12\n\npreemptive\x18\x07 \x01(\x08\"\x85\x01\n\x0cTurnComplete\x12\x11\n\tuser_text\x18\x01 \x01(\t\x12\x12\n\nreply_text\x18\x02 \x01(\t\x12\x13\n\x0binterrupted\x18\x03 \x01(\x08\x12&\n\x07timings\x18\x04 \x01(\x0b\x32\x15.voice.v1.TurnTimings\x12\x11\n\tserved_by\x18\x05 \x01(\t\"g\n\x0c\x46unctionCall\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x17\n\x0f\x61rguments_delta\x18\x03 \x01(\t\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x12\x11\n\targuments\x18\x05 \x01(\t\"8\n\x15\x46unctionCallCancelled\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"*\n\tTurnError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xa6\x04\n\x10\x43onverseResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nturn_index\x18\x02 \x01(\r\x12&\n\x05state\x18\x03 \x01(\x0b\x32\x15.voice.v1.StateChangeH\x00\x12\x36\n\x0fuser_transcript\x18\x04 \x01(\x0b\x32\x1b.voice.v1.RecognitionResultH\x00\x12)\n\nreply_text\x18\x05 \x01(\x0b\x32\x13.voice.v1.ReplyTextH\x00\x12+\n\x0breply_audio\x18\x06 \x01(\x0b\x32\x14.voice.v1.AudioChunkH\x00\x12,\n\x0binterrupted\x18\x07 \x01(\x0b\x32\x15.voice.v1.InterruptedH\x00\x12/\n\rturn_complete\x18\x08 \x01(\x0b\x32\x16.voice.v1.TurnCompleteH\x00\x12)\n\nturn_error\x18\t \x01(\x0b\x32\x13.voice.v1.TurnErrorH\x00\x12*\n\x0b\x65nd_of_turn\x18\n \x01(\x0b\x32\x13.voice.v1.EndOfTurnH\x00\x12/\n\rfunction_call\x18\x0b \x01(\x0b\x32\x16.voice.v1.FunctionCallH\x00\x12\x42\n\x17\x66unction_call_cancelled\x18\x0c \x01(\x0b\x32\x1f.voice.v1.FunctionCallCancelledH\x00\x42\x07\n\x05\x65vent*\x9b\x01\n\x11\x43onversationState\x12\"\n\x1e\x43ONVERSATION_STATE_UNSPECIFIED\x10\x00\x12 \n\x1c\x43ONVERSATION_STATE_LISTENING\x10\x01\x12\x1f\n\x1b\x43ONVERSATION_STATE_THINKING\x10\x02\x12\x1f\n\x1b\x43ONVERSATION_STATE_SPEAKING\x10\x03\x32U\n\x0c\x43onversation\x12\x45\n\x08\x43onverse\x12\x19.voice.v1.ConverseRequest\x1a\x1a.voice.v1.ConverseResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'voice.v1.conversation_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONVERSATIONSTATE']._serialized_start=2912
-  _globals['_CONVERSATIONSTATE']._serialized_end=3067
+  _globals['_CONVERSATIONSTATE']._serialized_start=2933
+  _globals['_CONVERSATIONSTATE']._serialized_end=3088
   _globals['_SAMPLINGCONFIG']._serialized_start=114
   _globals['_SAMPLINGCONFIG']._serialized_end=200
   _globals['_BARGEINCONFIG']._serialized_start=202
@@ -51,29 +51,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FUNCTIONCALLOUTPUT']._serialized_start=1107
   _globals['_FUNCTIONCALLOUTPUT']._serialized_end=1160
   _globals['_CONVERSATIONCONTROL']._serialized_start=1163
-  _globals['_CONVERSATIONCONTROL']._serialized_end=1392
-  _globals['_CONVERSATIONCONTROL_ACTION']._serialized_start=1264
-  _globals['_CONVERSATIONCONTROL_ACTION']._serialized_end=1378
-  _globals['_CONVERSEREQUEST']._serialized_start=1395
-  _globals['_CONVERSEREQUEST']._serialized_end=1620
-  _globals['_STATECHANGE']._serialized_start=1622
-  _globals['_STATECHANGE']._serialized_end=1679
-  _globals['_REPLYTEXT']._serialized_start=1681
-  _globals['_REPLYTEXT']._serialized_end=1707
-  _globals['_INTERRUPTED']._serialized_start=1709
-  _globals['_INTERRUPTED']._serialized_end=1781
-  _globals['_TURNTIMINGS']._serialized_start=1784
-  _globals['_TURNTIMINGS']._serialized_end=2013
-  _globals['_TURNCOMPLETE']._serialized_start=2016
-  _globals['_TURNCOMPLETE']._serialized_end=2149
-  _globals['_FUNCTIONCALL']._serialized_start=2151
-  _globals['_FUNCTIONCALL']._serialized_end=2254
-  _globals['_FUNCTIONCALLCANCELLED']._serialized_start=2256
-  _globals['_FUNCTIONCALLCANCELLED']._serialized_end=2312
-  _globals['_TURNERROR']._serialized_start=2314
-  _globals['_TURNERROR']._serialized_end=2356
-  _globals['_CONVERSERESPONSE']._serialized_start=2359
-  _globals['_CONVERSERESPONSE']._serialized_end=2909
-  _globals['_CONVERSATION']._serialized_start=3069
-  _globals['_CONVERSATION']._serialized_end=3154
+  _globals['_CONVERSATIONCONTROL']._serialized_end=1413
+  _globals['_CONVERSATIONCONTROL_ACTION']._serialized_start=1265
+  _globals['_CONVERSATIONCONTROL_ACTION']._serialized_end=1399
+  _globals['_CONVERSEREQUEST']._serialized_start=1416
+  _globals['_CONVERSEREQUEST']._serialized_end=1641
+  _globals['_STATECHANGE']._serialized_start=1643
+  _globals['_STATECHANGE']._serialized_end=1700
+  _globals['_REPLYTEXT']._serialized_start=1702
+  _globals['_REPLYTEXT']._serialized_end=1728
+  _globals['_INTERRUPTED']._serialized_start=1730
+  _globals['_INTERRUPTED']._serialized_end=1802
+  _globals['_TURNTIMINGS']._serialized_start=1805
+  _globals['_TURNTIMINGS']._serialized_end=2034
+  _globals['_TURNCOMPLETE']._serialized_start=2037
+  _globals['_TURNCOMPLETE']._serialized_end=2170
+  _globals['_FUNCTIONCALL']._serialized_start=2172
+  _globals['_FUNCTIONCALL']._serialized_end=2275
+  _globals['_FUNCTIONCALLCANCELLED']._serialized_start=2277
+  _globals['_FUNCTIONCALLCANCELLED']._serialized_end=2333
+  _globals['_TURNERROR']._serialized_start=2335
+  _globals['_TURNERROR']._serialized_end=2377
+  _globals['_CONVERSERESPONSE']._serialized_start=2380
+  _globals['_CONVERSERESPONSE']._serialized_end=2930
+  _globals['_CONVERSATION']._serialized_start=3090
+  _globals['_CONVERSATION']._serialized_end=3175
 # @@protoc_insertion_point(module_scope)

@@ -126,11 +126,13 @@ class ConversationControl(_message.Message):
         ACTION_END_OF_TURN: _ClassVar[ConversationControl.Action]
         ACTION_MUTE: _ClassVar[ConversationControl.Action]
         ACTION_UNMUTE: _ClassVar[ConversationControl.Action]
+        ACTION_RESPOND: _ClassVar[ConversationControl.Action]
     ACTION_UNSPECIFIED: ConversationControl.Action
     ACTION_INTERRUPT: ConversationControl.Action
     ACTION_END_OF_TURN: ConversationControl.Action
     ACTION_MUTE: ConversationControl.Action
     ACTION_UNMUTE: ConversationControl.Action
+    ACTION_RESPOND: ConversationControl.Action
     ACTION_FIELD_NUMBER: _ClassVar[int]
     PLAYED_MS_FIELD_NUMBER: _ClassVar[int]
     action: ConversationControl.Action
