@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -30,6 +31,7 @@ def main() -> int:
     parser.add_argument("--echo", type=int, default=10)
     parser.add_argument("--seed", type=int, default=29)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--logs", type=Path, help="copy the fleet's logs here at the end")
     parser.add_argument("overrides", nargs="?", default="{}")
     args = parser.parse_args()
     counts = Counts(
@@ -42,8 +44,10 @@ def main() -> int:
     turn_set = build_turn_set(args.seed, counts)
     started = machine()
     print(f"{len(turn_set.trials)} trials, seed {args.seed}", flush=True)
-    with turn_taking.conversation_fleet(json.loads(args.overrides)) as channel:
+    with turn_taking.conversation_fleet_and_channel(json.loads(args.overrides)) as (fleet, channel):
         trials = turn_taking.run_trials(channel, turn_set, turn_taking.MODES["semantic"])
+        if args.logs:
+            shutil.copytree(fleet.log_dir, args.logs, dirs_exist_ok=True)
     _, tables, raw = turn_taking.report({}, trials, "semantic")
     for name, value in tables["turn_taking_barge_in"].items():
         print(f"{name}: {value['semantic']}")

@@ -72,7 +72,7 @@ REPEATING_COMPRESSION_RATIO = 2.4
 
 # Spotting decodes (WhisperFinals.quick): the encoder window's floor, and the least mean log-probability of what they
 # heard (measured on piper joe, docs/asr.md#spot-phrases).
-SPOT_WINDOW_SECONDS = 3
+SPOT_WINDOW_SECONDS = 2
 SPOT_MIN_LOGPROB = -2.0
 
 OPENCC = {"simplified": "t2s", "traditional": "s2t"}  # asr.chinese_script -> OpenCC's conversion
