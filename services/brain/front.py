@@ -38,7 +38,9 @@ from services.common.brain_requests import KIND_HEADER, TURN, rank
 log = logging.getLogger("voicefleet.brain")
 
 # POSTs to these use the model: they take a worker's place.
-MODEL_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/end_of_turn", "/v1/embeddings"})
+MODEL_ROUTES = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/end_of_turn", "/v1/embeddings", "/v1/tools/prepare"}
+)
 AFFINITY_HEADER = "x-voicefleet-request-id"
 MAX_HEAD_BYTES = 64 << 10
 MAX_BODY_BYTES = 8 << 20

@@ -24,6 +24,11 @@ here, each as a small model can make them, and everything else is left to the st
   ("Paris is knownlyleapf: 18 degrees and sunny.", same machine and day). A model that can relay a result (vLLM on a
   card) is not constrained: this module serves only the in-box server.
 
+**Ahead of the first request.** ``POST /v1/tools/prepare`` (``{"model", "tools", "tool_choice"}``) evaluates the frames'
+prompts of a tool set and answers ``{"frames", "evaluated_tokens"}`` (0 tokens: they were held already). A
+conversation asks it when it opens (ChatBrain.prepare_tools), at the lowest priority, so the caller's first request
+does not pay for them (~2.8 s for three tools on a 2-core Zen 1 EPYC, 2026-11-29).
+
 The answer is OpenAI's: a streamed ``delta.tool_calls`` (the call's id, name, then its arguments) with
 ``finish_reason`` "tool_calls", or the same as one ``message`` when not streamed. A request without tools (and without
 function-call history) passes through untouched.
@@ -52,6 +57,7 @@ CHAT_FRAMES = (
     "answer a general knowledge question about people, places, things or words.",
 )
 FRAME_PREFIX = "You are a helpful voice assistant. The user wants you to "
+PREPARE_PATH = "/v1/tools/prepare"
 SCORER_CONTEXT = 2048  # tokens held by the scorer: every frame's prompt, and the words once per frame
 SCORER_BATCH = 512
 SCORER_SEQUENCES = 40  # frames weighed at once: MAX_TOOLS (32) and the talk frames
@@ -177,8 +183,9 @@ class Scorer:
             b.token[i], b.pos[i], b.seq_id[i][0], b.n_seq_id[i], b.logits[i] = token, pos, seq, 1, logits
         self.context.decode(self.batch)
 
-    def _cache(self, systems: list[str], formatter, words_tokens: int) -> None:
-        """Every frame's prompt, but its last token, evaluated in its sequence (the last goes with the words)."""
+    def _cache(self, systems: list[str], formatter, words_tokens: int) -> int:
+        """Every frame's prompt, but its last token, evaluated in its sequence (the last goes with the words); the
+        tokens evaluated now (0: every frame was held)."""
         prompts = {s: self._prompt(s, formatter) for s in systems if s not in self.cached}
         held = sum(len(p) for _, p in self.cached.values()) + sum(len(p) for p in prompts.values())
         room = SCORER_CONTEXT - len(systems) * (words_tokens + 1)
@@ -190,13 +197,20 @@ class Scorer:
                 raise ValueError("the tools' descriptions are too long to weigh at once")
         used = {seq for seq, _ in self.cached.values()}
         free = (seq for seq in range(SCORER_SEQUENCES) if seq not in used)
+        evaluated = 0
         for system, prompt in prompts.items():
             seq = next(free)
             head = prompt[:-1]
             for start in range(0, len(head), SCORER_BATCH):
                 chunk = head[start : start + SCORER_BATCH]
                 self._decode([(t, start + i, seq, False) for i, t in enumerate(chunk)])
+            evaluated += len(head)
             self.cached[system] = (seq, prompt)
+        return evaluated
+
+    def prepare(self, systems: list[str], formatter) -> int:
+        """The frames' prompts evaluated ahead of the words (room kept for the longest words weighed)."""
+        return self._cache(list(dict.fromkeys(systems)), formatter, MAX_WORDS_TOKENS)
 
     def words_logprobs(self, systems: list[str], words: str, formatter) -> list[float]:
         """Mean log P of the words' tokens as the user's message after each system prompt (the chat template)."""
@@ -240,17 +254,35 @@ class ToolChooser:
         self.formatter = formatter
         self._scorer: Scorer | None = None
 
-    def choose(self, words: str, tools: list[dict], choice) -> tuple[dict | None, dict[str, float]]:
+    def _frames(self, tools: list[dict], choice) -> tuple[list[dict], list[str], list[str]]:
+        """(the tools that may be called, their frames, the talk frames): no frames when nothing is weighed."""
         allowed, talk = candidates(tools, choice)
-        if not allowed:
-            return None, {}
-        if len(allowed) == 1 and not talk:
-            return allowed[0], {}
+        if not allowed or (len(allowed) == 1 and not talk):
+            return allowed, [], []
+        systems = [frame_text(t["function"].get("description", "")) for t in allowed]
+        return allowed, systems, [FRAME_PREFIX + f for f in CHAT_FRAMES] if talk else []
+
+    def _the_scorer(self) -> Scorer:
         if self._scorer is None:
             self._scorer = Scorer(self.llama)
-        systems = [frame_text(t["function"].get("description", "")) for t in allowed]
-        talks = [FRAME_PREFIX + f for f in CHAT_FRAMES] if talk else []
-        means = self._scorer.words_logprobs(systems + talks, words, self.formatter)
+        return self._scorer
+
+    def prepare(self, tools: list[dict], choice) -> dict:
+        """The frames of ``tools`` evaluated now, so the first request with them weighs only its words."""
+        _, systems, talks = self._frames(tools, choice)
+        if not systems:
+            return {"frames": 0, "evaluated_tokens": 0}
+        evaluated = self._the_scorer().prepare(systems + talks, self.formatter)
+        return {"frames": len(set(systems + talks)), "evaluated_tokens": evaluated}
+
+    def choose(self, words: str, tools: list[dict], choice) -> tuple[dict | None, dict[str, float]]:
+        allowed, systems, talks = self._frames(tools, choice)
+        if not allowed:
+            return None, {}
+        if not systems:
+            return allowed[0], {}
+        talk = bool(talks)
+        means = self._the_scorer().words_logprobs(systems + talks, words, self.formatter)
         scores = {t["function"]["name"]: m for t, m in zip(allowed, means, strict=False)}
         if talk:
             scores[""] = max(means[len(systems) :])
@@ -346,7 +378,8 @@ class ToolCallMiddleware:
         self._choosers: dict[int, ToolChooser] = {}
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/v1/chat/completions":
+        path = scope.get("path")
+        if scope["type"] != "http" or scope["method"] != "POST" or path not in ("/v1/chat/completions", PREPARE_PATH):
             await self.app(scope, receive, send)
             return
         body = b""
@@ -359,6 +392,9 @@ class ToolCallMiddleware:
             request = json.loads(body)
         except ValueError:
             request = None
+        if path == PREPARE_PATH:
+            await self._prepare(scope, request, send)
+            return
         if isinstance(request, dict) and uses_tools(request):
             try:
                 answered = await self._answer(scope, request, send)
@@ -369,6 +405,37 @@ class ToolCallMiddleware:
                 return
             body = json.dumps(request).encode()
         await self.app(scope, _replay(body, receive), send)
+
+    def _chooser(self, request: dict) -> ToolChooser:
+        llama = self.model_of(request.get("model"))
+        chooser = self._choosers.get(id(llama))
+        if chooser is None:
+            chooser = self._choosers[id(llama)] = ToolChooser(llama, self.formatter_of(llama))
+        return chooser
+
+    async def _prepare(self, scope, request, send) -> None:
+        """``POST /v1/tools/prepare``: the tool set's frames evaluated ahead of the first request (module doc)."""
+        tools = request.get("tools") if isinstance(request, dict) else None
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            await _json(send, 400, {"error": {"message": "tools: must be a list of OpenAI tools", "type": "tools"}})
+            return
+        functions = [t for t in tools if t.get("type") == "function" and isinstance(t.get("function"), dict)]
+        kind = next((v.decode() for k, v in scope["headers"] if k == KIND_HEADER.lower().encode()), TURN)
+        started = time.perf_counter()
+        try:
+            async with self.place(lambda: kind):
+                chooser = self._chooser(request)
+                done = await self.run(chooser.prepare, functions, request.get("tool_choice") or "auto")
+        except ValueError as e:  # descriptions too long to weigh at once: the request itself will say so
+            await _json(send, 400, {"error": {"message": str(e), "type": "tools"}})
+            return
+        log.info(
+            "tools: %d frames prepared, %d tokens evaluated (%.0f ms)",
+            done["frames"],
+            done["evaluated_tokens"],
+            (time.perf_counter() - started) * 1000,
+        )
+        await _json(send, 200, done)
 
     async def _answer(self, scope, request: dict, send) -> bool:
         """Answer a call here (True), or rewrite ``request`` for the stock server (False)."""
@@ -388,10 +455,7 @@ class ToolCallMiddleware:
         kind = next((v.decode() for k, v in scope["headers"] if k == KIND_HEADER.lower().encode()), TURN)
         model = request.get("model") or ""
         async with self.place(lambda: kind):
-            llama = self.model_of(request.get("model"))
-            chooser = self._choosers.get(id(llama))
-            if chooser is None:
-                chooser = self._choosers[id(llama)] = ToolChooser(llama, self.formatter_of(llama))
+            chooser = self._chooser(request)
             started = time.perf_counter()
             tool, scores = await self.run(chooser.choose, words, tools, choice)
             chose_ms = (time.perf_counter() - started) * 1000

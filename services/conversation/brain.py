@@ -93,6 +93,7 @@ class ChatBrain:
         self._first_token = metrics.STS_BRAIN_FIRST_TOKEN.labels(service)
         self._service = service
         self._no_turn_route = False  # the server answered /end_of_turn with 404: it has none
+        self._no_prepare_route = False  # ... /tools/prepare with 404 (a model that calls tools itself: vLLM)
         self._client = None
         self.queue = BrainQueue(service, parallel_requests)  # every session's requests of this process
 
@@ -247,6 +248,25 @@ class ChatBrain:
         if response.status_code >= 400:
             raise self._refused(response.status_code, response.text[:300])
         return True
+
+    async def prepare_tools(self, tools: list[dict], tool_choice, request_id: str = "") -> dict | None:
+        """Have the in-box server weigh ``tools`` (OpenAI tools) ahead of the session's first request
+        (services/brain/tool_calls.py ``POST /v1/tools/prepare``), as the lowest kind of work: the first request with
+        them then evaluates only the user's words. Its answer ({"frames", "evaluated_tokens"}); None when the server
+        has no such route (a model that calls tools itself): asked once, then never again."""
+        if self._no_prepare_route:
+            return None
+        body = {"model": self.model, "tools": tools, "tool_choice": tool_choice}
+        async with self.queue.place(READ_AHEAD), self._request():
+            response = await self._http().post(
+                f"{self.base_url}/tools/prepare", json=body, headers=request_headers(request_id, READ_AHEAD)
+            )
+        if response.status_code in (404, 405):
+            self._no_prepare_route = True
+            return None
+        if response.status_code >= 400:
+            raise self._refused(response.status_code, response.text[:300])
+        return response.json()
 
     async def end_of_turn_logprob(self, messages: list[dict], request_id: str = "") -> float | None:
         """How sure the reply model is that the user's words (``messages[-1]``, the turn so far) end their turn: the

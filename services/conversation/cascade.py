@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 from collections.abc import AsyncIterator
 
 from services.common.engines import (
@@ -34,7 +35,7 @@ from services.common.engines import (
     TtsEngine,
     VoiceInfo,
 )
-from services.common.errors import FailedPrecondition, NotFound
+from services.common.errors import FailedPrecondition, NotFound, VoiceError
 from services.common.metrics import FOREIGN_REPLIES
 from services.common.tools import arguments_problem, openai_tool_choice, openai_tools
 from services.common.voices import pick_voice
@@ -42,6 +43,8 @@ from services.conversation.brain import DEFAULT_SEED, BrainCall, ChatBrain
 from services.conversation.brain_queue import HELD, TURN
 from services.conversation.dialogue import DialogueLimits, DialogueSession, ReplySink, UserTurn
 from services.conversation.reply_language import HeldClauses, LanguageGuard
+
+log = logging.getLogger("voicefleet.conversation.cascade")
 
 # Speak a clause once it has this many characters (before its sentence ends); speak what is buffered after this
 # long without new text. The reply's FIRST segment is cut earlier still (DialogueLimits.reply_first, from
@@ -57,9 +60,28 @@ class CascadeSession(DialogueSession):
         self.engine = engine
         self.voice = voice
         self.language = LanguageGuard(voice.languages)  # the reply's text, judged before the voice reads it
+        self._prepared: asyncio.Task | None = None  # the brain weighing the session's tools (start)
 
     reads_ahead = True
     judges_words = True
+
+    async def start(self) -> None:
+        await super().start()
+        if self.options.tools and self.options.tool_choice.mode != TOOL_NONE:
+            # The brain weighs the tool set now, while the caller starts to speak, not at their first request.
+            self._prepared = asyncio.create_task(self._prepare_tools(), name="dialogue-prepare-tools")
+
+    async def _prepare_tools(self) -> None:
+        choice = openai_tool_choice(self.options.tool_choice)
+        try:
+            await self.engine.brain.prepare_tools(openai_tools(self.options.tools), choice, self.options.request_id)
+        except VoiceError as e:  # the first request weighs them itself
+            log.info("%s: the brain did not prepare the tools: %s", self.options.request_id, e.message)
+
+    async def close(self) -> None:
+        if self._prepared is not None:
+            self._prepared.cancel()
+        await super().close()
 
     def _messages(self, user_text: str) -> list[dict]:
         return self.context.chat(self.system_prompt) + [{"role": "user", "content": user_text}]

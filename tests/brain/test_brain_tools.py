@@ -142,3 +142,36 @@ def test_a_functions_output_is_said_as_words_and_its_grammar_parses():
     )
     assert output == "sunny" and [m["role"] for m in plain] == ["user", "assistant", "system"]
     assert plain[2]["content"] == "get_weather returned: sunny."
+
+
+def test_a_tool_set_prepared_ahead_is_held_and_its_first_request_weighs_only_the_words(client):
+    """``POST /v1/tools/prepare`` (what a conversation with tools asks when it opens): the frames of a tool set not
+        seen before are evaluated (tokens > 0); asked again they are held (0); and a request with them then picks as any
+        other. One conversation's requests go to the worker that served it last (services/brain/front.py), so they carry
+    its id."""
+    import httpx
+
+    openai, model = client
+    base = str(openai.base_url).rstrip("/")
+    lookup = {
+        "type": "function",
+        "function": {
+            "name": "find_recipe",
+            "description": "Find a recipe for a dish.",
+            "parameters": {"type": "object", "properties": {"dish": {"type": "string"}}, "required": ["dish"]},
+        },
+    }
+    tools = [lookup, TIMER]
+    same = {"X-Voicefleet-Request-Id": "prepare-test"}
+    first = httpx.post(f"{base}/tools/prepare", json={"model": model, "tools": tools}, headers=same, timeout=120)
+    assert first.status_code == 200 and first.json()["frames"] == 4, first.text  # two tools and the two talk frames
+    assert first.json()["evaluated_tokens"] > 0, first.json()
+    again = httpx.post(f"{base}/tools/prepare", json={"model": model, "tools": tools}, headers=same, timeout=120)
+    assert again.json() == {"frames": 4, "evaluated_tokens": 0}, again.text
+    reply = ask(client, "Please start a timer for ten minutes.", tools=tools, extra_headers=same)
+    call = reply.choices[0].message.tool_calls[0]
+    assert call.function.name == "set_timer" and json.loads(call.function.arguments)["minutes"] == 10
+    none = httpx.post(f"{base}/tools/prepare", json={"model": model, "tools": tools, "tool_choice": "none"}, timeout=60)
+    assert none.json() == {"frames": 0, "evaluated_tokens": 0}, none.text
+    bad = httpx.post(f"{base}/tools/prepare", json={"model": model, "tools": "get_weather"}, timeout=60)
+    assert bad.status_code == 400 and "tools" in bad.json()["error"]["message"], bad.text
