@@ -935,6 +935,8 @@ class RealtimeConnection:
                 and self.response is None
                 and not self.held
                 and self._open_turn() is None
+                and self.output_ready is None
+                and not any(call["state"] == "waiting" for call in self.calls.values())  # the app runs its function
             ):
                 await self._idle_timeout(now)
 
