@@ -153,7 +153,23 @@ def machine() -> dict:
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load_average_1min": round(os.getloadavg()[0], 2),
+        "commit": _head(),  # the code measured (bench/freshness.py: a change to it after this makes the run stale)
     }
+
+
+def _head() -> str:
+    """HEAD's short id, with "+" when the checkout has uncommitted changes; "" outside a git checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=7", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return head + ("+" if dirty else "")
 
 
 def fmt(value: float, unit: str) -> str:

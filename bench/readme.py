@@ -50,6 +50,26 @@ QUOTED_TABLES: list[tuple[str, str, str]] = [
 ]
 
 
+# Quoted runs whose measured code (bench/freshness.py MEASURES) changed after the commit they ran at: benchmark -> that
+# commit. tests/project/test_bench_claims.py checks this against git; a re-run (python -m bench.run NAME) takes a
+# benchmark off it.
+STALE: dict[str, str] = {
+    "tts_ttfa": "f14ba5c",
+    "qwen_tts": "5fa9800",
+    "tts_streaming": "f14ba5c",
+    "asr": "5fa9800",
+    "asr_mandarin": "5fa9800",
+    "conversation": "3a72c80",
+    "router": "fdb0e02",
+    "leases": "5fa9800",
+    "brain": "ba5c830",
+    "gateway": "fc2c2be",
+    "memory": "8970fc6",
+    "asr_noise": "5fa9800",
+    "swap": "b61b845",
+}
+
+
 def _report(reports: dict, bench: str) -> dict:
     if bench not in reports:
         raise KeyError(
@@ -58,11 +78,12 @@ def _report(reports: dict, bench: str) -> dict:
     return reports[bench]
 
 
-def _where(report: dict) -> str:
+def _where(report: dict, bench: str) -> str:
     m = report["machine"]
     load = f"{m.get('load_average_1min', '?')} → {m.get('load_average_1min_after', '?')}"
     flag = f" **BUSY ({busy(m)}): not a result**" if busy(m) else ""
-    return f"{m['cores']} cores {m['cpu']}, GPU {m['gpu']}, {m['date']}, load {load}{flag}"
+    stale = f" *stale since {STALE[bench]}: the code it measures changed after that run*" if bench in STALE else ""
+    return f"{m['cores']} cores {m['cpu']}, GPU {m['gpu']}, {m['date']}, load {load}{flag}{stale}"
 
 
 def render(directory: Path = RESULTS) -> str:
@@ -76,12 +97,12 @@ def render(directory: Path = RESULTS) -> str:
         if row is None:
             raise KeyError(f"{bench}.json has no row {name!r}; update bench/readme.py QUOTED")
         median, p95 = fmt(row["median"], row["unit"]), fmt(row["p95"], row["unit"])
-        lines.append(f"| {bench} | {name} | {row['n']} | {median} | {p95} | {_where(report)} |")
+        lines.append(f"| {bench} | {name} | {row['n']} | {median} | {p95} | {_where(report, bench)} |")
     for bench, key, caption in QUOTED_TABLES:
         report = _report(reports, bench)
         if key not in report:
             raise KeyError(f"{bench}.json has no {key!r}; update bench/readme.py QUOTED_TABLES")
-        lines += ["", f"{caption} ({bench}; {_where(report)}):", "", *table(report[key])]
+        lines += ["", f"{caption} ({bench}; {_where(report, bench)}):", "", *table(report[key])]
     return "\n".join(lines)
 
 

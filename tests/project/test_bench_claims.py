@@ -1,7 +1,8 @@
 """The README's benchmark figures are those of the committed `make bench` run (bench/results/latest/): regenerate
 with `python -m bench.readme` after a run, and commit both. A hand edit of the README's numbers, or results
 committed without the README (or the other way round), fails here; so does a quoted run from a busy machine (its
-1-minute load average before it above its core count, or after it above twice the cores)."""
+1-minute load average before it above its core count, or after it above twice the cores); so does a quoted run whose
+measured code changed after it ran, unless the README says it is stale (bench/freshness.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import shutil
 
 import pytest
 
-from bench import readme
+from bench import freshness, readme
 from bench.harness import ALLOW_BUSY_ENV, RESULTS, BusyMachine, Row, busy, load_reports, markdown, write
 from bench.run import BENCHMARKS
 
@@ -56,6 +57,32 @@ def test_the_readme_quotes_no_run_from_a_busy_machine():
     assert not found, (
         "the README quotes runs from a busy machine (load above the cores): re-run them on a quiet one"
         " (python -m bench.run NAME) and regenerate the table:\n" + "\n".join(found)
+    )
+
+
+def test_a_quoted_run_is_fresh_or_the_readme_says_it_is_stale():
+    """Issue 48: every quoted run names the code it measured; when that code changed after the run (a commit touching
+    the benchmark's MEASURES paths after the run's commit, or uncommitted changes there), the README marks the run
+    stale (bench/readme.py STALE, rendered into its row) until it is run again; a run marked stale that is not is
+    an error too. Checked against git's history of this checkout."""
+    why = freshness.no_history()
+    if why:
+        pytest.skip(why)
+    reports = {r["benchmark"]: r for r in load_reports(RESULTS)}
+    quoted = dict.fromkeys([b for b, _ in readme.QUOTED] + [b for b, _, _ in readme.QUOTED_TABLES])
+    missing = [b for b in quoted if b not in freshness.MEASURES]
+    assert not missing, f"bench/freshness.py MEASURES does not say what {missing} measure"
+    stale, checked = {}, []
+    for bench in quoted:
+        ran_at = freshness.run_commit(bench, reports[bench])
+        assert ran_at, f"{bench}: no commit to date its run by"
+        changed = freshness.changed_since(ran_at, freshness.MEASURES[bench])
+        checked.append(f"{bench} ran at {ran_at}: {len(changed)} changes since")
+        if changed:
+            stale[bench] = ran_at
+    assert stale == readme.STALE, (
+        "bench/readme.py STALE must list exactly the quoted runs whose measured code changed after them (re-run them:"
+        " python -m bench.run NAME; or mark them), then python -m bench.readme:\n" + "\n".join(checked)
     )
 
 
