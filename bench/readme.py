@@ -54,15 +54,9 @@ QUOTED_TABLES: list[tuple[str, str, str]] = [
 # commit. tests/project/test_bench_claims.py checks this against git; a re-run (python -m bench.run NAME) takes a
 # benchmark off it.
 STALE: dict[str, str] = {
-    "tts_ttfa": "f14ba5c",
-    "qwen_tts": "5fa9800",
-    "tts_streaming": "f14ba5c",
     "asr": "5fa9800",
     "asr_mandarin": "5fa9800",
     "conversation": "3a72c80",
-    "router": "fdb0e02",
-    "leases": "5fa9800",
-    "brain": "ba5c830",
     "gateway": "fc2c2be",
     "memory": "8970fc6",
     "asr_noise": "5fa9800",
