@@ -54,13 +54,8 @@ QUOTED_TABLES: list[tuple[str, str, str]] = [
 # commit. tests/project/test_bench_claims.py checks this against git; a re-run (python -m bench.run NAME) takes a
 # benchmark off it.
 STALE: dict[str, str] = {
-    "asr": "5fa9800",
-    "asr_mandarin": "5fa9800",
     "conversation": "3a72c80",
-    "gateway": "fc2c2be",
     "memory": "8970fc6",
-    "asr_noise": "5fa9800",
-    "swap": "b61b845",
 }
 
 
