@@ -69,8 +69,8 @@ def run_commit(bench: str, report: dict, directory: Path = RESULTS) -> str:
 
 
 def changed_since(commit: str, paths: tuple[str, ...]) -> list[str]:
-    """The commits after ``commit`` that touch ``paths`` (oldest last), and "uncommitted" for changes not committed."""
+    """The commits after ``commit`` that touch ``paths`` (oldest last), and "uncommitted" for edits not committed."""
     changed = _git("log", "--format=%h", f"{commit}..HEAD", "--", *paths).split()
-    if _git("status", "--porcelain", "--", *paths):
+    if _git("status", "--porcelain", "--untracked-files=no", "--", *paths):  # files git keeps, edited
         changed.insert(0, "uncommitted")
     return changed
