@@ -28,6 +28,7 @@ import numpy as np
 from bench import evaluation as ev
 from bench.harness import Row
 from services.cli.fleet import LocalFleet
+from services.common.config.asr import AsrServiceConfig
 from voice.v1 import recognizer_pb2, recognizer_pb2_grpc
 
 CHUNK_MS = 20
@@ -198,9 +199,11 @@ def run(with_wer: bool = False):
     extra: dict = {}
     rows.append(Row("VAD cost per 32 ms window (Silero ONNX, 1 thread)", "s", vad_cost(speakers)))
     rtf = pass_rtfs(speakers)
+    threads = AsrServiceConfig(port=1).whisper_threads  # what pass_rtfs ran with: the shipped default
+    on = f"int8, {threads} thread{'s' if threads > 1 else ''}, asr defaults"
     rows += [
-        Row("RTF final pass whisper tiny.en (int8, 2 threads)", "x", rtf["tiny.en"]),
-        Row("RTF final pass whisper base (int8, 2 threads)", "x", rtf["base"]),
+        Row(f"RTF final pass whisper tiny.en ({on})", "x", rtf["tiny.en"]),
+        Row(f"RTF final pass whisper base ({on})", "x", rtf["base"]),
         Row("RTF interim pass pocketsphinx (20 ms steps + hyp)", "x", rtf["pocketsphinx"]),
     ]
     single = [speakers.padded("joe", [t], 16000, lead_s=0.5, tail_s=0.8) for t in ev.SENTENCES[:16]]

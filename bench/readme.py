@@ -22,7 +22,7 @@ QUOTED: list[tuple[str, str]] = [
     ("qwen_tts", "TTFA via router -> qwen_tts"),
     ("tts_streaming", "piper streaming text: first audio after first sentence end"),
     ("asr", "speech end -> final (1 live stream, hangover 200 ms incl.)"),
-    ("asr", "RTF final pass whisper tiny.en (int8, 2 threads)"),
+    ("asr", "RTF final pass whisper tiny.en (int8, 1 thread, asr defaults)"),
     ("asr_mandarin", "Mandarin speech end -> final (1 live stream), language zh-CN"),
     ("asr_mandarin", "Mandarin speech end -> final (1 live stream), language detected"),
     ("asr_mandarin", "Mandarin CER, human speech, language detected"),
