@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 from bench.harness import RESULTS
+from bench.harness import git as _git
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,10 +44,6 @@ MEASURES: dict[str, tuple[str, ...]] = {
     "memory": ("services",),
     "swap": ("services/residency", "services/cosyvoice_tts", "services/qwen_tts", "services/moss_sts"),
 }
-
-
-def _git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
 
 def no_history() -> str | None:

@@ -157,16 +157,17 @@ def machine() -> dict:
     }
 
 
+def git(*args: str) -> str:
+    """``git ARGS`` in this checkout: its output (CalledProcessError / OSError when git cannot answer)."""
+    root = Path(__file__).resolve().parent.parent
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+
+
 def _head() -> str:
     """HEAD's short id, with "+" when the checkout has uncommitted changes; "" outside a git checkout."""
-    root = Path(__file__).resolve().parent.parent
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short=7", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
-        ).stdout.strip()
+        head = git("rev-parse", "--short=7", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return ""
     return head + ("+" if dirty else "")

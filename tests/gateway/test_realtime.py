@@ -190,18 +190,7 @@ async def test_the_agent_speaks_first_on_response_create_and_again_after_idle_ti
         await next_event(connection, "response.done", greeting)
         assert not of(greeting, "error") and not of(greeting, "input_audio_buffer.committed"), greeting
         greeted = check_spoken_reply(greeting)
-
-        async def quiet_line():  # a microphone that hears nothing: the client keeps sending silence
-            while True:
-                await append(connection, bytes(48 * CHUNK_MS), 48, paced=True)
-
-        mic = asyncio.create_task(quiet_line())
-        try:
-            nudge: list = []
-            await next_event(connection, "response.done", nudge)
-        finally:
-            mic.cancel()
-            await asyncio.gather(mic, return_exceptions=True)
+        nudge = await speak_until(connection, b"", "response.done")  # a microphone that hears nothing: silence
     # The strict listener runs after the session: a client busy for seconds answers no WebSocket pings.
     error, heard = intelligible(*greeted, 24_000)
     assert error <= INTELLIGIBLE, (greeted[0], heard)

@@ -16,18 +16,7 @@ import sys
 import time
 import urllib.request
 
-QUESTIONS = [
-    "What time does the library open tomorrow?",
-    "Can you tell me a short joke?",
-    "How far is the airport from the station?",
-    "What should I cook for dinner tonight?",
-    "Is it going to rain this afternoon?",
-    "How do I reset my password?",
-    "Where is the nearest coffee shop?",
-    "What is a good name for a cat?",
-    "How long does it take to boil an egg?",
-    "Can you remind me to call my sister?",
-]
+from bench.memory import QUESTIONS  # the memory bench's conversation turns
 
 
 def tree(pid: int) -> list[int]:

@@ -9,9 +9,8 @@ import services.engines.asr.cpu_engine as ce
 from bench.turn_set import Counts, build
 from services.common.config.asr import AsrServiceConfig
 from services.common.config.base import DEFAULT_STOP_WORDS
-from services.common.text import spoken_words
+from services.common.text import has_phrase, spoken_words
 from services.engines.asr.cpu_engine import WhisperFinals
-from services.engines.asr.spotting import has_phrase
 
 ts = build(29, Counts(0, 0, 12, 0, 0))
 cues = {line.id: line for line in ts.lines.values() if line.kind == "cue"}
