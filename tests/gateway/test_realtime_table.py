@@ -105,6 +105,22 @@ def session() -> RealtimeSession:
             "invalid_value",
         ),
         (
+            {
+                "type": "realtime",
+                "audio": {"input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": 100}}},
+            },
+            "session.audio.input.turn_detection.idle_timeout_ms",
+            "invalid_value",
+        ),
+        (
+            {
+                "type": "realtime",
+                "audio": {"input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": "soon"}}},
+            },
+            "session.audio.input.turn_detection.idle_timeout_ms",
+            "invalid_value",
+        ),
+        (
             {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "max"}}}},
             "session.audio.input.turn_detection.eagerness",
             "invalid_value",
