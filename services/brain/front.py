@@ -13,8 +13,9 @@ its weights are in memory once) and this front hands each model request to a fre
   which stops its generation (the server checks for the disconnect between tokens).
 
 The front speaks just enough HTTP/1.1 to read a request's head and body and forwards both with ``Connection:
-close``; the worker's response goes back byte for byte (its streamed events included). Other requests (``GET
-/v1/models``, health probes) go to a worker without taking a place. A worker that exits ends the front (exit 1), so
+close``; the worker's response goes back byte for byte (its streamed events included). ``GET /v1/queue`` is the
+front's own answer (its workers, how many are busy, who waits by kind); other requests (``GET /v1/models``, health
+probes) go to a worker without taking a place. A worker that exits ends the front (exit 1), so
 the fleet's supervisor restarts the brain whole.
 """
 
@@ -33,7 +34,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from services.common.brain_requests import KIND_HEADER, TURN, rank
+from services.common.brain_requests import KIND_HEADER, QUEUE_PATH, TURN, queue_report, rank
 
 log = logging.getLogger("voicefleet.brain")
 
@@ -54,6 +55,7 @@ class _Waiter:
     rank: int
     order: int
     key: str = field(compare=False)
+    kind: str = field(compare=False)
     granted: asyncio.Future = field(compare=False)
 
 
@@ -74,12 +76,16 @@ class WorkerPool:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    def report(self) -> dict:
+        """What ``GET /v1/queue`` answers (brain_requests.queue_report): the workers, how many are busy, who waits."""
+        return queue_report(self.workers, self.busy, [w.kind for w in self._waiting])
+
     async def acquire(self, kind: str, key: str = "") -> int:
         """A worker for a request of ``kind`` from conversation ``key``. Cancelled while waiting: it leaves the queue
         (or hands on a worker granted as it was cancelled)."""
         if self._free and not self._waiting:
             return self._take(key)
-        waiter = _Waiter(rank(kind), next(self._order), key, asyncio.get_running_loop().create_future())
+        waiter = _Waiter(rank(kind), next(self._order), key, kind, asyncio.get_running_loop().create_future())
         self._waiting.append(waiter)
         try:
             return await waiter.granted
@@ -164,13 +170,17 @@ async def read_request(reader: asyncio.StreamReader) -> Request:
     return request
 
 
-def error_response(status: int, reason: str, detail: str) -> bytes:
-    body = json.dumps({"error": {"message": detail, "type": "brain_front"}}).encode()
+def json_response(status: int, reason: str, payload: dict) -> bytes:
+    body = json.dumps(payload).encode()
     head = (
         f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"
     )
     return head.encode("latin-1") + body
+
+
+def error_response(status: int, reason: str, detail: str) -> bytes:
+    return json_response(status, reason, {"error": {"message": detail, "type": "brain_front"}})
 
 
 class Front:
@@ -192,6 +202,9 @@ class Front:
             except (asyncio.IncompleteReadError, ConnectionError):
                 return
             path = request.path.split("?", 1)[0]
+            if request.method == "GET" and path == QUEUE_PATH:  # the front's queue, not a worker's (one each)
+                writer.write(json_response(200, "OK", self.pool.report()))
+                return
             hung_up = asyncio.ensure_future(reader.read(1))  # b"" when the caller closes: nothing else is sent
             try:
                 if request.method == "POST" and path in MODEL_ROUTES:

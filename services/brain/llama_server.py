@@ -37,7 +37,7 @@ import functools
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
-from services.common.brain_requests import KIND_HEADER, TURN, RankedPlaces
+from services.common.brain_requests import KIND_HEADER, QUEUE_PATH, TURN, RankedPlaces
 
 T = TypeVar("T")
 # Stands in for the user's words while the chat template is rendered: what precedes it is the prompt up to the words,
@@ -165,9 +165,14 @@ def end_of_turn_logprob(llama, messages: list[dict]) -> dict:
 
 
 def add_turn_route(app) -> None:
-    """``POST /v1/end_of_turn`` on the server's app, under its llama lock, on the model's one thread."""
+    """``POST /v1/end_of_turn`` on the server's app, under its llama lock, on the model's one thread; and ``GET
+    /v1/queue``, what the model's queue holds now (brain_requests.queue_report)."""
     from fastapi import Body, Depends, HTTPException
     from llama_cpp.server.app import get_llama_proxy
+
+    @app.get(QUEUE_PATH)
+    async def queue() -> dict:
+        return MODEL_PLACE.report()
 
     @app.post("/v1/end_of_turn")
     async def end_of_turn(body: dict = Body(...), proxy=Depends(get_llama_proxy)) -> dict:  # noqa: B008 - FastAPI

@@ -28,6 +28,19 @@ def rank(kind: str) -> int:
     return RANK.get(kind, RANK[TURN])
 
 
+# The in-box brain's own route (llama_server.py with one worker, front.py with several): what its queue holds now.
+QUEUE_PATH = "/v1/queue"
+
+
+def queue_report(places: int, busy: int, waiting_kinds: list[str]) -> dict:
+    """``GET /v1/queue``'s body: the places, how many are taken, and how many requests wait, by kind (every kind
+    named, 0 when none waits; an unknown kind counts as a turn, as it ranks)."""
+    waiting = dict.fromkeys(KINDS, 0)
+    for kind in waiting_kinds:
+        waiting[kind if kind in waiting else TURN] += 1
+    return {"places": places, "busy": busy, "waiting": waiting}
+
+
 class RankedPlaces:
     """``places`` requests served at once; when all are taken, a freed place goes to the waiter of lowest rank
     (``rank(kind())``, read at that moment: a held reply that commits while it waits moves up), oldest first."""
@@ -46,6 +59,10 @@ class RankedPlaces:
 
     def waiting(self, kind: str | None = None) -> int:
         return sum(1 for k, _, _ in self._waiting if kind is None or k() == kind)
+
+    def report(self) -> dict:
+        """What ``GET /v1/queue`` answers (queue_report)."""
+        return queue_report(self.places, self.busy, [k() for k, _, f in self._waiting if not f.done()])
 
     async def acquire(self, kind: Callable[[], str]) -> None:
         """One place, in due order. Cancelled while waiting: it leaves the queue (or hands on a place granted as
