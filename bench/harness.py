@@ -134,12 +134,26 @@ class Row:
         }
 
 
-def machine() -> dict:
-    cpu = ""
+def cpu_name() -> str:
+    """The CPU's model name, with its x86 family and model: a cloud VM's "AMD EPYC" alone names a Zen 1 (family 23
+    model 1) and a Zen 5 (family 26) alike, and they differ ~3x in the brain's tokens/s."""
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor()
+        fields: dict[str, str] = {}
+        for line in open("/proc/cpuinfo"):
+            key, colon, value = line.partition(":")
+            if not colon:
+                break  # the first processor's block ends
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return platform.processor()
+    name = fields.get("model name", platform.processor())
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']} model {fields['model']})"
+    return name
+
+
+def machine() -> dict:
+    cpu = cpu_name()
     try:
         gpu = subprocess.run(
             ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=5
