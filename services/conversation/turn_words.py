@@ -45,9 +45,11 @@ class WordsJudge:
         threshold: float,
         labels: tuple[str, str],
         on_done: Callable[[], None],
+        sure_from: float | None = None,
     ):
         self._score = score
         self.threshold = threshold
+        self.sure_from = threshold if sure_from is None else max(sure_from, threshold)  # below it: doubtful
         self._labels = labels
         self._on_done = on_done
         self._task: asyncio.Task | None = None
@@ -55,6 +57,7 @@ class WordsJudge:
         self.started_ms = 0  # stream ms when the judgement of ``text`` began
         self.logprob: float | None = None
         self.unfinished = False  # the words read unfinished (the verdict of ``text``)
+        self.doubtful = False  # they read finished, but not surely (below ``sure_from``)
 
     @property
     def pending(self) -> bool:
@@ -63,7 +66,7 @@ class WordsJudge:
     def start(self, text: str, now_ms: int) -> None:
         """Judge ``text`` (the candidate's words) from ``now_ms`` of the stream on; the verdict so far is dropped."""
         self.cancel()
-        self.text, self.logprob, self.unfinished = text, None, False
+        self.text, self.logprob, self.unfinished, self.doubtful = text, None, False, False
         self.started_ms = now_ms
         self._task = asyncio.create_task(self._judge(text), name="dialogue-words-judgement")
 
@@ -96,7 +99,16 @@ class WordsJudge:
             logprob = None
         self.logprob = logprob
         self.unfinished = logprob is not None and logprob < self.threshold
-        verdict = "unknown" if logprob is None else "unfinished" if self.unfinished else "finished"
+        self.doubtful = logprob is not None and self.threshold <= logprob < self.sure_from
+        verdict = (
+            "unknown"
+            if logprob is None
+            else "unfinished"
+            if self.unfinished
+            else "doubtful"
+            if self.doubtful
+            else "finished"
+        )
         metrics.STS_WORDS_JUDGEMENTS.labels(*self._labels, verdict).inc()
         if logprob is not None:
             log.info("words %r: log P(end of turn) %.1f -> %s", text, logprob, verdict)

@@ -165,6 +165,14 @@ class MossStsConfig(TtsServiceConfig):
     # model and the text check alone.
     brain_turn_check: bool = True
     brain_turn_logprob: float = bounded(-3.0, ge=-100, le=0, says="must be a natural-log probability, -100..0")
+    # Words that read finished but below brain_turn_sure_logprob are doubtful: the turn waits for more speech up to
+    # brain_turn_doubt_ms after the speech ended (at most endpointing.max_silence_ms) rather than turn_commit_ms, as
+    # LiveKit's turn detector stretches its delay when its probability is middling. On a fast CPU the commit came
+    # inside an 800 ms thinking pause whose words read -1.8 / -1.9 ("the train to the coast", 2-core Zen 5,
+    # 2026-11-29); the tuning set's whole requests read -1.7 at the least, 47 of 48 at -1.5 or above
+    # (bench/results/turn-words-2026-11-28/). Equal to brain_turn_logprob: no doubtful band.
+    brain_turn_sure_logprob: float = bounded(-1.5, ge=-100, le=0, says="must be a natural-log probability, -100..0")
+    brain_turn_doubt_ms: int = bounded(1000, ge=0, le=10_000)
     # Cancel the echo of the reply in the caller's audio (WebRTC AEC3, the pywebrtc-audio wheel), so a speakerphone
     # or a phone line without echo cancellation does not make the agent interrupt itself (docs/conversation.md#echo).
     echo_cancellation: bool = True
@@ -188,6 +196,11 @@ class MossStsConfig(TtsServiceConfig):
     def _limits(self):
         check("default_max_tokens", self.default_max_tokens <= self.max_tokens_limit, "must be 1..max_tokens_limit")
         check("reply_first_chunk_ms", self.reply_first_chunk_ms <= self.reply_chunk_ms, "must be 10..reply_chunk_ms")
+        check(
+            "brain_turn_sure_logprob",
+            self.brain_turn_sure_logprob >= self.brain_turn_logprob,
+            "must be at least brain_turn_logprob",
+        )
         return self
 
     def reply_first_segment(self) -> FirstSegment:

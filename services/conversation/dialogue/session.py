@@ -169,9 +169,15 @@ class DialogueSession(StsSession):
         # The brain's reading of a candidate's words (turn_words.py): unfinished words wait for more speech.
         words_judge = None
         if self.judges_words and limits.words_unfinished_below is not None:
-            words_judge = WordsJudge(self.judge_words, limits.words_unfinished_below, self._labels, self._check_commit)
+            words_judge = WordsJudge(
+                self.judge_words,
+                limits.words_unfinished_below,
+                self._labels,
+                self._check_commit,
+                sure_from=limits.words_sure_from,
+            )
         # Preemptive reply: started at a candidate end of turn, held until the user has been silent turn_commit_ms.
-        self._commit_rule = TurnCommit(limits.turn_commit_ms, options.endpointing, words_judge)
+        self._commit_rule = TurnCommit(limits.turn_commit_ms, options.endpointing, words_judge, limits.words_doubt_ms)
         self._words = words_judge
         self._read_ahead = ReadAhead(self.read_ahead, self._labels)
         self._playout = Playout(limits, self._emit, lambda: self._set_state(SPEAKING))

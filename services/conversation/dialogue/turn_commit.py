@@ -6,7 +6,8 @@ and audio go out) once the user has been silent ``turn_commit_ms`` after their s
 
 * the recognizer has not yet reported on sound the caller made a moment ago (stream_time.py ``RecognizerPace``);
 * the brain's reading of the candidate's words is under way (at most ``JUDGEMENT_WAIT_MS``), or read them unfinished
-  (then up to the endpointing's ``max_silence_ms`` after the speech ended; turn_words.py ``WordsJudge``);
+  (then up to the endpointing's ``max_silence_ms`` after the speech ended), or read them finished but doubtfully
+  (then up to ``moss_sts.brain_turn_doubt_ms``; turn_words.py ``WordsJudge``);
 * the caller is making sound again after their speech ended and the recognizer has not yet said whether it is
   speech (up to ``min_speech_ms`` + RESUME_QUIET_MS past the commit time).
 
@@ -25,10 +26,11 @@ COMMIT, DISCARD = "commit", "discard"
 
 
 class TurnCommit:
-    def __init__(self, turn_commit_ms: int, endpointing: Endpointing, words: WordsJudge | None):
+    def __init__(self, turn_commit_ms: int, endpointing: Endpointing, words: WordsJudge | None, doubt_ms: int = 0):
         self.turn_commit_ms = turn_commit_ms
         self.min_speech_ms = endpointing.min_speech_ms
         self.max_silence_ms = endpointing.max_silence_ms
+        self.doubt_ms = min(doubt_ms, endpointing.max_silence_ms)  # how long doubtful words wait after the speech
         self.words = words  # the brain's reading of a candidate's words (None: no words judgement)
         self.candidate: Reply | None = None  # the held reply to the candidate end of turn
         self.commit_at_ms: int | None = None
@@ -88,11 +90,14 @@ class TurnCommit:
 
     def words_hold(self, now_ms: int) -> bool:
         """The commit waits for the brain's reading of the candidate's words (at most JUDGEMENT_WAIT_MS past the
-        commit time or the reading's start, whichever is later), and words that read unfinished wait for more speech
-        up to max_silence_ms after the speech ended (the commit time less turn_commit_ms)."""
+        commit time or the reading's start, whichever is later), words that read unfinished wait for more speech
+        up to max_silence_ms after the speech ended (the commit time less turn_commit_ms), doubtful ones up to
+        doubt_ms."""
         if self.words is None or self.words.text != self.candidate.turn.text:
             return False
         if self.words.pending:
             return now_ms < max(self.commit_at_ms, self.words.started_ms) + JUDGEMENT_WAIT_MS
         speech_end = self.commit_at_ms - self.turn_commit_ms
-        return self.words.unfinished and now_ms < speech_end + self.max_silence_ms
+        if self.words.unfinished:
+            return now_ms < speech_end + self.max_silence_ms
+        return self.words.doubtful and now_ms < speech_end + self.doubt_ms

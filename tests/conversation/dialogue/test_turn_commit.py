@@ -17,10 +17,10 @@ class Reading:
     """The words judgement as the commit reads it (turn_words.WordsJudge's surface)."""
 
     def __init__(self):
-        self.text, self.started_ms, self.pending, self.unfinished = "", 0, False, False
+        self.text, self.started_ms, self.pending, self.unfinished, self.doubtful = "", 0, False, False, False
 
     def start(self, text, now_ms):
-        self.text, self.started_ms, self.pending, self.unfinished = text, now_ms, True, False
+        self.text, self.started_ms, self.pending, self.unfinished, self.doubtful = text, now_ms, True, False, False
 
 
 def held(commit: TurnCommit, text: str, commit_at_ms: int | None, now_ms: int = 0) -> Reply:
@@ -91,6 +91,18 @@ def test_words_read_unfinished_wait_up_to_max_silence_after_the_speech_end():
     assert verdict(commit, 1250) == COMMIT
     reading.text, reading.unfinished = "other words", True  # a reading of other words holds nothing
     assert verdict(commit, 1250) == COMMIT
+
+
+def test_words_read_doubtful_wait_up_to_doubt_ms_and_never_past_max_silence():
+    reading = Reading()
+    commit = TurnCommit(250, ENDPOINTING, reading, doubt_ms=1000)
+    held(commit, "the train to the coast", 1250)
+    reading.pending, reading.doubtful = False, True
+    assert verdict(commit, 1000 + 1000 - 1) is None  # an 800 ms thinking pause keeps the turn
+    assert verdict(commit, 1000 + 1000) == COMMIT
+    longer = TurnCommit(250, ENDPOINTING, reading, doubt_ms=ENDPOINTING.max_silence_ms + 5000)
+    held(longer, "the train to the coast", 1250)
+    assert verdict(longer, 1000 + ENDPOINTING.max_silence_ms) == COMMIT
 
 
 def test_a_candidate_on_a_pauses_words_awaits_its_final_and_sound_in_the_pause_drops_it():
