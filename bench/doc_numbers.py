@@ -1,0 +1,370 @@
+"""Every measured figure in the README and docs, and the committed record behind it (issue 48).
+
+``python -m bench.doc_numbers`` rewrites docs/numbers.md, the list of every figure found and what stands behind it;
+tests/project/test_doc_numbers.py fails when a figure has no record, a named record does not exist, or the list is
+not what the docs say now.
+
+The rule, in three steps:
+
+1. **A figure** is a number with a unit of measure (ms, s, min, µs, tok/s, MB/MiB/GB/GiB, GB/s, %, dB, x or × for
+   ratios), an RTF/WER/CER value (``RTF 0.206``), or a count "N of M" (``7 of 15``), in prose, tables or code
+   blocks, outside inline code (`` `...` `` holds settings, names and commands) and outside link targets.
+2. **It is a setting, not a measurement,** when the words just before it bound or set it (``at most 300 ms``,
+   ``default 1000 ms``, ``every 100 ms``, ``≤ 400 ms``: ``BOUND``), when it is a range written ``a..b`` or a rate
+   that sets (``8–48 kHz`` has no unit here), or when its sentence is about configuration (``default``, a config
+   key such as ``moss_sts.turn_commit_ms``) and reports nothing (no ``measured``, ``median``, ``p95``, a date, ...:
+   ``MEASURE``). The few that the rule reads wrong are listed in ``NOT_MEASURED`` with why.
+3. **Every other figure needs a record**: the paragraph, bullet, table row or code block it sits in — or the
+   paragraph that introduces its list or table, or its section's lead paragraph — names one that exists in the
+   repository: a path under ``bench/results/`` (file or directory), a test file ``tests/....py``, or a benchmark
+   (``bench/NAME.py``, ``python -m bench.run NAME``, ``make bench NAME``, ``python -m bench.NAME``) whose committed
+   result ``bench/results/latest/NAME.json`` exists.
+
+Checked by value, where it can be: when a named record is text (.json .md .txt .log .tsv .csv; a directory: every
+such file in it), the figure's value must be found in it: the figure's text itself, or a number in the record that
+rounds to the figure at the figure's precision (for times also in s <-> ms; for % also as a fraction). A figure with
+one significant digit (``4 %``, ``2 s``) matches any record by chance, so it is checked by reference only, and so is
+every figure whose record is a test or code. The listing says which figures were found by value and which stand on
+their reference only: a reference-only figure is still a figure whose paragraph names its run.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LISTING = ROOT / "docs" / "numbers.md"
+# The files the rule covers (the listing is itself a doc: it is never scanned).
+COVERED: list[str] = ["README.md"]
+# The docs the rule does not cover yet (issue 48's last item, doc by doc).
+NOT_YET: list[str] = [
+    "docs/architecture.md",
+    "docs/asr.md",
+    "docs/configuration.md",
+    "docs/conversation.md",
+    "docs/deploy.md",
+    "docs/gateway.md",
+    "docs/leases.md",
+    "docs/observability.md",
+    "docs/router.md",
+    "docs/scale.md",
+    "docs/scheduling.md",
+    "docs/security.md",
+    "docs/tts.md",
+]
+
+_NUM = r"\d+(?:,\d{3})*(?:\.\d+)?"
+_UNIT = r"min(?:utes)?(?:\s+\d+\s?s)?|ms|µs|s|seconds?|tok/s|tokens/s|GB/s|MB/s|MiB|MB|GiB|GB|KiB|KB|kB|%|x|×|dB"
+FIGURE = re.compile(
+    rf"(?<![\w.,/-])(?P<a>{_NUM})(?:\s?(?:–|-|to)\s?(?P<b>{_NUM}))?\s?(?P<unit>{_UNIT})(?![\w/])"
+    rf"|\b(?P<metric>RTF|WER|CER)\s(?:of\s|at\s|=\s?)?(?P<m>{_NUM})%?"
+    rf"|(?<![\w.,/-])(?P<k>\d+) of (?P<n>\d+)\b"
+)
+# Words just before a figure that make it a bound or a setting, not a result.
+BOUND = re.compile(
+    r"(?:\b(?:at most|at least|up to|than|under|below|above|over|every|after|per|for|with|defaults?(?: to)?"
+    r"|limit|cap|capped at|budget|timeout|goal|target|threshold|max|min|maximum|minimum|between)|≤|≥|<|>|=|→|->)"
+    r"(?:\s+(?:the|a|an))?(?:\s*\d+(?:\.\d+)?\s*(?:,|/|and|or))*\W*$",  # "with 1, 4 and 8 GiB": a list, all bounds
+    re.IGNORECASE,
+)
+# A sentence about configuration ...
+SETTING = re.compile(r"\bdefaults?\b|\bconfig\b|configurable|\bsettings?\b|`[a-z_]+\.[a-z_.]+`")
+# ... reports nothing unless it says so.
+MEASURE = re.compile(
+    r"\bmeasured\b|\bmedian\b|\bp50\b|\bp9[59]\b|\bmean\b|\btook\b|\bran\b|\bcame\b|\bgave\b|\bscored\b"
+    r"|\bresults?\b|\bWER\b|\bCER\b|\bRTF\b|20\d\d-\d\d-\d\d",
+)
+# Figures the rule reads as measured that are not: (file, a phrase holding the figure) -> why.
+NOT_MEASURED: dict[tuple[str, str], str] = {}
+
+TEXT_RECORDS = {".json", ".md", ".txt", ".log", ".tsv", ".csv"}
+_PATH = re.compile(r"(?<![\w/])(?:bench/results/[\w./<>-]*|tests/[\w/]+\.py)")
+_BENCH = re.compile(
+    r"bench/(?P<a>\w+)\.py|python -m bench\.run (?P<b>\w+)|make bench (?P<c>\w+)|python -m bench\.(?P<d>\w+)"
+)
+
+
+@dataclass
+class Block:
+    """A paragraph, list item, table row or code block, with the text that introduces it."""
+
+    doc: str
+    line: int
+    text: str
+    section: str
+    context: list[str] = field(default_factory=list)  # the section's lead paragraph, the list's or table's intro
+
+
+@dataclass
+class Figure:
+    doc: str
+    line: int
+    section: str
+    text: str
+    records: list[str]
+    by_value: str | None  # the record that holds the value; None: by reference only
+    problem: str | None = None
+
+    def figure_text(self) -> str:
+        return self.text.replace("|", "/")
+
+
+def blocks(doc: str, text: str) -> list[Block]:
+    """The document's blocks: paragraphs, list items (with their continuation lines), table rows, code blocks."""
+    out: list[Block] = []
+    section, lead, intro = "", None, None
+    cur: list[str] = []
+    start, kind = 0, None
+
+    def flush() -> None:
+        nonlocal cur, lead, intro
+        if cur:
+            body = "\n".join(cur)
+            # a paragraph stands on its own and its section's lead; a list item, table row or code block also on the
+            # paragraph that introduces it
+            b = Block(doc, start, body, section, [c for c in (lead, intro if kind != "para" else None) if c])
+            out.append(b)
+            if kind == "para":
+                lead = lead or body
+                intro = body
+        cur = []
+
+    lines = text.splitlines()
+    fence = False
+    for i, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            if fence:
+                cur.append(line)
+                flush()
+                fence, kind = False, None
+                continue
+            flush()
+            fence, kind, start = True, "code", i
+            cur.append(line)
+            continue
+        if fence:
+            cur.append(line)
+            continue
+        if not stripped:
+            flush()
+            kind = None
+            continue
+        if stripped.startswith("#"):
+            flush()
+            section, lead, intro, kind = stripped.lstrip("#").strip(), None, None, None
+            continue
+        item = re.match(r"(?:[-*+]|\d+\.)\s", stripped) and not line.startswith("   ") or stripped.startswith("|")
+        if item or kind is None or (kind == "row"):
+            flush()
+            kind, start = ("row" if stripped.startswith("|") else "item" if item else "para"), i
+        cur.append(line)
+    flush()
+    return out
+
+
+def _plain(text: str) -> str:
+    """The text with inline code, link targets and HTML comments blanked (same length: offsets stay)."""
+    text = re.sub(r"<!--.*?-->", lambda m: " " * len(m.group()), text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", lambda m: " " * len(m.group()), text)
+    return re.sub(r"\]\([^)\s]*\)", lambda m: "]" + " " * (len(m.group()) - 1), text)
+
+
+def _sentence(text: str, at: int) -> str:
+    starts = [m.end() for m in re.finditer(r"[.!?:;]\s+(?=[A-Z*(\[`])|\n\s*\n|\|", text[:at])]
+    ends = [m.start() for m in re.finditer(r"[.!?;]\s+(?=[A-Z*(\[`])|\||$", text[at:])]
+    return text[(starts[-1] if starts else 0) : at + (ends[0] if ends else len(text) - at)]
+
+
+def figures(block: Block) -> list[tuple[int, str]]:
+    """The measured figures of a block: (offset, text)."""
+    plain = block.text if block.text.lstrip().startswith("```") else _plain(block.text)
+    out = []
+    for m in FIGURE.finditer(plain):
+        before = re.split(r"[;:()]|,(?! ?\d)", " ".join(plain[max(0, m.start() - 40) : m.start()].split()))[-1]
+        if BOUND.search(before):
+            continue
+        sentence = _sentence(plain, m.start())
+        if SETTING.search(_raw_sentence(block.text, m.start())) and not MEASURE.search(sentence):
+            continue
+        out.append((m.start(), " ".join(m.group().split())))
+    return out
+
+
+def _raw_sentence(text: str, at: int) -> str:
+    return _sentence(re.sub(r"<!--.*?-->", lambda m: " " * len(m.group()), text, flags=re.S), at)
+
+
+def records(text: str) -> tuple[list[str], list[str]]:
+    """The records a text names (repository-relative): those that exist, and the paths named that do not. A path
+    with a placeholder (``bench/results/gpu/<card>/``) names no record; a benchmark counts when its committed result
+    exists."""
+    found, missing = [], []
+    for p in _PATH.findall(text):
+        p = p.rstrip(".")
+        if "<" not in p:
+            (found if (ROOT / p).exists() else missing).append(p)
+    for m in _BENCH.finditer(text):
+        result = f"bench/results/latest/{next(g for g in m.groups() if g)}.json"
+        if (ROOT / result).exists():
+            found.append(result)
+    return list(dict.fromkeys(found)), list(dict.fromkeys(missing))
+
+
+def _files(record: str) -> list[Path]:
+    """The text files of a record (a directory: every text file under it)."""
+    p = ROOT / record
+    files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+    return [f for f in files if f.suffix in TEXT_RECORDS and f != LISTING]
+
+
+@cache
+def _numbers(path: Path) -> tuple[str, list[float]]:
+    """A text file's text (whitespace folded) and every number in it."""
+    text = " ".join(path.read_text(errors="replace").split())
+    return text, [float(n.replace(",", "")) for n in re.findall(r"\d+(?:,\d{3})*(?:\.\d+)?(?:e-?\d+)?", text)]
+
+
+# How a record may write a figure's unit: the figure's value times each scale (ms as s, % as a fraction, bytes).
+SCALES: dict[str, tuple[float, ...]] = {
+    "ms": (1.0, 1000.0),
+    "s": (1.0, 0.001, 1 / 60),
+    "min": (1.0, 1 / 60),
+    "%": (1.0, 100.0),
+    "MB": (1.0, 1e-6),
+    "GB": (1.0, 1e-9),
+    "GB/s": (1.0, 1e-9),
+    "MB/s": (1.0, 1e-6),
+    "KiB": (1.0, 2**-10),
+    "MiB": (1.0, 2**-20),
+    "GiB": (1.0, 2**-30),
+}
+
+
+def _values(fig: str) -> list[tuple[float, int, tuple[float, ...]]]:
+    """(value, decimals, scales) of each number a figure states that can be checked by number: one with decimals
+    and two significant digits or more, or a whole number of three digits or more (``17 min`` or ``96 %`` would be
+    in any record by chance: those are found only as written). Minutes and seconds count in seconds."""
+    m = FIGURE.fullmatch(fig)
+    if not m or m.group("k"):
+        return []
+    unit = m.group("unit").split()[0] if m.group("unit") else ""
+    unit = {"second": "s", "seconds": "s", "minutes": "min", "×": "x", "tokens/s": "tok/s"}.get(unit, unit)
+    mins = re.fullmatch(r"(\d+) min(?:utes)? (\d+) s", fig)
+    if mins:
+        return [(int(mins[1]) * 60 + int(mins[2]), 0, (1.0,))]
+    out = []
+    for g in ("a", "b", "m"):
+        s = m.group(g)
+        if s:
+            s = s.replace(",", "")
+            whole, _, decimals = s.partition(".")
+            if len(s.replace(".", "").lstrip("0")) < 2 or (not decimals and len(whole) < 3):
+                return []
+            out.append((float(s), len(decimals), SCALES.get(unit, (1.0,))))
+    return out
+
+
+def _written(fig: str) -> list[str]:
+    """How a record may write the figure as text: as the doc does, ``7/15`` for ``7 of 15``, ``18:27`` and
+    ``0:18:27`` for ``18 min 27 s``."""
+    out = [fig]
+    k = re.fullmatch(r"(\d+) of (\d+)", fig)
+    if k:
+        out.append(f"{k[1]}/{k[2]}")
+    mins = re.fullmatch(r"(\d+) min(?:utes)? (\d+) s", fig)
+    if mins:
+        out += [f" {mins[1]}:{int(mins[2]):02d}", f"({int(mins[1]) // 60}:{int(mins[1]) % 60:02d}:{int(mins[2]):02d})"]
+    return out
+
+
+def _holds(record: str, fig: str) -> str | None:
+    """The text file of ``record`` that holds ``fig``'s value, if one does."""
+    values, written = _values(fig), _written(fig)
+    for f in _files(record):
+        text, nums = _numbers(f)
+        if any(w in text for w in written) or (
+            values and all(any(abs(n * k - v) < 0.5 * 10**-d for n in nums for k in scales) for v, d, scales in values)
+        ):
+            return str(f.relative_to(ROOT))
+    return None
+
+
+def _unquoted(doc: str, text: str) -> str:
+    """The README without its generated benchmark block (tests/project/test_bench_claims.py checks that one against
+    bench/results/latest), its lines kept blank so line numbers stay."""
+    if doc != "README.md":
+        return text
+    from bench.readme import END, START
+
+    a, b = text.index(START), text.index(END) + len(END)
+    return text[:a] + re.sub(r"[^\n]", "", text[a:b]) + text[b:]
+
+
+def check(doc: str) -> list[Figure]:
+    """Every measured figure of ``doc`` with its records and, where a text record holds it, the record."""
+    out = []
+    for block in blocks(doc, _unquoted(doc, (ROOT / doc).read_text())):
+        found = figures(block)
+        if not found:
+            continue
+        real, missing = records("\n".join([block.text, *block.context]))
+        exempt = [phrase for (d, phrase) in NOT_MEASURED if d == doc and phrase in " ".join(block.text.split())]
+        for at, fig in found:
+            if any(fig in phrase for phrase in exempt):
+                continue
+            line = block.line + block.text[:at].count("\n")
+            value = next((held for held in map(lambda r, f=fig: _holds(r, f), real) if held), None)
+            problem = None
+            if missing:
+                problem = f"names {', '.join(missing)}, which do not exist"
+            elif not real:
+                problem = "names no committed record"
+            out.append(Figure(doc, line, block.section, fig, real, value, problem))
+    return out
+
+
+def unused_exemptions() -> list[tuple[str, str]]:
+    """NOT_MEASURED entries whose phrase is no longer in their doc."""
+    return [(d, p) for (d, p) in NOT_MEASURED if p not in " ".join((ROOT / d).read_text().split())]
+
+
+def render() -> str:
+    """docs/numbers.md: every figure of the covered docs, what names its record, and how it was checked."""
+    lines = [
+        "# Measured figures in the README and docs, and the records behind them",
+        "",
+        "Generated by `python -m bench.doc_numbers` (rule: `bench/doc_numbers.py`; checked by",
+        "`tests/project/test_doc_numbers.py`); do not edit. *value*: the record named holds the figure;",
+        "*reference*: the paragraph names the record (a test, code, or a record whose text does not hold the figure as",
+        "written). The README's generated benchmark table is checked by `tests/project/test_bench_claims.py` instead.",
+        "",
+        f"Covered: {', '.join(COVERED)}. Not yet covered: {', '.join(NOT_YET) or 'none'}.",
+    ]
+    for doc in COVERED:
+        found = check(doc)
+        lines += [
+            "",
+            f"## {doc} ({len(found)} figures)",
+            "",
+            "| section | figure | record | checked |",
+            "|---|---|---|---|",
+        ]
+        for f in found:
+            where = f.by_value or ", ".join(f.records) or f"**{f.problem}**"
+            how = "**missing**" if f.problem else "value" if f.by_value else "reference"
+            lines.append(f"| {f.section.replace('|', '/')} | {f.figure_text()} | {where} | {how} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    LISTING.write_text(render())
+    problems = [f for d in COVERED for f in check(d) if f.problem]
+    for f in problems:
+        print(f"{f.doc}:{f.line}: {f.text}: {f.problem}")
+    print(f"{LISTING.relative_to(ROOT)} rewritten; {len(problems)} figures without a record")
+    sys.exit(1 if problems else 0)
