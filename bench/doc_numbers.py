@@ -13,7 +13,8 @@ The rule, in three steps:
    ``default 1000 ms``, ``every 100 ms``, ``≤ 400 ms``: ``BOUND``), when it is a range written ``a..b`` or a rate
    that sets (``8–48 kHz`` has no unit here), or when its sentence is about configuration (``default``, a config
    key such as ``moss_sts.turn_commit_ms``) and reports nothing (no ``measured``, ``median``, ``p95``, a date, ...:
-   ``MEASURE``). The few that the rule reads wrong are listed in ``NOT_MEASURED`` with why.
+   ``MEASURE``). Where the rule reads a table or paragraph of settings as measured (a table of SLO objectives, a
+   test's scenario), a line ``<!-- not measured: why -->`` above it says so (``MARKER``); the listing shows why.
 3. **Every other figure needs a record**: the paragraph, bullet, table row or code block it sits in — or the
    paragraph that introduces its list or table, or its section's lead paragraph — names one that exists in the
    repository: a path under ``bench/results/`` (file or directory), a test file ``tests/....py``, or a benchmark
@@ -39,21 +40,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LISTING = ROOT / "docs" / "numbers.md"
 # The files the rule covers (the listing is itself a doc: it is never scanned).
-COVERED: list[str] = ["README.md"]
+COVERED: list[str] = [
+    "README.md",
+    "docs/architecture.md",
+    "docs/configuration.md",
+    "docs/observability.md",
+    "docs/security.md",
+]
 # The docs the rule does not cover yet (issue 48's last item, doc by doc).
 NOT_YET: list[str] = [
-    "docs/architecture.md",
     "docs/asr.md",
-    "docs/configuration.md",
     "docs/conversation.md",
     "docs/deploy.md",
     "docs/gateway.md",
     "docs/leases.md",
-    "docs/observability.md",
     "docs/router.md",
     "docs/scale.md",
     "docs/scheduling.md",
-    "docs/security.md",
     "docs/tts.md",
 ]
 
@@ -67,19 +70,25 @@ FIGURE = re.compile(
 # Words just before a figure that make it a bound or a setting, not a result.
 BOUND = re.compile(
     r"(?:\b(?:at most|at least|up to|than|under|below|above|over|every|after|per|for|with|defaults?(?: to)?"
-    r"|limit|cap|capped at|budget|timeout|goal|target|threshold|max|min|maximum|minimum|between)|≤|≥|<|>|=|→|->)"
+    r"|limit|cap|capped at|budget|timeout|goal|target|threshold|max|min|maximum|minimum|between"
+    r"|bound(?: is| of)?)|≤|≥|<|>|=)"
     r"(?:\s+(?:the|a|an))?(?:\s*\d+(?:\.\d+)?\s*(?:,|/|and|or))*\W*$",  # "with 1, 4 and 8 GiB": a list, all bounds
     re.IGNORECASE,
 )
 # A sentence about configuration ...
-SETTING = re.compile(r"\bdefaults?\b|\bconfig\b|configurable|\bsettings?\b|`[a-z_]+\.[a-z_.]+`")
+SETTING = re.compile(
+    r"\bdefaults?\b|\bconfig\b|configurable|\bsettings?\b|`[a-z_]+\.[a-z_.]+`|`[a-z_]+_(?:ms|seconds|mb|gb|bytes)`"
+    r"|objectives?|thresholds?|buckets?"
+    r"|\bburns?\b|\bvirtual\b"
+)
 # ... reports nothing unless it says so.
 MEASURE = re.compile(
     r"\bmeasured\b|\bmedian\b|\bp50\b|\bp9[59]\b|\bmean\b|\btook\b|\bran\b|\bcame\b|\bgave\b|\bscored\b"
     r"|\bresults?\b|\bWER\b|\bCER\b|\bRTF\b|20\d\d-\d\d-\d\d",
 )
-# Figures the rule reads as measured that are not: (file, a phrase holding the figure) -> why.
-NOT_MEASURED: dict[tuple[str, str], str] = {}
+# A line of its own before a paragraph, table or list whose figures the rule reads as measured and are not (a
+# table of objectives, a test's scenario): it covers the blocks up to the next blank line, and says why.
+MARKER = re.compile(r"^\s*<!-- not measured: (?P<why>.+?) -->\s*$")
 
 TEXT_RECORDS = {".json", ".md", ".txt", ".log", ".tsv", ".csv"}
 _PATH = re.compile(r"(?<![\w/])(?:bench/results/[\w./<>-]*|tests/[\w/]+\.py)")
@@ -97,6 +106,9 @@ class Block:
     text: str
     section: str
     context: list[str] = field(default_factory=list)  # the section's lead paragraph, the list's or table's intro
+    marked: str | None = None  # why its figures are not measurements (a MARKER above it)
+    marker_line: int = 0
+    header: str = ""  # a table row's table header (a column "default" makes every row a setting)
 
 
 @dataclass
@@ -108,6 +120,7 @@ class Figure:
     records: list[str]
     by_value: str | None  # the record that holds the value; None: by reference only
     problem: str | None = None
+    marked: str | None = None
 
     def figure_text(self) -> str:
         return self.text.replace("|", "/")
@@ -116,17 +129,28 @@ class Figure:
 def blocks(doc: str, text: str) -> list[Block]:
     """The document's blocks: paragraphs, list items (with their continuation lines), table rows, code blocks."""
     out: list[Block] = []
-    section, lead, intro = "", None, None
+    section, lead, intro, marked, marker_line, header = "", None, None, None, 0, ""
     cur: list[str] = []
     start, kind = 0, None
 
     def flush() -> None:
-        nonlocal cur, lead, intro
+        nonlocal cur, lead, intro, header
         if cur:
             body = "\n".join(cur)
             # a paragraph stands on its own and its section's lead; a list item, table row or code block also on the
             # paragraph that introduces it
-            b = Block(doc, start, body, section, [c for c in (lead, intro if kind != "para" else None) if c])
+            b = Block(
+                doc,
+                start,
+                body,
+                section,
+                [c for c in (lead, intro if kind != "para" else None) if c],
+                marked,
+                marker_line,
+            )
+            if kind == "row":
+                header = header or body
+                b.header = header
             out.append(b)
             if kind == "para":
                 lead = lead or body
@@ -150,17 +174,23 @@ def blocks(doc: str, text: str) -> list[Block]:
         if fence:
             cur.append(line)
             continue
+        if MARKER.match(line):
+            flush()
+            marked, marker_line, kind = MARKER.match(line)["why"], i, None
+            continue
         if not stripped:
             flush()
-            kind = None
+            kind, marked = None, None
             continue
         if stripped.startswith("#"):
             flush()
-            section, lead, intro, kind = stripped.lstrip("#").strip(), None, None, None
+            section, lead, intro, kind, marked = stripped.lstrip("#").strip(), None, None, None, None
             continue
         item = re.match(r"(?:[-*+]|\d+\.)\s", stripped) and not line.startswith("   ") or stripped.startswith("|")
         if item or kind is None or (kind == "row"):
             flush()
+            if kind != "row":
+                header = ""
             kind, start = ("row" if stripped.startswith("|") else "item" if item else "para"), i
         cur.append(line)
     flush()
@@ -189,7 +219,8 @@ def figures(block: Block) -> list[tuple[int, str]]:
         if BOUND.search(before):
             continue
         sentence = _sentence(plain, m.start())
-        if SETTING.search(_raw_sentence(block.text, m.start())) and not MEASURE.search(sentence):
+        about_settings = SETTING.search(_raw_sentence(block.text, m.start())) or SETTING.search(block.header)
+        if about_settings and not MEASURE.search(sentence):
             continue
         out.append((m.start(), " ".join(m.group().split())))
     return out
@@ -313,11 +344,11 @@ def check(doc: str) -> list[Figure]:
         if not found:
             continue
         real, missing = records("\n".join([block.text, *block.context]))
-        exempt = [phrase for (d, phrase) in NOT_MEASURED if d == doc and phrase in " ".join(block.text.split())]
         for at, fig in found:
-            if any(fig in phrase for phrase in exempt):
-                continue
             line = block.line + block.text[:at].count("\n")
+            if block.marked:
+                out.append(Figure(doc, line, block.section, fig, [], None, marked=block.marked))
+                continue
             value = next((held for held in map(lambda r, f=fig: _holds(r, f), real) if held), None)
             problem = None
             if missing:
@@ -328,9 +359,11 @@ def check(doc: str) -> list[Figure]:
     return out
 
 
-def unused_exemptions() -> list[tuple[str, str]]:
-    """NOT_MEASURED entries whose phrase is no longer in their doc."""
-    return [(d, p) for (d, p) in NOT_MEASURED if p not in " ".join((ROOT / d).read_text().split())]
+def idle_markers(doc: str) -> list[int]:
+    """The lines of the markers in ``doc`` that cover no figure the rule reads as measured (to drop)."""
+    text = _unquoted(doc, (ROOT / doc).read_text())
+    used = {b.marker_line for b in blocks(doc, text) if b.marked and figures(b)}
+    return [i for i, line in enumerate(text.splitlines(), 1) if MARKER.match(line) and i not in used]
 
 
 def render() -> str:
@@ -355,8 +388,16 @@ def render() -> str:
             "|---|---|---|---|",
         ]
         for f in found:
-            where = f.by_value or ", ".join(f.records) or f"**{f.problem}**"
-            how = "**missing**" if f.problem else "value" if f.by_value else "reference"
+            where = f.by_value or ", ".join(f.records) or f"**{f.problem}**" if not f.marked else "—"
+            how = (
+                f"not measured: {f.marked}"
+                if f.marked
+                else "**missing**"
+                if f.problem
+                else "value"
+                if f.by_value
+                else "reference"
+            )
             lines.append(f"| {f.section.replace('|', '/')} | {f.figure_text()} | {where} | {how} |")
     return "\n".join(lines) + "\n"
 

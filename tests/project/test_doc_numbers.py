@@ -3,7 +3,7 @@
 - a *figure* is a number with a unit of measure (ms, s, min, tok/s, MB/MiB/GB/GiB, GB/s, %, dB, x), an RTF/WER/CER
   value, or a count "N of M"; a figure bounded or set by the words before it (``at most 300 ms``, ``default 1000 ms``,
   ``≤ 400 ms``, ``every 100 ms``), or in a sentence about configuration that reports nothing, is a setting, not a
-  measurement; the rest are measured, except the few in ``NOT_MEASURED``, each with why;
+  measurement; the rest are measured, except in a table or paragraph under a line ``<!-- not measured: why -->``;
 - a measured figure needs a committed record named in its paragraph, bullet, table row or code block, or in the
   paragraph introducing its list or table, or in its section's lead paragraph: a path under bench/results/, a test
   file, or a benchmark whose bench/results/latest/NAME.json is committed; every path named must exist.
@@ -53,8 +53,9 @@ def test_the_listing_of_checked_numbers_is_what_the_docs_say():
     assert LISTING.read_text() == render(), "docs/numbers.md is out of date: run `python -m bench.doc_numbers`"
 
 
-def test_every_exception_to_the_rule_is_still_in_its_doc():
-    assert doc_numbers.unused_exemptions() == []
+def test_every_not_measured_marker_covers_a_figure():
+    idle = {doc: lines for doc in COVERED if (lines := doc_numbers.idle_markers(doc))}
+    assert not idle, f"markers `<!-- not measured: ... -->` above no figure (lines): {idle}"
 
 
 def test_a_figure_is_a_measurement_unless_bounded_or_set():
@@ -106,3 +107,9 @@ def test_blocks_carry_their_section_lead_and_list_intro():
     assert isinstance(item, Block) and item.text == "- item one\n  continued"
     assert item.context == ["Lead `bench/results/soak/`.", "Intro:"]
     assert Path(ROOT / "bench/results/soak").is_dir()
+
+
+def test_a_marker_covers_the_table_below_it_and_says_why():
+    text = "# S\n\n<!-- not measured: objectives -->\n| slo | 99% |\n| b | 95% |\n\n| c | 98% |\n"
+    got = [(b.text, b.marked) for b in blocks("x.md", text)]
+    assert got == [("| slo | 99% |", "objectives"), ("| b | 95% |", "objectives"), ("| c | 98% |", None)]
