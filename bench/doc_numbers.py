@@ -47,13 +47,13 @@ COVERED: list[str] = [
     "docs/observability.md",
     "docs/security.md",
     "docs/router.md",
+    "docs/gateway.md",
 ]
 # The docs the rule does not cover yet (issue 48's last item, doc by doc).
 NOT_YET: list[str] = [
     "docs/asr.md",
     "docs/conversation.md",
     "docs/deploy.md",
-    "docs/gateway.md",
     "docs/leases.md",
     "docs/scale.md",
     "docs/scheduling.md",
