@@ -48,6 +48,7 @@ COVERED: list[str] = [
     "docs/security.md",
     "docs/router.md",
     "docs/gateway.md",
+    "docs/scale.md",
 ]
 # The docs the rule does not cover yet (issue 48's last item, doc by doc).
 NOT_YET: list[str] = [
@@ -55,7 +56,6 @@ NOT_YET: list[str] = [
     "docs/conversation.md",
     "docs/deploy.md",
     "docs/leases.md",
-    "docs/scale.md",
     "docs/scheduling.md",
     "docs/tts.md",
 ]
@@ -72,7 +72,7 @@ BOUND = re.compile(
     r"(?:\b(?:at most|at least|up to|than|minus|under|below|above|over|every|after|per|for|with|defaults?(?: to)?"
     r"|limit|cap|capped at|budget|timeout|goal|target|threshold|max|min|maximum|minimum|between"
     r"|bound(?: is| of)?)|≤|≥|<|>|=)"
-    r"(?:\s+(?:the|a|an))?(?:\s*\d+(?:\.\d+)?\s*(?:,|/|and|or))*\W*$",  # "with 1, 4 and 8 GiB": a list, all bounds
+    r"(?:\W+(?:the|a|an))?(?:\W*\d+(?:\.\d+)?\s*(?:%|[a-zA-Z]{1,3})?\s*(?:,|/|and|or))*\W*$",  # "with 1, 4 and 8 GiB": a list, all bounds
     re.IGNORECASE,
 )
 # A sentence about configuration ...
@@ -216,7 +216,7 @@ def figures(block: Block) -> list[tuple[int, str]]:
     plain = re.sub(r'"[^"\n]*"', lambda m: " " * len(m.group()), block.text) if code else _plain(block.text)
     out = []
     for m in FIGURE.finditer(plain):
-        before = re.split(r"[;:()]|,(?! ?\d)", " ".join(plain[max(0, m.start() - 40) : m.start()].split()))[-1]
+        before = re.split(r"[;:)]|,(?! ?\d)", " ".join(plain[max(0, m.start() - 40) : m.start()].split()))[-1]
         if BOUND.search(before):
             continue
         sentence = _sentence(plain, m.start())
@@ -238,7 +238,7 @@ def records(text: str) -> tuple[list[str], list[str]]:
     found, missing = [], []
     for p in _PATH.findall(text):
         p = p.rstrip(".")
-        if "<" not in p:
+        if "<" not in p and p.rstrip("/") != "bench/results":  # the whole directory names no run
             (found if (ROOT / p).exists() else missing).append(p)
     for m in _BENCH.finditer(text):
         result = f"bench/results/latest/{next(g for g in m.groups() if g)}.json"
