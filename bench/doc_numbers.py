@@ -113,6 +113,7 @@ class Block:
     marked: str | None = None  # why its figures are not measurements (a MARKER above it)
     marker_line: int = 0
     kind: str = "para"  # para, item, row or code
+    intro: str = ""  # the paragraph introducing a list item, table row or code block
     header: str = ""  # a table row's table header (a column "default" makes every row a setting)
 
 
@@ -154,6 +155,7 @@ def blocks(doc: str, text: str) -> list[Block]:
                 marker_line,
             )
             b.kind = kind or "para"
+            b.intro = intro if kind != "para" and intro else ""
             if kind == "row":
                 header = header or body
                 b.header = header
@@ -231,10 +233,37 @@ def figures(block: Block) -> list[tuple[int, str]]:
         about_settings = SETTING.search(raw) or SETTING.search(block.header)
         if about_settings and not MEASURE.search(sentence):
             continue
-        intro = block.context[-1] if block.kind != "para" and block.context else ""
-        if ESTIMATE.search(raw) or ESTIMATE.search(block.header) or ESTIMATE.search(intro):
+        if ESTIMATE.search(raw) or ESTIMATE.search(block.header) or ESTIMATE.search(block.intro):
             continue
         out.append((m.start(), " ".join(m.group().split())))
+    return out + _cells(block)
+
+
+# A table column whose header names a unit gives it to the bare numbers under it ("| CER |" over "| 0.167 |").
+_COLUMN_UNIT = re.compile(r"\b(?P<metric>CER|WER|RTF)\b|\b(?P<unit>ms|MB|MiB|GB|GiB)\b|(?P<pct>%)|\((?P<s>s)\)")
+
+
+def _cells(block: Block) -> list[tuple[int, str]]:
+    """The figures of a table row whose column header names their unit, unless the table holds settings."""
+    if block.kind != "row" or not block.header or block.text == block.header or re.fullmatch(r"[|:\s-]+", block.text):
+        return []
+    if SETTING.search(block.header) or ESTIMATE.search(block.header) or ESTIMATE.search(block.intro):
+        return []
+    out, at = [], 0
+    heads, cells = block.header.strip().strip("|").split("|"), block.text.strip().strip("|").split("|")
+    for head, cell in zip(heads, cells, strict=False):  # a row may have fewer cells than its header
+        at = block.text.index(cell, at) if cell else at
+        value = cell.strip().strip("*")
+        unit = _COLUMN_UNIT.search(head)
+        unit = None if unit and re.search(r"\d\s*" + re.escape(unit.group()), head) else unit  # "24 GB cards": a label
+        if unit and re.fullmatch(r"-?\d[\d,]*(?:\.\d+)?", value):
+            metric = unit["metric"]
+            out.append(
+                (
+                    at + cell.index(value),
+                    f"{metric} {value}" if metric else f"{value} {unit['unit'] or unit['pct'] or 's'}",
+                )
+            )
     return out
 
 

@@ -71,6 +71,9 @@ def test_a_figure_is_a_measurement_unless_bounded_or_set():
         "19 min 22 s",
     ]
     assert _figures("Set `x` to `300 ms`; see [it](#a-2026-11-29-5-ms).") == []  # inline code, link targets
+    table = "| run | CER | wall (s) | 24 GB cards |\n|---|---|---|---|\n| a | **0.167** | 2.5 | 3 |\n"
+    assert _figures(table) == ["CER 0.167", "2.5 s"]  # a column's unit; "24 GB cards" is a label
+    assert _figures("| key | default |\n|---|---|\n| `x_ms` | 300 ms |\n") == []  # a table of defaults
 
 
 def test_a_paragraph_names_its_records_and_missing_paths_are_found():
