@@ -71,9 +71,13 @@ FIGURE = re.compile(
 BOUND = re.compile(
     r"(?:\b(?:at most|at least|up to|than|minus|under|below|above|over|every|after|per|for|with|defaults?(?: to)?"
     r"|limit|cap|capped at|budget|timeout|goal|target|threshold|max|min|maximum|minimum|between"
-    r"|bound(?: is| of)?|interval|period)|≤|≥|<|>|=)"
+    r"|bound(?: is| of)?|interval|period|sets?|set to|use|sends?|longest|shortest)|≤|≥|<|>|=)"
     r"(?:\W+(?:the|a|an))?(?:\W*\d+(?:\.\d+)?\s*(?:%|[a-zA-Z]{1,3})?\s*(?:,|/|and|or))*\W*$",  # "with 1, 4 and 8 GiB": a list, all bounds
     re.IGNORECASE,
+)
+# Words just after a figure that make it the size of an input: "200 ms of silence", "40 ms frames".
+INPUT = re.compile(
+    r"\s*(?:of (?:silence|audio|speech|tensors)\b|(?:frames?|chunks?|pieces?|messages?|windows?|steps?)\b)"
 )
 # A sentence about configuration ...
 SETTING = re.compile(
@@ -209,12 +213,17 @@ def _plain(text: str) -> str:
     """The text with inline code, link targets and HTML comments blanked (same length: offsets stay)."""
     text = re.sub(r"<!--.*?-->", lambda m: " " * len(m.group()), text, flags=re.S)
     text = re.sub(r"`[^`\n]*`", lambda m: " " * len(m.group()), text)
+    text = re.sub(r'"[^"]{0,300}"', lambda m: re.sub(r"[^\n]", " ", m.group()), text)  # a quoted message or utterance
     return re.sub(r"\]\([^)\s]*\)", lambda m: "]" + " " * (len(m.group()) - 1), text)
 
 
+# Where a sentence ends: ". " (not after e.g., i.e., vs., etc.), "; ", ": " before a capital, a blank line, a cell.
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\betc)[.!?]\s+|;\s+|:\s+(?=[A-Z*`(\[])|\n\s*\n|\|")
+
+
 def _sentence(text: str, at: int) -> str:
-    starts = [m.end() for m in re.finditer(r"[.!?:;]\s+(?=[A-Z*(\[`])|\n\s*\n|\|", text[:at])]
-    ends = [m.start() for m in re.finditer(r"[.!?;]\s+(?=[A-Z*(\[`])|\||$", text[at:])]
+    starts = [m.end() for m in _SENTENCE_END.finditer(text[:at])]
+    ends = [m.start() for m in _SENTENCE_END.finditer(text[at:])]
     return text[(starts[-1] if starts else 0) : at + (ends[0] if ends else len(text) - at)]
 
 
@@ -228,12 +237,14 @@ def figures(block: Block) -> list[tuple[int, str]]:
         said_measured = re.match(r"\W{0,2}measured\b", plain[m.end() :])
         if BOUND.search(before) and not said_measured:  # "bound (54.6 GB/s measured)" is a result
             continue
+        if INPUT.match(plain[m.end() :]):  # "200 ms of silence", "20 ms frames": what was fed, not what came out
+            continue
         sentence = _sentence(plain, m.start())
         raw = _raw_sentence(block.text, m.start())
-        about_settings = SETTING.search(raw) or SETTING.search(block.header)
-        if about_settings and not MEASURE.search(sentence):
+        head = _column_header(block, m.start())
+        if (SETTING.search(raw) or SETTING.search(head)) and not MEASURE.search(sentence):
             continue
-        if ESTIMATE.search(raw) or ESTIMATE.search(block.header) or ESTIMATE.search(block.intro):
+        if ESTIMATE.search(raw) or ESTIMATE.search(head) or ESTIMATE.search(block.intro):
             continue
         out.append((m.start(), " ".join(m.group().split())))
     return out + _cells(block)
@@ -247,13 +258,15 @@ def _cells(block: Block) -> list[tuple[int, str]]:
     """The figures of a table row whose column header names their unit, unless the table holds settings."""
     if block.kind != "row" or not block.header or block.text == block.header or re.fullmatch(r"[|:\s-]+", block.text):
         return []
-    if SETTING.search(block.header) or ESTIMATE.search(block.header) or ESTIMATE.search(block.intro):
+    if ESTIMATE.search(block.intro):
         return []
     out, at = [], 0
     heads, cells = block.header.strip().strip("|").split("|"), block.text.strip().strip("|").split("|")
     for head, cell in zip(heads, cells, strict=False):  # a row may have fewer cells than its header
         at = block.text.index(cell, at) if cell else at
         value = cell.strip().strip("*")
+        if SETTING.search(head) or ESTIMATE.search(head):
+            continue
         unit = _COLUMN_UNIT.search(head)
         unit = None if unit and re.search(r"\d\s*" + re.escape(unit.group()), head) else unit  # "24 GB cards": a label
         if unit and re.fullmatch(r"-?\d[\d,]*(?:\.\d+)?", value):
@@ -265,6 +278,15 @@ def _cells(block: Block) -> list[tuple[int, str]]:
                 )
             )
     return out
+
+
+def _column_header(block: Block, at: int) -> str:
+    """The header cell over the table cell at ``at`` ("" outside a table)."""
+    if block.kind != "row" or not block.header:
+        return ""
+    heads = block.header.strip().strip("|").split("|")
+    column = block.text[:at].count("|") - (1 if block.text.lstrip().startswith("|") else 0)
+    return heads[column] if 0 <= column < len(heads) else ""
 
 
 def _raw_sentence(text: str, at: int) -> str:
