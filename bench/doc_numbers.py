@@ -79,7 +79,7 @@ BOUND = re.compile(
 # "30 s limit".
 INPUT = re.compile(
     r"\s*(?:of (?:silence|audio|speech|tensors)\b|(?:frames?|chunks?|pieces?|messages?|windows?|steps?)\b"
-    r"|(?:limit|timeout|deadline|budget|cap)\b)"
+    r"|(?:limit|timeout|deadline|budget|cap|by default)\b)"
 )
 # A sentence about configuration ...
 SETTING = re.compile(
@@ -233,6 +233,8 @@ def _sentence(text: str, at: int) -> str:
 
 def figures(block: Block) -> list[tuple[int, str]]:
     """The measured figures of a block: (offset, text)."""
+    if block.kind == "row" and block.text == block.header:  # a table's header row: labels
+        return []
     code = block.text.lstrip().startswith("```")  # a code block: its quoted strings are a config's values
     plain = re.sub(r'"[^"\n]*"', lambda m: " " * len(m.group()), block.text) if code else _plain(block.text)
     out = []

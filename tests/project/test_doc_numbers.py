@@ -61,7 +61,7 @@ def test_every_not_measured_marker_covers_a_figure():
 def test_a_figure_is_a_measurement_unless_bounded_or_set():
     assert _figures("The final came 799 ms after speech end.") == ["799 ms"]
     assert _figures("It waits at most 300 ms, every 100 ms, ≤ 400 ms, for 30 minutes, with 1, 4 and 8 GiB.") == []
-    assert _figures("Set `moss_sts.turn_commit_ms` (default 250 ms) to wait longer; hangover 400 ms.") == []
+    assert _figures("Set `moss_sts.turn_commit_ms` (default 250 ms); the hangover is 400 ms by default.") == []
     assert _figures("The default hangover gave a median of 412 ms on 2026-11-29.") == ["412 ms"]
     assert _figures("Reload copies at the H2D bound (54.6 GB/s measured); budget (5 % or 1 %).") == ["54.6 GB/s"]
     assert _figures("15 of 20 picked right, RTF 0.206, WER 2.1%, 19 min\n22 s in all.") == [
