@@ -7,26 +7,41 @@ not what the docs say now.
 The rule, in three steps:
 
 1. **A figure** is a number with a unit of measure (ms, s, min, µs, tok/s, MB/MiB/GB/GiB, GB/s, %, dB, x or × for
-   ratios), an RTF/WER/CER value (``RTF 0.206``), or a count "N of M" (``7 of 15``), in prose, tables or code
-   blocks, outside inline code (`` `...` `` holds settings, names and commands) and outside link targets.
-2. **It is a setting, not a measurement,** when the words just before it bound or set it (``at most 300 ms``,
-   ``default 1000 ms``, ``every 100 ms``, ``≤ 400 ms``: ``BOUND``), when it is a range written ``a..b`` or a rate
-   that sets (``8–48 kHz`` has no unit here), or when its sentence is about configuration (``default``, a config
-   key such as ``moss_sts.turn_commit_ms``) and reports nothing (no ``measured``, ``median``, ``p95``, a date, ...:
-   ``MEASURE``). Where the rule reads a table or paragraph of settings as measured (a table of SLO objectives, a
-   test's scenario), a line ``<!-- not measured: why -->`` above it says so (``MARKER``); the listing shows why.
+   ratios), an RTF/WER/CER value (``RTF 0.206``), a count "N of M" (``7 of 15``), or a bare number in a table column
+   whose header names its unit (``| CER |`` over ``| 0.167 |``), in prose, tables or code blocks; not inside inline
+   code (settings, names, commands), quoted strings (messages, utterances), link targets or a table's header row.
+2. **It is a setting, not a measurement,** when
+   - the words just before it bound or set it (``at most 300 ms``, ``default 1000 ms``, ``every 100 ms``, ``≤ 400
+     ms``, ``a floor of 2 s``: ``BOUND``), unless it is said to be measured right after (``(54.6 GB/s measured)``);
+   - the words just after it make it the size of an input or a limit (``200 ms of silence``, ``40 ms frames``, ``a
+     30 s limit``, ``3 s by default``: ``INPUT``);
+   - its sentence is about configuration (``default``, a config key such as ``moss_sts.turn_commit_ms`` or
+     ``health_probe_interval_seconds``, a code constant such as ``PAD_BEFORE``: ``SETTING``) and reports nothing
+     (no ``measured``, ``median``, ``p95``, a date, ...: ``MEASURE``), or its table column's header names a default,
+     a bound or a goal (``HEADER_SETTING``);
+   - its sentence, its column's header or the paragraph introducing its list or table says it is an estimate
+     (``ESTIMATE``).
+   Where the rule still reads a table, list or paragraph of settings as measured (a test's scenario, a page's frame
+   sizes), a line ``<!-- not measured: why -->`` above it says so (``MARKER``, up to the next blank line); the
+   listing shows why, and a marker over no figure fails the test.
 3. **Every other figure needs a record**: the paragraph, bullet, table row or code block it sits in — or the
    paragraph that introduces its list or table, or its section's lead paragraph — names one that exists in the
-   repository: a path under ``bench/results/`` (file or directory), a test file ``tests/....py``, or a benchmark
-   (``bench/NAME.py``, ``python -m bench.run NAME``, ``make bench NAME``, ``python -m bench.NAME``) whose committed
-   result ``bench/results/latest/NAME.json`` exists.
+   repository: a path under ``bench/results/`` (a file or a directory, not ``bench/results/`` itself; a link
+   ``../bench/results/...`` counts), a test file ``tests/....py``, or a benchmark (``bench/NAME.py``, ``python -m
+   bench.run NAME``, ``make bench NAME``, ``python -m bench.NAME``) whose committed result
+   ``bench/results/latest/NAME.json`` exists. A named path that does not exist is an error (a placeholder such as
+   ``bench/results/gpu/<card>/`` names nothing).
 
 Checked by value, where it can be: when a named record is text (.json .md .txt .log .tsv .csv; a directory: every
-such file in it), the figure's value must be found in it: the figure's text itself, or a number in the record that
-rounds to the figure at the figure's precision (for times also in s <-> ms; for % also as a fraction). A figure with
-one significant digit (``4 %``, ``2 s``) matches any record by chance, so it is checked by reference only, and so is
-every figure whose record is a test or code. The listing says which figures were found by value and which stand on
-their reference only: a reference-only figure is still a figure whose paragraph names its run.
+such file in it), the figure is looked for in it, the record named nearest the figure first: as written (also
+``7/15`` for ``7 of 15``, ``18:27`` for ``18 min 27 s``), or as a number that rounds to the figure at its precision
+(times also in s <-> ms, % also as a fraction, sizes also in bytes). A figure with one significant digit or a whole
+number under 100 (``4 %``, ``17 min``) is found only as written: as a number it is in any record by chance. The
+listing says which figures were found by value and which stand on their reference only (a test, code, a record
+that writes the figure otherwise, or a figure derived from the record, such as a difference or a ratio).
+
+Not caught: counts written ``N/M``, and a number with no unit outside a table column that names one (a
+probability, a load average).
 """
 
 from __future__ import annotations
@@ -71,7 +86,8 @@ FIGURE = re.compile(
 BOUND = re.compile(
     r"(?:\b(?:at most|at least|up to|than|minus|under|below|above|over|every|after|per|for|with|defaults?(?: to)?"
     r"|limit|cap|capped at|budget|timeout|goal|target|threshold|max|min|maximum|minimum|between"
-    r"|bound(?: is| of)?|floor(?: of)?|interval(?: of)?|pauses? of|hangover|period|sets?|set to|use|sends?|longest|shortest)|≤|≥|<|>|=)"
+    r"|bound(?: is| of)?|floor(?: of)?|interval(?: of)?|pauses? of|hangover|period"
+    r"|sets?|set to|use|sends?|longest|shortest)|≤|≥|<|>|=)"
     r"(?:\W+(?:the|a|an))?(?:\W*\d+(?:\.\d+)?\s*(?:%|[a-zA-Z]{1,3})?\s*(?:,|/|and|or))*\W*$",  # "with 1, 4 and 8 GiB": a list, all bounds
     re.IGNORECASE,
 )

@@ -1,9 +1,11 @@
 """Issue 48: no README or docs number lacks a committed run. The rule is bench/doc_numbers.py's (read its docstring):
 
 - a *figure* is a number with a unit of measure (ms, s, min, tok/s, MB/MiB/GB/GiB, GB/s, %, dB, x), an RTF/WER/CER
-  value, or a count "N of M"; a figure bounded or set by the words before it (``at most 300 ms``, ``default 1000 ms``,
-  ``≤ 400 ms``, ``every 100 ms``), or in a sentence about configuration that reports nothing, is a setting, not a
-  measurement; the rest are measured, except in a table or paragraph under a line ``<!-- not measured: why -->``;
+  value, a count "N of M", or a bare number under a table column that names its unit; it is a setting, not a
+  measurement, when the words before it bound or set it (``at most 300 ms``, ``default 1000 ms``, ``every 100 ms``),
+  the words after it make it an input or a limit (``200 ms of silence``, ``30 s limit``), its sentence is about
+  configuration and reports nothing, its column's header names a default or a bound, or it is said to be an
+  estimate; the rest are measured, except in a table, list or paragraph under a line ``<!-- not measured: why -->``;
 - a measured figure needs a committed record named in its paragraph, bullet, table row or code block, or in the
   paragraph introducing its list or table, or in its section's lead paragraph: a path under bench/results/, a test
   file, or a benchmark whose bench/results/latest/NAME.json is committed; every path named must exist.
@@ -71,6 +73,8 @@ def test_a_figure_is_a_measurement_unless_bounded_or_set():
         "19 min 22 s",
     ]
     assert _figures("Set `x` to `300 ms`; see [it](#a-2026-11-29-5-ms).") == []  # inline code, link targets
+    assert _figures('It feeds 200 ms of silence in 40 ms frames (a 30 s limit); "retry in 0.4 s", it says.') == []
+    assert _figures("The context costs ~0.3 GB (an estimate). It took 0.3 GB.") == ["0.3 GB"]
     table = "| run | CER | wall (s) | 24 GB cards |\n|---|---|---|---|\n| a | **0.167** | 2.5 | 3 |\n"
     assert _figures(table) == ["CER 0.167", "2.5 s"]  # a column's unit; "24 GB cards" is a label
     assert _figures("| key | default |\n|---|---|\n| `x_ms` | 300 ms |\n") == []  # a table of defaults
