@@ -53,10 +53,7 @@ QUOTED_TABLES: list[tuple[str, str, str]] = [
 # Quoted runs whose measured code (bench/freshness.py MEASURES) changed after the commit they ran at: benchmark -> that
 # commit. tests/project/test_bench_claims.py checks this against git; a re-run (python -m bench.run NAME) takes a
 # benchmark off it.
-STALE: dict[str, str] = {
-    "conversation": "3a72c80",
-    "memory": "8970fc6",
-}
+STALE: dict[str, str] = {}
 
 
 def _report(reports: dict, bench: str) -> dict:

@@ -418,6 +418,8 @@ def barge_in_trial(caller: Caller, turn_set: TurnSet, trial) -> dict:
     )
     if by_barge_in:
         record["cue_start_to_interrupted_s"] = cut[0][0] - cue_start
+        # From the end of its last word too: a recognizer hears a word once most of its sound is there (docs/asr.md)
+        record["cue_end_to_interrupted_s"] = cut[0][0] - cue_said.spoken_at(cue.speech_end_ms)
         record["cue_start_to_last_reply_audio_s"] = max(audio_before) - cue_start if audio_before else None
         record["cue_start_to_playback_stop_s"] = caller.last_played.get(reply_turn, cut[0][0]) - cue_start
     elif reply_turn not in caller.turns_ended(first_turn):
@@ -611,6 +613,7 @@ def report(passes: dict[str, list[dict]], trials: list[dict], trials_mode: str):
     backchannels = [t for t in done if t["kind"] == "backchannel" and not t["reply_ended_before_cue_end"]]
     echoes = [t for t in done if t["kind"] == "echo"]
     to_event = [t["cue_start_to_interrupted_s"] for t in stopped]
+    from_end = [t["cue_end_to_interrupted_s"] for t in stopped if "cue_end_to_interrupted_s" in t]
     # Reply audio received after the stop word began; 0 when the last of it came before (a gap between segments, or
     # all of it sent ahead of playback): nothing was left to stop. The raw record keeps the negative figure.
     last_audio = [
@@ -634,6 +637,7 @@ def report(passes: dict[str, list[dict]], trials: list[dict], trials_mode: str):
     ]
     barge_in = {
         "stop word start -> interrupted p50 / p95": _p50_p95(to_event),
+        "stop word end -> interrupted p50 / p95": _p50_p95(from_end),
         "stop word start -> last reply audio received p50 / p95": _p50_p95(to_audio),
         "stop words that did not interrupt": _pct(len(stops) - len(stopped), len(stops)),
         "backchannels that interrupted": _pct(sum(t["interrupted"] for t in backchannels), len(backchannels)),

@@ -155,6 +155,7 @@ class Gateway:
         app.router.add_get("/v1/realtime", self.realtime)
         app.router.add_post("/v1/realtime/client_secrets", self.mint_client_secret)
         app.router.add_post("/v1/realtime/calls", self.realtime_calls)
+        app.router.add_get("/v1/realtime/ice_servers", self.realtime_ice_servers)
         app.router.add_post("/v1/realtime/calls/{call_id}/hangup", self.realtime_hangup)
         app.router.add_post("/v1/audio/speech", self.speech)
         app.router.add_post("/v1/audio/transcriptions", self.transcriptions)
@@ -669,6 +670,17 @@ class Gateway:
         location = f"/v1/realtime/calls/{call_id}"
         response = web.Response(status=201, text=answer, content_type="application/sdp", headers={"Location": location})
         return self._count("realtime_calls", response)
+
+    async def realtime_ice_servers(self, request: web.Request) -> web.Response:
+        """The ICE servers a WebRTC client should create its peer connection with (gateway.webrtc_client_ice_servers,
+        as RTCIceServer dictionaries, TURN credentials included), for whoever may place a call: the same checks as
+        POST /v1/realtime/calls. Not an OpenAI route: OpenAI's servers need no relay to be reached; ours may."""
+        auth = self.authorize_realtime(request)
+        if auth.refused is not None:
+            return self._count("realtime_ice_servers", auth.refused)
+        servers = [server.for_client() for server in self.section.webrtc_client_ice_servers]
+        response = web.json_response({"ice_servers": servers}, headers={"Cache-Control": "no-store"})
+        return self._count("realtime_ice_servers", response)
 
     async def _run_call(self, call_id: str, transport, connection: RealtimeConnection) -> None:
         try:

@@ -129,22 +129,23 @@ class WebSocketTransport:
 
 @dataclass
 class Decoder:
-    """Client audio (its format) -> s16le at the fleet's input rate, seamless across appends."""
+    """Client audio (its format) -> s16le at the fleet's input rate, seamless across appends, each append's audio
+    out with it (audio.LiveResampler: the recognizer hears the caller's speech end when it comes)."""
 
     kind: str
-    resampler: audio.StreamResampler = field(init=False)
+    resampler: audio.LiveResampler = field(init=False)
 
     def __post_init__(self):
-        self.resampler = audio.StreamResampler(FORMAT_RATES[self.kind], FLEET_INPUT_RATE)
+        self.resampler = audio.LiveResampler(FORMAT_RATES[self.kind], FLEET_INPUT_RATE)
 
-    def decode(self, data: bytes, last: bool = False) -> bytes:
+    def decode(self, data: bytes) -> bytes:
         if self.kind == "audio/pcmu":
             pcm = audio.ulaw_decode(data)
         elif self.kind == "audio/pcma":
             pcm = audio.alaw_decode(data)
         else:
             pcm = data
-        return self.resampler.feed(pcm, last=last)
+        return self.resampler.feed(pcm)
 
 
 @dataclass
@@ -443,8 +444,7 @@ class RealtimeConnection:
             return
         if not self.transcribing:
             self._one_turn_held()
-        self.buffer += self.decoder.decode(b"", last=True)
-        self.decoder = Decoder(self.settings.input_format)
+        self.decoder = Decoder(self.settings.input_format)  # the next buffer starts afresh
         ms = len(self.buffer) * 1000 // 2 // FLEET_INPUT_RATE
         if ms < MIN_COMMIT_MS:
             raise RealtimeError(
@@ -633,8 +633,7 @@ class RealtimeConnection:
                     raw = base64.b64decode(part["audio"], validate=True)
                 except (binascii.Error, ValueError):
                     raise RealtimeError(f"Invalid value for '{where}.audio': not base64.", f"{where}.audio") from None
-                decoder = Decoder(self.settings.input_format)
-                pcm += decoder.decode(raw) + decoder.decode(b"", last=True)
+                pcm += Decoder(self.settings.input_format).decode(raw)
             else:
                 raise RealtimeError(
                     f"Invalid value for '{where}': input_text with a text, or input_audio with base64 audio"

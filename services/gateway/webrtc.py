@@ -34,6 +34,7 @@ from aiortc.sdp import SessionDescription
 from av import AudioFrame
 
 from services.common import audio
+from services.common.config.gateway import IceServer
 from services.common.metrics import GATEWAY_BYTES
 from services.gateway.realtime_config import FLEET_INPUT_RATE, FLEET_OUTPUT_RATE, RealtimeError
 from services.gateway.session import ClientGone
@@ -95,10 +96,17 @@ def check_offer(sdp: str) -> None:
             raise CallError("sdp", f"sdp: the {m.kind} section has no DTLS fingerprint (a=fingerprint)")
 
 
-def peer_connection(ice_servers: list[str]) -> RTCPeerConnection:
-    """A peer connection with the configured STUN/TURN servers (none by default: host candidates only; aiortc would
-    otherwise ask a public STUN server)."""
-    return RTCPeerConnection(RTCConfiguration(iceServers=[RTCIceServer(urls=u) for u in ice_servers]))
+def ice_server(server: IceServer) -> RTCIceServer:
+    """A configured STUN/TURN server as aiortc's RTCIceServer (a TURN server with its long-term credential)."""
+    credential = server.credential.get_secret_value()
+    return RTCIceServer(urls=list(server.urls), username=server.username or None, credential=credential or None)
+
+
+def peer_connection(ice_servers: list[IceServer]) -> RTCPeerConnection:
+    """A peer connection with the configured STUN/TURN servers (gateway.webrtc_ice_servers; none by default: host
+    candidates only, as aiortc would otherwise ask a public STUN server). With a TURN server, the answer also carries
+    the relay's address (a relay candidate); every call holds its own allocation on the relay while it lasts."""
+    return RTCPeerConnection(RTCConfiguration(iceServers=[ice_server(s) for s in ice_servers]))
 
 
 class ReplyTrack(MediaStreamTrack):
@@ -354,7 +362,7 @@ class WebRTCTransport:
                 return
             if frame.sample_rate != rate:
                 rate = frame.sample_rate
-                resampler = audio.StreamResampler(rate, FLEET_INPUT_RATE)
+                resampler = audio.LiveResampler(rate, FLEET_INPUT_RATE)  # nothing held back (its docstring)
             x = mono_s16(frame)
             GATEWAY_BYTES.labels("in", self.route).inc(x.nbytes)
             pending += resampler.feed(x.tobytes())

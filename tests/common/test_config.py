@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import jsonschema
@@ -189,3 +190,81 @@ def test_moss_listening_through_an_asr_that_cannot_fit_beside_it_is_refused_nami
     assert load_config(write(tmp_path, MOSS_AND_ASR_ON_A_CARD + "router: {leases: {capacity_gb: 48}}\n"), env={})
     local = small_card.replace("asr: remote", "asr: local")
     assert load_config(write(tmp_path, local), env={}).moss_sts.asr == "local"
+
+
+# --- gateway.webrtc_ice_servers: STUN URLs and TURN servers with their credential -------------------------------
+TURN = "{urls: 'turn:turn.example.org:3478', username: voicefleet, credential: hush-3f9a}"
+
+
+def test_ice_servers_take_url_strings_and_turn_servers_with_credentials(tmp_path):
+    text = f"gateway: {{webrtc_ice_servers: ['stun:stun.example.org:3478', {TURN}]}}"
+    stun, turn = load_config(write(tmp_path, text), env={}).gateway.webrtc_ice_servers
+    assert stun.urls == ["stun:stun.example.org:3478"] and not stun.turn and stun.username == ""
+    assert turn.urls == ["turn:turn.example.org:3478"] and turn.turn and turn.username == "voicefleet"
+    assert turn.credential.get_secret_value() == "hush-3f9a"
+    # The environment's form (YAML in one variable), and the client list with several URLs per server.
+    env = {
+        "VOICEFLEET_GATEWAY__WEBRTC_CLIENT_ICE_SERVERS": "[{urls: ['turn:203.0.113.7:3478', "
+        "'turn:203.0.113.7:3478?transport=tcp', 'turns:relay.example.org'], username: u, credential: p}, stun:s:19302]"
+    }
+    servers = load_config(env=env).gateway.webrtc_client_ice_servers
+    assert [s.urls for s in servers] == [
+        ["turn:203.0.113.7:3478", "turn:203.0.113.7:3478?transport=tcp", "turns:relay.example.org"],
+        ["stun:s:19302"],
+    ]
+    assert servers[0].for_client() == {"urls": servers[0].urls, "username": "u", "credential": "p"}
+    assert servers[1].for_client() == {"urls": ["stun:s:19302"]}
+    # "a,b" (what the field took before it took objects) is still two URLs.
+    env = {"VOICEFLEET_GATEWAY__WEBRTC_CLIENT_ICE_SERVERS": "stun:a:3478,stun:b:3478"}
+    assert [s.urls for s in load_config(env=env).gateway.webrtc_client_ice_servers] == [
+        ["stun:a:3478"],
+        ["stun:b:3478"],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("servers", "says"),
+    [
+        ("['turn:turn.example.org:3478']", "webrtc_ice_servers[0].username: required for turn: and turns: URLs"),
+        ("[{urls: 'turns:t.example.org', username: u}]", "webrtc_ice_servers[0].credential: required for turn:"),
+        ("[{urls: 'turn:t:3478', credential: hush-3f9a}]", "webrtc_ice_servers[0].username: required for turn:"),
+        ("[{urls: 'turn:t:3478', username: u, credential: [hush-3f9a]}]", "[0].credential: must be a string"),
+        ("[{username: u, credential: hush-3f9a}]", "webrtc_ice_servers[0].urls: required"),
+        ("[{urls: 'turn:t:3478', username: u, credential: hush-3f9a, password: x}]", "[0].password: unknown field"),
+        ("['http://stun.example.org']", "[0].urls: each must be stun:host[:port], turn:host"),
+        ("['stuns:stun.example.org']", "[0].urls: each must be"),  # aiortc never uses stuns:
+        ("['turn:t:3478?transport=tls']", "[0].urls: each must be"),  # aiortc drops it in silence
+        ("['stun:stun.example.org:70000']", "[0].urls: port must be 1..65535"),
+        ("['stun:s:3478?transport=udp']", "[0].urls: a stun: URL has no transport"),
+        ("['turns:t:5349?transport=udp']", "[0].urls: turns: is TLS over TCP"),
+        ("['stun:a:3478', 'stun:b:3478']", "webrtc_ice_servers: at most one STUN URL (aiortc uses only the first)"),
+        (f"[{TURN}, {TURN}]", "webrtc_ice_servers: at most one TURN URL"),
+    ],
+)
+def test_bad_ice_servers_fail_naming_the_field_and_never_the_credential(tmp_path, servers, says):
+    with pytest.raises(ConfigError) as refused:
+        load_config(write(tmp_path, f"gateway: {{webrtc_ice_servers: {servers}}}"), env={})
+    assert str(refused.value).startswith("gateway.webrtc_ice_servers") and says in str(refused.value)
+    assert "hush-3f9a" not in str(refused.value)
+
+
+def test_the_turn_credential_is_shown_nowhere(tmp_path, caplog):
+    config = load_config(
+        write(tmp_path, f"gateway: {{webrtc_ice_servers: [{TURN}], webrtc_client_ice_servers: [{TURN}]}}"), env={}
+    )
+    shown = [repr(config), str(config), repr(config.gateway), config.model_dump_json(), str(config.model_dump())]
+    shown.append(json.dumps(config.gateway.model_dump(mode="json")))
+    for text in shown:
+        assert "hush-3f9a" not in text and "**********" in text
+    logging.getLogger("voicefleet.test").warning("config: %s / %r", config.gateway, config.gateway.webrtc_ice_servers)
+    assert "hush-3f9a" not in caplog.text and "**********" in caplog.text
+
+
+def test_the_schema_takes_both_forms_of_ice_server():
+    schema = json.loads(SCHEMA.read_text())
+    good = {
+        "gateway": {"webrtc_ice_servers": ["stun:s:3478", {"urls": "turn:t:3478", "username": "u", "credential": "p"}]}
+    }
+    jsonschema.validate(good, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"gateway": {"webrtc_ice_servers": [{"urls": "turn:t", "password": "p"}]}}, schema)

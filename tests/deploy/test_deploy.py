@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from services.common import metrics
@@ -140,3 +141,70 @@ def test_dashboard_and_rules_use_defined_metric_names():
     base = {re.sub(r"_(bucket|count|sum|total)$", "", u) for u in used}
     unknown = {u for u in base if u not in defined and u.removesuffix("_total") not in defined}
     assert not unknown, f"dashboards/rules use metrics the code does not define: {unknown}"
+
+
+def interpolate(value, env: dict):
+    """Compose's variable substitution (${VAR}, ${VAR:-default}, ${VAR:?error}) over a parsed compose file."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def one(m: re.Match) -> str:
+        name, op, arg = m["name"], m["op"], m["arg"]
+        if env.get(name):
+            return env[name]
+        if op == ":?":
+            raise LookupError(f"{name}: {arg}")
+        return arg if op == ":-" else ""
+
+    return re.sub(r"\$\{(?P<name>\w+)(?:(?P<op>:[-?])(?P<arg>[^}]*))?\}", one, value)
+
+
+def test_the_webrtc_override_runs_a_pinned_relay_wired_to_the_gateway():
+    """deploy/compose.webrtc.yaml: coturn (pinned) with its UDP port and a bounded relay range published, its
+    password required from the environment (no default in any file), and the gateway's config naming the relay: by
+    compose name for its own peer, by the published address for browsers. The default stack has none of it."""
+    raw = yaml.safe_load((DEPLOY / "compose.webrtc.yaml").read_text())
+    assert set(raw["services"]) == {"turn", "gateway"}
+    assert "turn" not in compose_file()["services"] and "environment" not in compose_file()["services"]["gateway"]
+    text = (DEPLOY / "compose.webrtc.yaml").read_text() + (DEPLOY / "compose.yaml").read_text()
+    text += (DEPLOY / ".env").read_text()
+    uses = re.findall(r"\$\{VOICEFLEET_TURN_PASSWORD([^}]*)\}", text)
+    assert uses and all(use.startswith(":?") for use in uses), "the password is required, with no default"
+    assert not re.search(r"VOICEFLEET_TURN_PASSWORD=[^$]", text), "no password is committed"
+    with pytest.raises(LookupError, match="VOICEFLEET_TURN_PASSWORD"):
+        interpolate(raw, {})
+
+    override = interpolate(raw, {"VOICEFLEET_TURN_PASSWORD": "0123abcd"})
+    turn = override["services"]["turn"]
+    assert re.fullmatch(r"coturn/coturn:\d+\.\d+\.\d+", turn["image"]), f"pin coturn: {turn['image']}"
+    assert turn["restart"] == "unless-stopped" and turn["deploy"]["resources"]["limits"]["memory"]
+    options = dict(arg.removeprefix("--").partition("=")[::2] for arg in turn["command"])
+    assert options["user"] == "voicefleet:0123abcd" and "lt-cred-mech" in options and options["realm"]
+    assert "-n" in options, "turnserver reads no config file of the image's: every option is in the command"
+    low, high = int(options["min-port"]), int(options["max-port"])
+    assert 0 < high - low <= 100, "a bounded relay range (Docker publishes each port)"
+    listen = int(options["listening-port"])
+    assert turn["ports"] == [f"127.0.0.1:{listen}:{listen}/udp", f"127.0.0.1:{low}-{high}:{low}-{high}/udp"]
+    assert options["external-ip"] == "127.0.0.1"
+
+    gateway = override["services"]["gateway"]
+    assert gateway["depends_on"] == {"turn": {"condition": "service_started"}}
+    config = load_config(DEPLOY / "voicefleet.yaml", env=gateway["environment"]).gateway
+    (own,) = config.webrtc_ice_servers
+    (client,) = config.webrtc_client_ice_servers
+    assert own.urls == [f"turn:turn:{listen}"], "the gateway's peer reaches the relay by compose name"
+    assert client.urls == [f"turn:{options['external-ip']}:{listen}"], "browsers reach it where it is published"
+    for server in (own, client):
+        assert f"{server.username}:{server.credential.get_secret_value()}" == options["user"]
+
+    # Set for the host's public address and every interface, the relay says so and is published there.
+    env = {"VOICEFLEET_TURN_PASSWORD": "0123abcd", "VOICEFLEET_TURN_EXTERNAL_IP": "203.0.113.7"}
+    override = interpolate(raw, {**env, "VOICEFLEET_TURN_BIND": "0.0.0.0"})
+    assert "--external-ip=203.0.113.7" in override["services"]["turn"]["command"]
+    assert all(p.startswith("0.0.0.0:") for p in override["services"]["turn"]["ports"])
+    config = load_config(DEPLOY / "voicefleet.yaml", env=override["services"]["gateway"]["environment"]).gateway
+    assert config.webrtc_client_ice_servers[0].urls == [f"turn:203.0.113.7:{listen}"]

@@ -208,7 +208,11 @@ function onEvent(m) {
 
 // --- Talk over WebRTC: OpenAI's browser flow (docs/gateway.md#webrtc-post-v1realtimecalls) ----------------------------
 async function startWebRTC() {
-  pc = new RTCPeerConnection();
+  // The STUN/TURN servers the gateway gives clients (gateway.webrtc_client_ice_servers; [] by default): a TURN relay
+  // is how a browser reaches a gateway whose own addresses it cannot reach (in a container, behind NAT).
+  const ice = await fetch("/v1/realtime/ice_servers", { headers: authHeaders() });
+  const iceServers = ice.ok ? (await ice.json()).ice_servers : []; // refused: the call's POST says why
+  pc = new RTCPeerConnection({ iceServers });
   pc.ontrack = (e) => {
     const stream = e.streams[0] || new MediaStream([e.track]);
     // Chrome hands a remote track to Web Audio only while a media element holds it too; the element is muted and
