@@ -112,7 +112,7 @@ ROOM_CASES = [(50, -6), (120, -12), (120, -6)]  # the room's loudest echoes (the
 @pytest.mark.parametrize(("delay_ms", "level_db"), ROOM_CASES, ids=[f"{d}ms-{-lv}dB" for d, lv in ROOM_CASES])
 async def test_echo_through_a_room_is_cancelled_too(voices, engine, delay_ms, level_db):
     """A speakerphone's echo is the room's too (a reverberant tail, not a pure delay). At 250 ms in this room AEC3
-    keeps only ~13 dB and a stray word got through once (docs/conversation.md), so that case is measured, not held."""
+    suppresses less and a stray word got through in a run that was not committed, so that case is left out here."""
     reply, _ = voices
     line = echo_line.call(reply, delay_ms, level_db, room=True)
     assert await heard(engine, line.out) == (0, "")
