@@ -51,7 +51,7 @@ def carry(tmp_path_factory) -> tuple[Path, dict]:
 def unpacked(carry, tmp_path_factory) -> Path:
     out, _ = carry
     into = tmp_path_factory.mktemp("unpacked")
-    for archive in ("site.tar.xz", "tiny-en-int8.tar.gz"):
+    for archive in ("site.tar.xz", "tiny-en-int8.tar.xz"):
         with tarfile.open(out / archive) as tar:
             tar.extractall(into / archive.split(".")[0], filter="data")
     return into
@@ -59,7 +59,7 @@ def unpacked(carry, tmp_path_factory) -> Path:
 
 def test_the_carry_fits_the_call_beside_the_tree(carry):
     out, sizes = carry
-    assert set(sizes["files"]) == {"site.tar.xz", "tiny-en-int8.tar.gz", "speech.npz", "COMMIT"}
+    assert set(sizes["files"]) == {"site.tar.xz", "tiny-en-int8.tar.xz", "speech.npz", "COMMIT"}
     on_disk = sum(p.stat().st_size for p in out.iterdir() if p.name != "SIZES.json")
     assert sizes["carry_bytes"] == on_disk
     assert sizes["tree_bytes"] > 1 << 20  # the checkout was measured (tests/, docs/ alone are more than 1 MiB)
