@@ -20,12 +20,16 @@ import json
 import re
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 from bench.harness import machine
 from services.cli.fleet import LocalFleet
 from services.common.config import load_config
 from services.conversation.brain import ChatBrain
+
+T = TypeVar("T")
 
 TUNING_REQUESTS = [
     "Can you find me a cheap hotel near the station?",
@@ -116,10 +120,9 @@ def report(scores: dict[str, list[tuple[str, float]]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.turn_words", description=__doc__)
-    parser.add_argument("--out", type=Path, help="write every score here (JSON)")
-    args = parser.parse_args()
+def with_brain(read: Callable[[ChatBrain, str], Awaitable[T]]) -> T:
+    """``read(brain, system_prompt)`` against the in-box brain alone (a fleet of one, started and stopped here), with
+    the conversation's default system prompt; the brain's client is closed after it."""
     system_prompt = load_config().moss_sts.default_system_prompt
     with tempfile.TemporaryDirectory() as tmp:
         fleet = LocalFleet.on_free_ports(Path(tmp), ("brain",))
@@ -127,17 +130,28 @@ def main() -> int:
             b = fleet.config.brain
             brain = ChatBrain(b.url, b.model, "bench", read_timeout_s=120.0, examples=b.example_turns)
 
-            async def run():
+            async def run() -> T:
                 try:
-                    started = time.monotonic()
-                    scores = await score_all(brain, system_prompt)
-                    return scores, time.monotonic() - started
+                    return await read(brain, system_prompt)
                 finally:
                     await brain.close()
 
-            scores, seconds = asyncio.run(run())
+            return asyncio.run(run())
         finally:
             fleet.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.turn_words", description=__doc__)
+    parser.add_argument("--out", type=Path, help="write every score here (JSON)")
+    args = parser.parse_args()
+
+    async def timed(brain: ChatBrain, system_prompt: str):
+        started = time.monotonic()
+        scores = await score_all(brain, system_prompt)
+        return scores, time.monotonic() - started
+
+    scores, seconds = with_brain(timed)
     print(report(scores))
     count = sum(len(v) for v in scores.values())
     print(f"\n{count} readings in {seconds:.1f} s ({1000 * seconds / count:.0f} ms each, one at a time, cold cache)")
