@@ -9,7 +9,8 @@ and audio go out) once the user has been silent ``turn_commit_ms`` after their s
   (then up to the endpointing's ``max_silence_ms`` after the speech ended), or read them finished but doubtfully
   (then up to ``moss_sts.brain_turn_doubt_ms``; turn_words.py ``WordsJudge``);
 * the caller is making sound again after their speech ended and the recognizer has not yet said whether it is
-  speech (up to ``min_speech_ms`` + RESUME_QUIET_MS past the commit time).
+  speech (up to ``min_speech_ms`` + RESUME_QUIET_MS past the commit time, or past the start of that sound when it
+  began later: after a thinking pause the words judgement held the turn through).
 
 The candidate is *discarded* (the user went on) when speech starts again before the commit, when a candidate started
 on a pause's words hears sound in that pause or gets a final with other words. This part keeps the candidate and
@@ -82,10 +83,13 @@ class TurnCommit:
             return None  # it may be the user going on
         if self.words_hold(now_ms):
             return None
-        speech_end = last_speech_end_ms or 0
-        resuming = sound.loud_after(speech_end) and now_ms - sound.last_loud_ms < RESUME_QUIET_MS
-        if resuming and now_ms < self.commit_at_ms + self.min_speech_ms + RESUME_QUIET_MS:
-            return None  # sound after the speech ended: wait for the recognizer to say whether it is speech
+        if sound.loud_after(last_speech_end_ms or 0) and sound.sounding(now_ms):
+            # Sound after the speech ended, a moment ago: wait for the recognizer to say whether it is speech (it
+            # does once min_speech_ms of it has passed), counted from the commit time or from where this run of
+            # sound began, if later: a words hold can outlast a thinking pause by less than min_speech_ms.
+            resumed_ms = max(self.commit_at_ms, min(sound.sound_since_ms, now_ms))
+            if now_ms < resumed_ms + self.min_speech_ms + RESUME_QUIET_MS:
+                return None
         return COMMIT
 
     def words_hold(self, now_ms: int) -> bool:

@@ -115,3 +115,22 @@ def test_a_candidate_on_a_pauses_words_awaits_its_final_and_sound_in_the_pause_d
     assert verdict(commit, 5000, sound) is None  # no commit time yet: waits for the final
     sound.last_loud_ms = 900 + 65
     assert verdict(commit, 5000, sound) == DISCARD
+
+
+def test_sound_that_comes_back_as_a_words_hold_ends_waits_for_the_recognizer_from_where_it_began():
+    """A 1200 ms thinking pause held by doubtful words (1400 ms): the caller goes on at 2200, 200 ms before the hold
+    ends, and the recognizer calls it speech only after min_speech_ms of it: the commit waits for that, counted from
+    where the sound began, not from the commit time long past."""
+    reading = Reading()
+    commit = TurnCommit(250, ENDPOINTING, reading, doubt_ms=1400)
+    held(commit, "the train to the coast", 1250)
+    reading.pending, reading.doubtful = False, True
+    sound = quiet()
+    sound.track(bytes(3200), 2200)  # silence in the pause
+    sound.track(b"\x00\x40" * 3200, 2400)  # loud from 2200 to 2400
+    assert abs(sound.sound_since_ms - 2200) <= 1  # (to the ms its level windows fall on)
+    limit = sound.sound_since_ms + ENDPOINTING.min_speech_ms + RESUME_QUIET_MS
+    assert verdict(commit, 2400, sound) is None  # the hold is over; the sound is not yet called speech or not
+    sound.track(b"\x00\x40" * 320, limit - 10)
+    assert verdict(commit, limit - 1, sound) is None
+    assert verdict(commit, limit, sound) == COMMIT  # never longer than that: it was not speech
