@@ -7,7 +7,8 @@ did so for 0 of 10 requests that needed one (2-core AMD EPYC, 2026-11-29). So th
 here, each as a small model can make them, and everything else is left to the stock server:
 
 * **Which tool.** The request's words are scored under one short system prompt per declared tool ("The user wants you
-  to <its description>") and two for talk (CHAT_FRAMES): the frame under which the words are likeliest wins (the words' log-likelihood, per token). A frame that fits raises the likelihood
+  to <its description>") and four for talk (CHAT_FRAMES): the frame under which the words are likeliest wins (the
+  words' log-likelihood, per token). A frame that fits raises the likelihood
   of the words it explains; an instruction-tuned model of 135M parameters cannot be asked, but it can be read. One
   pass of the scorer per frame, on a small context of its own over the same weights (the chat's prompt cache is not
   touched). ``tool_choice`` narrows the frames: "none" never calls, "required" leaves out talk, a named function is
@@ -49,12 +50,18 @@ from services.common.brain_requests import KIND_HEADER, TURN
 
 log = logging.getLogger("voicefleet.brain.tools")
 
-# Talk (no call) is two frames, the likelier of them counting: with only the first, questions about people and places
-# ("Who wrote Romeo and Juliet?") read as a call of get_weather; with both, 28 of 30 requests of the tuning set were
-# placed right against 20 (bench/results/tools-2026-11-29/).
+# Talk (no call) is four frames, the likeliest of them counting: with only the first, questions about people and
+# places ("Who wrote Romeo and Juliet?") read as a call of get_weather; with the second, 28 of 30 requests of the first
+# tuning set were placed right against 20 (bench/results/tools-2026-11-29/). Small talk and requests for a joke or a
+# story still read as calls of whatever tool was declared ("Nice to meet you!" as get_weather); the third and fourth
+# frames took 110 typed tuning requests (three sets, six tool sets) from 90 to 95 placed right, and a fourth set of
+# 32 from 26 to 28 (written before they were measured, but read for them after it had turned down another way:
+# bench/results/tools-choice-2026-11-30/).
 CHAT_FRAMES = (
     "answer a question, tell something or just chat.",
     "answer a general knowledge question about people, places, things or words.",
+    "chat with you: greet you, thank you, or tell you how they feel.",
+    "tell a joke, a story, a riddle, a poem or a song.",
 )
 FRAME_PREFIX = "You are a helpful voice assistant. The user wants you to "
 PREPARE_PATH = "/v1/tools/prepare"

@@ -71,8 +71,18 @@ def test_a_request_that_needs_a_tool_calls_it_with_arguments_that_fit(client, wo
     assert (got.lower() if isinstance(got, str) else got) == value, arguments
 
 
-def test_a_request_that_needs_no_tool_is_answered_in_words(client):
-    reply = ask(client, "Who painted the Mona Lisa?", tools=[WEATHER, TIMER])
+@pytest.mark.parametrize(
+    "words",
+    [
+        "Who painted the Mona Lisa?",
+        # small talk and a story: the talk frames added 2026-11-30 (bench/results/tools-choice-2026-11-30/); with the
+        # first two alone the greeting called get_weather
+        "Hi, it's lovely to talk to you again.",
+        "Tell me a bedtime story about a rabbit.",
+    ],
+)
+def test_a_request_that_needs_no_tool_is_answered_in_words(client, words):
+    reply = ask(client, words, tools=[WEATHER, TIMER])
     assert not reply.choices[0].message.tool_calls and reply.choices[0].message.content.strip()
 
 
@@ -151,6 +161,8 @@ def test_a_tool_set_prepared_ahead_is_held_and_its_first_request_weighs_only_the
     its id."""
     import httpx
 
+    from services.brain.tool_calls import CHAT_FRAMES
+
     openai, model = client
     base = str(openai.base_url).rstrip("/")
     lookup = {
@@ -164,10 +176,11 @@ def test_a_tool_set_prepared_ahead_is_held_and_its_first_request_weighs_only_the
     tools = [lookup, TIMER]
     same = {"X-Voicefleet-Request-Id": "prepare-test"}
     first = httpx.post(f"{base}/tools/prepare", json={"model": model, "tools": tools}, headers=same, timeout=120)
-    assert first.status_code == 200 and first.json()["frames"] == 4, first.text  # two tools and the two talk frames
+    frames = 2 + len(CHAT_FRAMES)  # two tools and the talk frames
+    assert first.status_code == 200 and first.json()["frames"] == frames, first.text
     assert first.json()["evaluated_tokens"] > 0, first.json()
     again = httpx.post(f"{base}/tools/prepare", json={"model": model, "tools": tools}, headers=same, timeout=120)
-    assert again.json() == {"frames": 4, "evaluated_tokens": 0}, again.text
+    assert again.json() == {"frames": frames, "evaluated_tokens": 0}, again.text
     reply = ask(client, "Please start a timer for ten minutes.", tools=tools, extra_headers=same)
     call = reply.choices[0].message.tool_calls[0]
     assert call.function.name == "set_timer" and json.loads(call.function.arguments)["minutes"] == 10
