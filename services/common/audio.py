@@ -176,17 +176,57 @@ def write_wav(path, pcm: bytes, sample_rate: int) -> None:
 
 
 def read_wav(path_or_bytes) -> tuple[bytes, int]:
-    """Read a 16-bit PCM WAV; stereo is mixed down to mono. Returns (s16le mono pcm, rate)."""
-    src = io.BytesIO(path_or_bytes) if isinstance(path_or_bytes, (bytes, bytearray)) else path_or_bytes
-    with wave.open(src, "rb") as w:
-        if w.getsampwidth() != BYTES_PER_SAMPLE:
-            raise ValueError(f"only 16-bit PCM WAV is supported, this one has {8 * w.getsampwidth()}-bit samples")
-        rate, channels = w.getframerate(), w.getnchannels()
-        frames = w.readframes(w.getnframes())
+    """Read a 16-bit PCM WAV (the plain header or WAVE_FORMAT_EXTENSIBLE's, which phones and many recorders write and
+    Python 3.11's ``wave`` refuses); stereo is mixed down to mono. Returns (s16le mono pcm, rate)."""
+    if isinstance(path_or_bytes, (bytes, bytearray)):
+        data = bytes(path_or_bytes)
+    elif hasattr(path_or_bytes, "read"):
+        data = path_or_bytes.read()
+    else:
+        with open(path_or_bytes, "rb") as f:
+            data = f.read()
+    try:
+        with wave.open(io.BytesIO(data), "rb") as w:
+            width, rate, channels = w.getsampwidth(), w.getframerate(), w.getnchannels()
+            frames = w.readframes(w.getnframes())
+    except wave.Error as e:
+        if "65534" not in str(e):
+            raise
+        width, rate, channels, frames = _extensible_pcm(data)
+    if width != BYTES_PER_SAMPLE:
+        raise ValueError(f"only 16-bit PCM WAV is supported, this one has {8 * width}-bit samples")
     if channels > 1:
         x = np.frombuffer(frames, dtype=np.int16).reshape(-1, channels).astype(np.int32).mean(axis=1)
         frames = x.astype(np.int16).tobytes()
     return frames, rate
+
+
+_PCM_SUBFORMAT = bytes.fromhex("0100000000001000800000aa00389b71")  # KSDATAFORMAT_SUBTYPE_PCM
+
+
+def _extensible_pcm(data: bytes) -> tuple[int, int, int, bytes]:
+    """(sample width, rate, channels, frames) of a RIFF/WAVE file whose fmt chunk is WAVE_FORMAT_EXTENSIBLE with
+    the PCM subformat; anything else is refused as ``wave`` refuses it."""
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise wave.Error("file does not start with RIFF id")
+    fmt = frames = None
+    at = 12
+    while at + 8 <= len(data):
+        name, size = data[at : at + 4], int.from_bytes(data[at + 4 : at + 8], "little")
+        body = data[at + 8 : at + 8 + size]
+        if name == b"fmt ":
+            fmt = body
+        elif name == b"data":
+            frames = body
+        at += 8 + size + (size & 1)  # chunks are word-aligned
+    if fmt is None or frames is None or len(fmt) < 40:
+        raise wave.Error("WAVE_FORMAT_EXTENSIBLE file without a complete fmt chunk and a data chunk")
+    if fmt[24:40] != _PCM_SUBFORMAT:
+        raise wave.Error("WAVE_FORMAT_EXTENSIBLE with a subformat other than PCM")
+    channels, rate = int.from_bytes(fmt[2:4], "little"), int.from_bytes(fmt[4:8], "little")
+    width = int.from_bytes(fmt[14:16], "little") // 8
+    usable = len(frames) - len(frames) % max(1, width * channels)
+    return width, rate, channels, frames[:usable]
 
 
 # --- G.711 (ITU-T): 8-bit mu-law and A-law, the phone line's codecs (the OpenAI Realtime route's audio/pcmu, pcma) ---

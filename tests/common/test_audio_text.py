@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import wave
 
 import numpy as np
 import pytest
@@ -159,3 +160,34 @@ def test_cjk_first_sentence_is_cut_at_a_clause_mark_or_after_n_characters():
     marked = "今天天气很好我们一起去公园散步吧，然后去吃饭好不好呢朋友们大家一起来吧。"
     assert spoken(marked, FirstSegment(min_chars=12))[0] == "今天天气很好我们一起去公园散步吧，"
     assert spoken("你好。今天好吗？", FirstSegment()) == ["你好。", "今天好吗？"]  # short: whole
+
+
+def extensible_wav(pcm: bytes, rate: int, channels: int, subformat: bytes) -> bytes:
+    """A RIFF/WAVE file with a WAVE_FORMAT_EXTENSIBLE fmt chunk (tag 65534), as phones and many recorders write."""
+    fmt = (
+        (65534).to_bytes(2, "little")
+        + channels.to_bytes(2, "little")
+        + rate.to_bytes(4, "little")
+        + (rate * channels * 2).to_bytes(4, "little")
+        + (channels * 2).to_bytes(2, "little")
+        + (16).to_bytes(2, "little")
+        + (22).to_bytes(2, "little")  # cbSize
+        + (16).to_bytes(2, "little")  # valid bits
+        + (3 if channels == 2 else 4).to_bytes(4, "little")  # channel mask
+        + subformat
+    )
+    chunks = b"fmt " + len(fmt).to_bytes(4, "little") + fmt + b"data" + len(pcm).to_bytes(4, "little") + pcm
+    return b"RIFF" + (4 + len(chunks)).to_bytes(4, "little") + b"WAVE" + chunks
+
+
+def test_read_wav_takes_the_extensible_header_of_16_bit_pcm_and_refuses_other_subformats(tmp_path):
+    pcm_guid = bytes.fromhex("0100000000001000800000aa00389b71")
+    mono = (np.arange(1600, dtype=np.int16) * 7).tobytes()
+    path = tmp_path / "phone.wav"
+    path.write_bytes(extensible_wav(mono, 16000, 1, pcm_guid))
+    assert audio.read_wav(str(path)) == (mono, 16000)
+    stereo = np.stack([np.full(800, 100, np.int16), np.full(800, 300, np.int16)], axis=1).tobytes()
+    assert audio.read_wav(extensible_wav(stereo, 8000, 2, pcm_guid)) == (np.full(800, 200, np.int16).tobytes(), 8000)
+    float_guid = bytes.fromhex("0300000000001000800000aa00389b71")  # IEEE float: not 16-bit PCM
+    with pytest.raises(wave.Error, match="subformat"):
+        audio.read_wav(extensible_wav(mono, 16000, 1, float_guid))
