@@ -167,11 +167,12 @@ class MossStsConfig(TtsServiceConfig):
     brain_turn_logprob: float = bounded(-3.0, ge=-100, le=0, says="must be a natural-log probability, -100..0")
     # Words that read finished but below brain_turn_sure_logprob are doubtful: the turn waits for more speech up to
     # brain_turn_doubt_ms after the speech ended (at most endpointing.max_silence_ms) rather than turn_commit_ms, as
-    # LiveKit's turn detector stretches its delay when its probability is middling. -1.2: the tuning set's whole
-    # requests read -1.2 or above in 47 of 48, as at -1.5, and 6 fewer of its 405 cut phrases read surely finished
-    # (bench/results/turn-words-2026-11-28/). 1400 ms: longer than a 1200 ms thinking pause (the commit then waits
-    # for the recognizer to call the sound that came back speech). Equal to brain_turn_logprob: no doubtful band.
-    brain_turn_sure_logprob: float = bounded(-1.2, ge=-100, le=0, says="must be a natural-log probability, -100..0")
+    # LiveKit's turn detector stretches its delay when its probability is middling. -1.5: the tuning set's whole
+    # requests read -1.5 or above in 47 of 48 (bench/results/turn-words-2026-11-28/); at -1.2 long complete lines of
+    # the turn-taking set, as the recognizer wrote them, read doubtful and waited (2026-11-30 conversation run).
+    # 1400 ms: longer than a 1200 ms thinking pause (the commit then waits for the recognizer to call the sound that
+    # came back speech). Equal to brain_turn_logprob: no doubtful band.
+    brain_turn_sure_logprob: float = bounded(-1.5, ge=-100, le=0, says="must be a natural-log probability, -100..0")
     brain_turn_doubt_ms: int = bounded(1400, ge=0, le=10_000)
     # Cancel the echo of the reply in the caller's audio (WebRTC AEC3, the pywebrtc-audio wheel), so a speakerphone
     # or a phone line without echo cancellation does not make the agent interrupt itself (docs/conversation.md#echo).
