@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from services.common import audio, heap, metrics, tools
+from services.common import audio, metrics, tools
 from services.common.asr_servicer import endpointing_defaults, endpointing_from_config, next_or_idle
 from services.common.convert.sts import ACTIONS, event_fields, tool_choice_from_proto
 from services.common.convert.tts import routing_from_proto
@@ -178,8 +178,6 @@ class ConversationServicer(conversation_pb2_grpc.ConversationServicer):
                 await session.close()
                 with contextlib.suppress(BaseException):
                     await pump
-                # What the session freed goes back to the system, not only to the allocator (services/common/heap.py)
-                await asyncio.to_thread(heap.release_freed_memory)
 
     async def _next(self, requests):
         return await next_or_idle(requests, self.limits.idle_timeout_s, "moss_sts.idle_timeout_seconds")
