@@ -66,8 +66,11 @@ def run_commit(bench: str, report: dict, directory: Path = RESULTS) -> str:
 
 
 def changed_since(commit: str, paths: tuple[str, ...]) -> list[str]:
-    """The commits after ``commit`` that touch ``paths`` (oldest last), and "uncommitted" for edits not committed."""
-    changed = _git("log", "--format=%h", f"{commit}..HEAD", "--", *paths).split()
+    """The commits after ``commit`` that touch ``paths`` (oldest last), and "uncommitted" for edits not committed.
+    Commits whose changes were undone since (the paths are as they were at ``commit``: a change and its revert) do
+    not count: the code the run measured is the code there is."""
+    same = _git("diff", "--stat", commit, "HEAD", "--", *paths) == ""
+    changed = [] if same else _git("log", "--format=%h", f"{commit}..HEAD", "--", *paths).split()
     if _git("status", "--porcelain", "--untracked-files=no", "--", *paths):  # files git keeps, edited
         changed.insert(0, "uncommitted")
     return changed

@@ -53,7 +53,7 @@ QUOTED_TABLES: list[tuple[str, str, str]] = [
 # Quoted runs whose measured code (bench/freshness.py MEASURES) changed after the commit they ran at: benchmark -> that
 # commit. tests/project/test_bench_claims.py checks this against git; a re-run (python -m bench.run NAME) takes a
 # benchmark off it.
-STALE: dict[str, str] = {"brain": "be08beb", "memory": "1e61da5"}
+STALE: dict[str, str] = {}
 
 
 def _report(reports: dict, bench: str) -> dict:
