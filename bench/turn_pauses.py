@@ -19,6 +19,7 @@ Prints the false cut-offs per pause length and per kind of word, and each cut li
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import random
 import sys
@@ -91,8 +92,10 @@ def summary(records: list[dict], pauses: list[int]) -> dict[int, dict]:
 
 
 def rescore(path: Path) -> int:
-    """A committed run's records scored again by bench.turn_taking's rule (``--rescore FILE.json``)."""
-    run = json.loads(path.read_text())
+    """A committed run's records scored again by bench.turn_taking's rule (``--rescore FILE.json``, or a gzipped
+    FILE.json.gz as large committed runs are kept)."""
+    raw = path.read_bytes()
+    run = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
     for r in run["records"]:
         if "pause_ms" in r:
             turn_taking.score_pause(r)

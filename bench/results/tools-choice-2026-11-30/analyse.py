@@ -1,4 +1,4 @@
-"""Tuning-set accuracy of each way to choose, read from scores.json (gather.py); its output is analyse.txt.
+"""Tuning-set accuracy of each way to choose, read from scores.json.gz (gather.py); its output is analyse.txt.
 
     PYTHONPATH=.:gen/python .venv/bin/python bench/results/tools-choice-2026-11-30/analyse.py [-v]   # -v: the misses
 
@@ -8,6 +8,7 @@ setting were picked on A and B, and printed for the picked way only."""
 from __future__ import annotations
 
 import itertools
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -27,8 +28,8 @@ def frame_scores(logprobs: np.ndarray) -> np.ndarray:
     return np.sort(gains, axis=1)[:, -best:].mean(axis=1)
 
 
-DATA = json.loads(Path(__file__).with_name("scores.json").read_text())
-YES_N = 4  # scores.json's yes/no list: 4 spellings of yes, then 4 of no
+DATA = json.loads(gzip.decompress(Path(__file__).with_name("scores.json.gz").read_bytes()))
+YES_N = 4  # scores.json.gz yes/no list: 4 spellings of yes, then 4 of no
 
 
 def mean(x):

@@ -1,15 +1,16 @@
-"""Tuning-set accuracy of the direct direction (direct.json, gather_direct.py): the option likeliest as the
+"""Tuning-set accuracy of the direct direction (direct.json.gz, gather_direct.py): the option likeliest as the
 assistant's answer after the user's words, each option's log P less its log P after content-free words."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-DATA = json.loads(Path(__file__).with_name("direct.json").read_text())
+DATA = json.loads(gzip.decompress(Path(__file__).with_name("direct.json.gz").read_bytes()))
 
 
 def run(system, tool_opt, talk_opts, free, reduce="sum", alpha=1.0, margin=0.0):

@@ -1,12 +1,13 @@
 """Raw scores for the choice probe (choice_probe.py): for every tuning request (sets.py), the log P of each of its
 tokens under every frame variant of its tool set and under the talk frames, the same for content-free texts under
-every frame (calibration), and the yes/no answer to "does the request need <tool>?". Written to scores.json.
+every frame (calibration), and the yes/no answer to "does the request need <tool>?". Written to scores.json.gz.
 
     PYTHONPATH=.:gen/python .venv/bin/python bench/results/tools-choice-2026-11-30/gather.py
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 import time
@@ -153,7 +154,9 @@ def main() -> None:
                 )
             out["sets"][set_name].append(group)
             print(f"{set_name}: {len(requests)} requests, {time.perf_counter() - started:.0f} s", flush=True)
-    Path(__file__).with_name("scores.json").write_text(json.dumps(rounded(out), separators=(",", ":")))
+    Path(__file__).with_name("scores.json.gz").write_bytes(
+        gzip.compress(json.dumps(rounded(out), separators=(",", ":")).encode())
+    )
 
 
 if __name__ == "__main__":

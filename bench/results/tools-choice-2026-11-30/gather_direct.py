@@ -1,13 +1,14 @@
 """The direct direction, for the choice probe: the user's words first, then the log P of each option as the
 assistant's answer ("I will <description>", or talk), against the same under content-free words (contextual
 calibration, which a direct score needs: an option's own words are likelier or not whatever was asked). Written to
-direct.json.
+direct.json.gz.
 
     PYTHONPATH=.:gen/python .venv/bin/python bench/results/tools-choice-2026-11-30/gather_direct.py
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 import time
@@ -85,7 +86,9 @@ def main() -> None:
                 group["requests"].append({"words": words, "needs": needs, "lp": lps(words)})
             out["sets"][set_name].append(group)
             print(f"{set_name}: {len(requests)} requests, {time.perf_counter() - started:.0f} s", flush=True)
-    Path(__file__).with_name("direct.json").write_text(json.dumps(rounded(out), separators=(",", ":")))
+    Path(__file__).with_name("direct.json.gz").write_bytes(
+        gzip.compress(json.dumps(rounded(out), separators=(",", ":")).encode())
+    )
 
 
 if __name__ == "__main__":
