@@ -7,8 +7,8 @@ setting were picked on A and B, and printed for the picked way only."""
 
 from __future__ import annotations
 
-import itertools
 import gzip
+import itertools
 import json
 import sys
 from pathlib import Path
