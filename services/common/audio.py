@@ -185,14 +185,12 @@ def read_wav(path_or_bytes) -> tuple[bytes, int]:
     else:
         with open(path_or_bytes, "rb") as f:
             data = f.read()
-    try:
+    if _format_tag(data) == WAVE_FORMAT_EXTENSIBLE:
+        width, rate, channels, frames = _extensible_pcm(data)
+    else:
         with wave.open(io.BytesIO(data), "rb") as w:
             width, rate, channels = w.getsampwidth(), w.getframerate(), w.getnchannels()
             frames = w.readframes(w.getnframes())
-    except wave.Error as e:
-        if "65534" not in str(e):
-            raise
-        width, rate, channels, frames = _extensible_pcm(data)
     if width != BYTES_PER_SAMPLE:
         raise ValueError(f"only 16-bit PCM WAV is supported, this one has {8 * width}-bit samples")
     if channels > 1:
@@ -202,23 +200,35 @@ def read_wav(path_or_bytes) -> tuple[bytes, int]:
 
 
 _PCM_SUBFORMAT = bytes.fromhex("0100000000001000800000aa00389b71")  # KSDATAFORMAT_SUBTYPE_PCM
+WAVE_FORMAT_EXTENSIBLE = 0xFFFE
+
+
+def _chunks(data: bytes):
+    """(name, body) of each chunk of a RIFF/WAVE file, in order (nothing when ``data`` is not one)."""
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        return
+    at = 12
+    while at + 8 <= len(data):
+        name, size = data[at : at + 4], int.from_bytes(data[at + 4 : at + 8], "little")
+        yield name, data[at + 8 : at + 8 + size]
+        at += 8 + size + (size & 1)  # chunks are word-aligned
+
+
+def _format_tag(data: bytes) -> int | None:
+    """The format tag of a RIFF/WAVE file's fmt chunk (None: not one, or no fmt chunk: ``wave`` says why)."""
+    fmt = next((body for name, body in _chunks(data) if name == b"fmt "), None)
+    return int.from_bytes(fmt[:2], "little") if fmt is not None and len(fmt) >= 2 else None
 
 
 def _extensible_pcm(data: bytes) -> tuple[int, int, int, bytes]:
     """(sample width, rate, channels, frames) of a RIFF/WAVE file whose fmt chunk is WAVE_FORMAT_EXTENSIBLE with
     the PCM subformat; anything else is refused as ``wave`` refuses it."""
-    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        raise wave.Error("file does not start with RIFF id")
     fmt = frames = None
-    at = 12
-    while at + 8 <= len(data):
-        name, size = data[at : at + 4], int.from_bytes(data[at + 4 : at + 8], "little")
-        body = data[at + 8 : at + 8 + size]
+    for name, body in _chunks(data):
         if name == b"fmt ":
             fmt = body
         elif name == b"data":
             frames = body
-        at += 8 + size + (size & 1)  # chunks are word-aligned
     if fmt is None or frames is None or len(fmt) < 40:
         raise wave.Error("WAVE_FORMAT_EXTENSIBLE file without a complete fmt chunk and a data chunk")
     if fmt[24:40] != _PCM_SUBFORMAT:
