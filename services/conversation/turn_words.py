@@ -16,7 +16,7 @@ for the judgement (at most ``JUDGEMENT_WAIT_MS``): the in-box brain serves one r
 holds it to its end, so the reading goes first (and leaves the words' prompt in its cache for the reply). The commit
 waits for it at most ``JUDGEMENT_WAIT_MS`` past the commit time or past the judgement's start, whichever is later (a
 final that came late still gets its reading), then goes on without it (a slow or failed brain never stalls a turn). Counted in
-``voicefleet_sts_words_judgements_total{verdict="finished"|"unfinished"|"unknown"|"late"}`` (late: the commit went
+``voicefleet_sts_words_judgements_total{verdict="finished"|"doubtful"|"unfinished"|"unknown"|"late"}`` (late: the commit went
 on without it).
 """
 
@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from services.common import metrics
 
@@ -33,6 +35,42 @@ log = logging.getLogger("voicefleet.conversation.turn_words")
 #: How long past its commit time (or past the reading's start, when later) a turn waits for the brain's reading of
 #: its words before committing without it.
 JUDGEMENT_WAIT_MS = 400
+
+#: The recognizer's confidence (mean token probability) its weight is counted from: above it the words count for more.
+CONFIDENCE_PIVOT = 0.8
+
+
+@dataclass(frozen=True)
+class TurnSigns:
+    """What else is known of a candidate end of turn besides its words: ``sound``, the turn model's probability that
+    the pause ends the turn (its last judgement of that utterance; None: it did not judge, as in silence mode), and
+    ``confidence``, the recognizer's confidence in the words (its final's mean token probability; None: unknown)."""
+
+    sound: float | None = None
+    confidence: float | None = None
+
+
+@dataclass(frozen=True)
+class SureRule:
+    """When words that read finished read *surely* finished: their log P(end of turn) plus ``sound_weight`` x the
+    turn model's log-odds plus ``confidence_weight`` x (the recognizer's confidence - CONFIDENCE_PIVOT) at or above
+    ``sure_from``. Whisper completes a phrase cut mid-way into a plausible sentence ("From fairest creatures we |"
+    heard "From fairest creatures we deserve it.") that the brain reads as finished; its confidence in such words is
+    lower than in a whole sentence, and the turn model's hearing adds what the sound says
+    (docs/conversation.md#the-words-judgement). Both weights 0: the log P alone."""
+
+    sure_from: float
+    sound_weight: float = 0.0
+    confidence_weight: float = 0.0
+
+    def score(self, logprob: float, signs: TurnSigns) -> float:
+        score = logprob
+        if signs.sound is not None and self.sound_weight:
+            p = min(max(signs.sound, 1e-3), 1 - 1e-3)
+            score += self.sound_weight * math.log(p / (1 - p))
+        if signs.confidence is not None and self.confidence_weight:
+            score += self.confidence_weight * (signs.confidence - CONFIDENCE_PIVOT)
+        return score
 
 
 class WordsJudge:
@@ -45,30 +83,51 @@ class WordsJudge:
         threshold: float,
         labels: tuple[str, str],
         on_done: Callable[[], None],
-        sure_from: float | None = None,
+        sure: SureRule | None = None,
     ):
         self._score = score
         self.threshold = threshold
-        self.sure_from = threshold if sure_from is None else max(sure_from, threshold)  # below it: doubtful
+        self.sure = sure  # None: words that read finished are sure
         self._labels = labels
         self._on_done = on_done
         self._task: asyncio.Task | None = None
         self.text = ""
         self.started_ms = 0  # stream ms when the judgement of ``text`` began
         self.logprob: float | None = None
-        self.unfinished = False  # the words read unfinished (the verdict of ``text``)
-        self.doubtful = False  # they read finished, but not surely (below ``sure_from``)
+        self.signs = TurnSigns()  # what else is known of the candidate (``start``, ``learn``)
+
+    @property
+    def unfinished(self) -> bool:
+        """The words read unfinished (the verdict of ``text``)."""
+        return self.logprob is not None and self.logprob < self.threshold
+
+    @property
+    def doubtful(self) -> bool:
+        """The words read finished, but not surely (``SureRule``, with the signs known now)."""
+        if self.logprob is None or self.unfinished or self.sure is None:
+            return False
+        return self.sure.score(self.logprob, self.signs) < self.sure.sure_from
+
+    @property
+    def verdict(self) -> str:
+        if self.logprob is None:
+            return "unknown"
+        return "unfinished" if self.unfinished else "doubtful" if self.doubtful else "finished"
 
     @property
     def pending(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    def start(self, text: str, now_ms: int) -> None:
+    def start(self, text: str, now_ms: int, signs: TurnSigns | None = None) -> None:
         """Judge ``text`` (the candidate's words) from ``now_ms`` of the stream on; the verdict so far is dropped."""
         self.cancel()
-        self.text, self.logprob, self.unfinished, self.doubtful = text, None, False, False
+        self.text, self.logprob, self.signs = text, None, signs or TurnSigns()
         self.started_ms = now_ms
         self._task = asyncio.create_task(self._judge(text), name="dialogue-words-judgement")
+
+    def learn(self, signs: TurnSigns) -> None:
+        """More is known of the candidate (a candidate started on a pause's words gets its final's confidence)."""
+        self.signs = signs
 
     async def settled(self, timeout_s: float) -> None:
         """Wait for the verdict under way, at most ``timeout_s`` (the judgement goes on after that)."""
@@ -98,20 +157,18 @@ class WordsJudge:
             log.info("the brain's reading of %r failed (the turn goes on without it): %s", text, e)
             logprob = None
         self.logprob = logprob
-        self.unfinished = logprob is not None and logprob < self.threshold
-        self.doubtful = logprob is not None and self.threshold <= logprob < self.sure_from
-        verdict = (
-            "unknown"
-            if logprob is None
-            else "unfinished"
-            if self.unfinished
-            else "doubtful"
-            if self.doubtful
-            else "finished"
-        )
+        verdict = self.verdict
         metrics.STS_WORDS_JUDGEMENTS.labels(*self._labels, verdict).inc()
         if logprob is not None:
-            log.info("words %r: log P(end of turn) %.1f -> %s", text, logprob, verdict)
+            log.info(
+                "words %r: log P(end of turn) %.2f, turn model %s, confidence %s, score %s -> %s",
+                text,
+                logprob,
+                self.signs.sound,
+                self.signs.confidence,
+                "-" if self.sure is None else f"{self.sure.score(logprob, self.signs):.2f}",
+                verdict,
+            )
         self._task = None  # the verdict is in (``pending`` is False for the check below)
         try:
             self._on_done()

@@ -165,14 +165,20 @@ class MossStsConfig(TtsServiceConfig):
     # model and the text check alone.
     brain_turn_check: bool = True
     brain_turn_logprob: float = bounded(-3.0, ge=-100, le=0, says="must be a natural-log probability, -100..0")
-    # Words that read finished but below brain_turn_sure_logprob are doubtful: the turn waits for more speech up to
-    # brain_turn_doubt_ms after the speech ended (at most endpointing.max_silence_ms) rather than turn_commit_ms, as
-    # LiveKit's turn detector stretches its delay when its probability is middling. -1.5: the tuning set's whole
-    # requests read -1.5 or above in 47 of 48 (bench/results/turn-words-2026-11-28/); at -1.2 long complete lines of
-    # the turn-taking set, as the recognizer wrote them, read doubtful and waited (2026-11-30 conversation run).
-    # 1400 ms: longer than a 1200 ms thinking pause (the commit then waits for the recognizer to call the sound that
-    # came back speech). Equal to brain_turn_logprob: no doubtful band.
-    brain_turn_sure_logprob: float = bounded(-1.5, ge=-100, le=0, says="must be a natural-log probability, -100..0")
+    # Words that read finished are *surely* finished when their log P plus brain_turn_sound_weight x the turn model's
+    # log-odds that the pause ends the turn plus brain_turn_confidence_weight x (the recognizer's confidence - 0.8) is
+    # at least brain_turn_sure_logprob; otherwise doubtful: the turn waits for more speech up to brain_turn_doubt_ms
+    # after the speech ended (at most endpointing.max_silence_ms) rather than turn_commit_ms, as LiveKit's turn
+    # detector stretches its delay when its probability is middling. Whisper completes a phrase cut mid-way into a
+    # plausible sentence the brain reads as finished ("From fairest creatures we |" heard "... we deserve it."), less
+    # confidently than it writes a whole sentence. -0.5 / 0.25 / 4.0: fitted on the tuning sets (recorded verse and
+    # the fleet's voice; bench/results/turn-signs-2026-11-30/) -- the fewest mid-phrase cuts that read sure with at
+    # most one whole line of the fleet's voice doubtful. The confidence is the CPU engine's (whisper's mean token
+    # probability). 1400 ms: longer than a 1200 ms thinking pause (the commit then waits for the recognizer to call
+    # the sound that came back speech). Both weights 0 and this equal to brain_turn_logprob: no doubtful band.
+    brain_turn_sure_logprob: float = bounded(-0.5, ge=-100, le=10, says="must be -100..10 (a log P and its signs)")
+    brain_turn_sound_weight: float = bounded(0.25, ge=0, le=10)
+    brain_turn_confidence_weight: float = bounded(4.0, ge=0, le=50)
     brain_turn_doubt_ms: int = bounded(1400, ge=0, le=10_000)
     # Cancel the echo of the reply in the caller's audio (WebRTC AEC3, the pywebrtc-audio wheel), so a speakerphone
     # or a phone line without echo cancellation does not make the agent interrupt itself (docs/conversation.md#echo).

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from services.common.text import FirstSegment
 from services.conversation import echo
+from services.conversation.turn_words import SureRule
 
 RATE = 16_000  # rate of the audio a session takes (ASR engines' native rate)
 
@@ -42,9 +43,9 @@ class DialogueLimits:
     # candidate end of turn whose words the brain gives a log P(end of turn) below this waits for more speech up to
     # the endpointing's max_silence_ms; None: off.
     words_unfinished_below: float | None = None
-    # Words at or above words_unfinished_below but below this read doubtful: the commit waits for more speech up to
-    # words_doubt_ms after the speech ended (at most max_silence_ms).
-    words_sure_from: float | None = None
+    # Words at or above words_unfinished_below that this rule does not call surely finished read doubtful: the commit
+    # waits for more speech up to words_doubt_ms after the speech ended (at most max_silence_ms).
+    words_sure: SureRule | None = None
     words_doubt_ms: int = 0
     # What the agent says while a function call waits for its output past the session's tool_filler_s.
     tool_filler_text: str = "One moment."
@@ -69,7 +70,11 @@ class DialogueLimits:
             reply_first=section.reply_first_segment(),
             brain_read_ahead_ms=section.brain_read_ahead_ms,
             words_unfinished_below=section.brain_turn_logprob if section.brain_turn_check else None,
-            words_sure_from=section.brain_turn_sure_logprob if section.brain_turn_check else None,
+            words_sure=SureRule(
+                section.brain_turn_sure_logprob, section.brain_turn_sound_weight, section.brain_turn_confidence_weight
+            )
+            if section.brain_turn_check
+            else None,
             words_doubt_ms=section.brain_turn_doubt_ms,
             tool_filler_text=section.tool_filler_text,
         )

@@ -74,7 +74,7 @@ from services.conversation.dialogue.turn_commit import COMMIT, DISCARD, TurnComm
 from services.conversation.dialogue.turn_end import turn_end
 from services.conversation.echo import EchoCanceller
 from services.conversation.relay import AudioRing, EventRelay, shifted
-from services.conversation.turn_words import JUDGEMENT_WAIT_MS, WordsJudge
+from services.conversation.turn_words import JUDGEMENT_WAIT_MS, TurnSigns, WordsJudge
 
 log = logging.getLogger("voicefleet.conversation.dialogue")
 
@@ -165,6 +165,10 @@ class DialogueSession(StsSession):
         self._speech_active = False
         self._last_speech_end_ms: int | None = None
         self._utterances = 0  # SPEECH_STARTs seen on the current ASR stream (= next utterance index)
+        # The turn model's last judgement (utterance index, probability) and the last final (utterance index,
+        # confidence): the signs the words judgement weighs with the words (turn_words.py TurnSigns).
+        self._last_judged: tuple[int, float] | None = None
+        self._last_final: tuple[int, float] | None = None
         self._overlap = Overlap(options.barge_in, limits.barge_in_unheard_ms, self._labels)
         # The brain's reading of a candidate's words (turn_words.py): unfinished words wait for more speech.
         words_judge = None
@@ -174,7 +178,7 @@ class DialogueSession(StsSession):
                 limits.words_unfinished_below,
                 self._labels,
                 self._check_commit,
-                sure_from=limits.words_sure_from,
+                sure=limits.words_sure,
             )
         # Preemptive reply: started at a candidate end of turn, held until the user has been silent turn_commit_ms.
         self._commit_rule = TurnCommit(limits.turn_commit_ms, options.endpointing, words_judge, limits.words_doubt_ms)
@@ -448,10 +452,12 @@ class DialogueSession(StsSession):
         if event.kind == TURN_ESTIMATE and event.turn is not None:
             if self.state == LISTENING and not self._long_turn.drop_results:
                 t = event.turn
+                self._last_judged = (t.utterance_index, t.probability)
                 judged = dataclasses.replace(t, offset_ms=abs_ms(t.offset_ms))
                 self._emit(StsEvent(END_OF_TURN_JUDGED, self.turn, turn=judged))
                 if t.sentence_end and t.transcript and t.utterance_index not in self._overlap.ignored:
-                    self._start_candidate(t.transcript.strip(), abs_ms(t.offset_ms - t.silence_ms))
+                    signs = TurnSigns(sound=t.probability)  # the words' confidence comes with their final
+                    self._start_candidate(t.transcript.strip(), abs_ms(t.offset_ms - t.silence_ms), signs)
             return
         if event.kind == SPEECH_START:
             utt = self._utterances
@@ -508,6 +514,7 @@ class DialogueSession(StsSession):
             return
         text = r.transcript.strip()
         log.debug("final of utterance %d (turn %d, %s): %r", r.utterance_index, turn, self.state, text)
+        self._last_final = (r.utterance_index, r.confidence)
         if text:
             room = self.limits.max_user_turn_chars - self._pending_chars
             if room > 0:
@@ -531,6 +538,8 @@ class DialogueSession(StsSession):
                 self._discard_candidate()
             else:
                 commit.commit_at_ms = commit.commit_time(self._last_speech_end_ms, self._time.fed_ms)
+                if self._words is not None:
+                    self._words.learn(self._signs())  # now with the final's confidence
                 if force:
                     self._commit()
                 return
@@ -554,17 +563,28 @@ class DialogueSession(StsSession):
             self._set_state(THINKING)
             self._turn_task = asyncio.create_task(self._run_turn(turn), name=f"dialogue-turn-{turn.index}")
             return
-        self._hold_reply(turn, commit_at)
+        self._hold_reply(turn, commit_at, self._signs())
 
-    def _hold_reply(self, turn: UserTurn, commit_at_ms: int | None) -> None:
+    def _signs(self, utterance: int | None = None) -> TurnSigns:
+        """The signs of a candidate end of turn at utterance ``utterance`` (None: the last final's): the turn model's
+        last judgement of that utterance and, when the final is that utterance's, its confidence."""
+        final = self._last_final
+        if utterance is None and final is not None:
+            utterance = final[0]
+        judged = self._last_judged
+        sound = judged[1] if judged is not None and judged[0] == utterance else None
+        confidence = final[1] if final is not None and final[0] == utterance and final[1] > 0 else None
+        return TurnSigns(sound, confidence)
+
+    def _hold_reply(self, turn: UserTurn, commit_at_ms: int | None, signs: TurnSigns) -> None:
         """Start the reply to a candidate end of turn, held until the commit (at ``commit_at_ms`` of the stream;
         None: once the recognizer's final says the turn is over, ``TurnCommit.awaiting_final``)."""
         reply = Reply(turn, served_by=self.served_by, held=True)
         self._reply = reply  # at once: a SPEECH_START read next must find it to drop it
-        self._commit_rule.hold(reply, commit_at_ms, self._time.fed_ms)
+        self._commit_rule.hold(reply, commit_at_ms, self._time.fed_ms, signs)
         self._turn_task = asyncio.create_task(self._run_turn(turn, reply), name=f"dialogue-turn-{turn.index}")
 
-    def _start_candidate(self, words: str, speech_end_ms: int) -> None:
+    def _start_candidate(self, words: str, speech_end_ms: int, signs: TurnSigns) -> None:
         """The turn model heard the pause unfinished but its words read as a finished sentence: the recognizer ends
         the utterance at sentence_end_silence_ms unless the user goes on. Start the reply to those words now, held
         until that final arrives with the same words (then the usual commit), dropped if the user speaks again first
@@ -582,7 +602,7 @@ class DialogueSession(StsSession):
             discarded=self._commit_rule.discarded,
         )
         self._commit_rule.candidate_on_words(speech_end_ms)
-        self._hold_reply(turn, None)
+        self._hold_reply(turn, None, signs)
 
     def _clear_heard_turn(self) -> None:
         self._pending, self._pending_chars = [], 0

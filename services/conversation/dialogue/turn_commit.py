@@ -7,7 +7,8 @@ and audio go out) once the user has been silent ``turn_commit_ms`` after their s
 * the recognizer has not yet reported on sound the caller made a moment ago (stream_time.py ``RecognizerPace``);
 * the brain's reading of the candidate's words is under way (at most ``JUDGEMENT_WAIT_MS``), or read them unfinished
   (then up to the endpointing's ``max_silence_ms`` after the speech ended), or read them finished but doubtfully
-  (then up to ``moss_sts.brain_turn_doubt_ms``; turn_words.py ``WordsJudge``);
+  with the turn model's hearing and the recognizer's confidence (then up to ``moss_sts.brain_turn_doubt_ms``;
+  turn_words.py ``WordsJudge``, ``SureRule``);
 * the caller is making sound again after their speech ended and the recognizer has not yet said whether it is
   speech (up to ``min_speech_ms`` + RESUME_QUIET_MS past the commit time, or past the start of that sound when it
   began later: after a thinking pause the words judgement held the turn through).
@@ -21,7 +22,7 @@ from __future__ import annotations
 from services.common.endpointing import Endpointing
 from services.conversation.dialogue.caller_sound import RESUME_QUIET_MS, CallerSound
 from services.conversation.dialogue.reply import Reply
-from services.conversation.turn_words import JUDGEMENT_WAIT_MS, WordsJudge
+from services.conversation.turn_words import JUDGEMENT_WAIT_MS, TurnSigns, WordsJudge
 
 COMMIT, DISCARD = "commit", "discard"
 
@@ -44,14 +45,15 @@ class TurnCommit:
         """The stream ms at which a turn whose speech ended at ``last_speech_end_ms`` (None: now) commits."""
         return (last_speech_end_ms or fed_ms) + self.turn_commit_ms
 
-    def hold(self, reply: Reply, commit_at_ms: int | None, fed_ms: int) -> None:
+    def hold(self, reply: Reply, commit_at_ms: int | None, fed_ms: int, signs: TurnSigns | None = None) -> None:
         """``reply`` answers a candidate end of turn, held until the commit at ``commit_at_ms`` (None: once the
-        recognizer's final says the turn is over, ``awaiting_final``); the words judgement starts on its words."""
+        recognizer's final says the turn is over, ``awaiting_final``); the words judgement starts on its words,
+        weighed with ``signs``."""
         reply.turn.preemptive = True
         self.commit_at_ms = commit_at_ms
         self.candidate = reply
         if self.words is not None:
-            self.words.start(reply.turn.text, fed_ms)  # first: the brain reads the words, then replies
+            self.words.start(reply.turn.text, fed_ms, signs)  # first: the brain reads the words, then replies
 
     def candidate_on_words(self, speech_end_ms: int) -> None:
         """The candidate about to be held was started on a pause's words, whose speech ended at ``speech_end_ms``."""

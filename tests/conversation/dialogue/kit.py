@@ -55,20 +55,25 @@ def end(at: int, speech_end: int | None = None) -> tuple[int, AsrEvent]:
     return at, AsrEvent(SPEECH_END, offset_ms=at if speech_end is None else speech_end)
 
 
-def hyp(at: int, utt: int, text: str, final: bool) -> tuple[int, AsrEvent]:
-    return at, AsrEvent(RESULT, offset_ms=at, result=Hypothesis(text, final, utt, 0, at, at))
+def hyp(at: int, utt: int, text: str, final: bool, confidence: float = 0.0) -> tuple[int, AsrEvent]:
+    result = Hypothesis(text, final, utt, 0, at, at, confidence=confidence)
+    return at, AsrEvent(RESULT, offset_ms=at, result=result)
 
 
 def interim(at: int, utt: int, text: str) -> tuple[int, AsrEvent]:
     return hyp(at, utt, text, False)
 
 
-def final(at: int, utt: int, text: str) -> tuple[int, AsrEvent]:
-    return hyp(at, utt, text, True)
+def final(at: int, utt: int, text: str, confidence: float = 0.0) -> tuple[int, AsrEvent]:
+    return hyp(at, utt, text, True, confidence)
 
 
-def estimate(at: int, utt: int, silence_ms: int, sentence_end: bool = False, transcript: str = ""):
-    t = TurnEstimate(0.3, False, silence_ms, at, utt, sentence_end=sentence_end, transcript=transcript)
+def estimate(
+    at: int, utt: int, silence_ms: int, sentence_end: bool = False, transcript: str = "", probability: float = 0.3
+):
+    t = TurnEstimate(
+        probability, probability >= 0.5, silence_ms, at, utt, sentence_end=sentence_end, transcript=transcript
+    )
     return at, AsrEvent(TURN_ESTIMATE, offset_ms=at, turn=t)
 
 

@@ -21,7 +21,18 @@ from services.common.engines import (
 )
 from services.common.errors import FailedPrecondition
 from services.conversation.dialogue import DialogueLimits
-from tests.conversation.dialogue.kit import Replies, ScriptedAsr, end, final, interim, start, talk, virtual_time
+from services.conversation.turn_words import SureRule
+from tests.conversation.dialogue.kit import (
+    Replies,
+    ScriptedAsr,
+    end,
+    estimate,
+    final,
+    interim,
+    start,
+    talk,
+    virtual_time,
+)
 
 OPTIONS = SessionOptions(language="en", barge_in=BargeIn(), request_id="test")
 TURN = [start(300), interim(700, 0, "hello"), end(1100, 1000), final(1100, 0, "Hello there.")]
@@ -78,6 +89,29 @@ def test_the_held_reply_is_dropped_when_the_user_goes_on(monkeypatch):
     texts = of(events, REPLY_TEXT)
     assert texts and min(ms for ms, _ in texts) >= 1850  # nothing of the dropped reply went out
     assert [m.text for m in s.context.messages][0] == "I want a pizza please."
+
+
+class JudgedReplies(Replies):
+    judges_words = True
+    logprobs = {"From fairest creatures we deserve it.": -0.49}
+
+
+@pytest.mark.parametrize("confidence,commit_ms", [(0.93, 1250), (0.59, 2400)])
+def test_words_the_recognizer_was_unsure_of_wait_the_doubt(monkeypatch, confidence, commit_ms):
+    """The brain reads the words finished either way; with the turn model's judgement of the pause (0.78) and the
+    final's confidence they read surely finished (commit turn_commit_ms after the speech), or doubtfully (a cut phrase
+    whisper completed into a sentence: the commit waits words_doubt_ms after the speech ended at 1000)."""
+    script = [
+        *[start(300), end(1100, 1000), estimate(1100, 0, 100, probability=0.78)],
+        final(1120, 0, "From fairest creatures we deserve it.", confidence),
+    ]
+    rule = SureRule(-0.5, sound_weight=0.25, confidence_weight=4.0)
+    s = session(script, cls=JudgedReplies, words_unfinished_below=-3.0, words_sure=rule, words_doubt_ms=1400)
+    with virtual_time(monkeypatch) as run:
+        events = run(talk(s, [(300, 1000)], 5000))
+    thinking = [ms for ms, e in of(events, STATE) if e.state == THINKING]
+    assert len(thinking) == 1 and commit_ms - 20 <= thinking[0] <= commit_ms + 40, thinking
+    assert s.judged == ["From fairest creatures we deserve it."]
 
 
 def test_a_stop_word_over_the_reply_interrupts_it_and_starts_the_next_turn(monkeypatch):

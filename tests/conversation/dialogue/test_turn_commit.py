@@ -19,7 +19,7 @@ class Reading:
     def __init__(self):
         self.text, self.started_ms, self.pending, self.unfinished, self.doubtful = "", 0, False, False, False
 
-    def start(self, text, now_ms):
+    def start(self, text, now_ms, signs=None):
         self.text, self.started_ms, self.pending, self.unfinished, self.doubtful = text, now_ms, True, False, False
 
 
