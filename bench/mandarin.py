@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,8 @@ class Sdist:
     sha256: str
     # False: pip reads its metadata without build isolation (aeneas's setup.py imports numpy, which the venv has)
     isolated_build: bool = True
+    # Set: fetched from this registry file URL, not by pip (an sdist whose metadata pip can only get by building it)
+    url: str = ""
 
 
 S3TOKENIZER = Sdist(
@@ -141,6 +144,9 @@ def sha256(path: Path) -> str:
 def _sdist(sdist: Sdist, into: Path) -> Path:
     """The pinned sdist, by pip from the registry (cached in ``into``), checked against its sha256."""
     path = into / sdist.filename
+    if not path.is_file() and sdist.url:
+        into.mkdir(parents=True, exist_ok=True)
+        urllib.request.urlretrieve(sdist.url, path)
     if not path.is_file():
         into.mkdir(parents=True, exist_ok=True)
         subprocess.run(

@@ -8,10 +8,12 @@ points per pause length, and a piper rendition of its own). Each point is labell
 function word (the text check's closed-class list, services/common/turn_text.py) or a content word.
 
     python -m bench.turn_pauses [--pauses 500,800,1200] [--per-length 20] [--seeds 3] [--out FILE.json]
-        [--speech piper|human] ['{"moss_sts": {...}}' config overrides]
+        [--speech piper|human|librivox] ['{"moss_sts": {...}}' config overrides]
 
 ``--speech human``: recorded human speech instead of piper (bench/human_speech.py: a LibriVox reader's verses, the
 pauses at the word gaps the reader left), ``--per-length`` points drawn per pause length from all of them.
+``--speech librivox``: the held-out judge, pocketsphinx's five LibriVox sentences of prose, made the same way (never
+used to tune the turn judgement).
 
 Prints the false cut-offs per pause length and per kind of word, and each cut line.
 """
@@ -46,9 +48,9 @@ def pause_points(seed: int, count: int) -> list[str]:
     return points[:count]
 
 
-def human_lines(pauses: list[int], per_length: int) -> list[tuple[str, object]]:
-    """(marked text, Line) of the recorded verses: ``per_length`` points per pause length, drawn per length."""
-    human = human_speech.lines()
+def human_lines(pauses: list[int], per_length: int, recording: str = "sonnet") -> list[tuple[str, object]]:
+    """(marked text, Line) of a recording's lines: ``per_length`` points per pause length, drawn per length."""
+    human = human_speech.lines(recording)
     return [
         (human_speech.marked(line, before), human_speech.paused_line(line, before, pause_ms))
         for pause_ms in pauses
@@ -111,7 +113,7 @@ def main() -> int:
     parser.add_argument("--per-length", type=int, default=20)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--speech", choices=("piper", "human"), default="piper")
+    parser.add_argument("--speech", choices=("piper", "human", "librivox"), default="piper")
     parser.add_argument("--rescore", type=Path, help="print a committed run's table by today's rule, and stop")
     parser.add_argument("overrides", nargs="?", default="{}")
     args = parser.parse_args()
@@ -120,7 +122,8 @@ def main() -> int:
     overrides = json.loads(args.overrides)
     pauses = [int(p) for p in args.pauses.split(",")]
     started = machine()
-    lines = human_lines(pauses, args.per_length) if args.speech == "human" else []
+    recording = {"human": "sonnet", "librivox": "librivox"}.get(args.speech)
+    lines = human_lines(pauses, args.per_length, recording) if recording else []
     voice = Voice() if args.speech == "piper" else None
     for pause_ms in pauses if voice is not None else ():
         for s in range(args.seeds):
