@@ -282,6 +282,9 @@ class SchedulingConfig(Section):
     # CPU engines: streams' first segments kept for reuse, up to this many MB of audio (0 = off): a segment is a pure
     # function of text, rate and seed, and openings repeat ("I'm sorry,", a greeting). docs/scheduling.md#segment-cache
     segment_cache_mb: int = bounded(8, ge=0, le=1024)
+    # CPU engines on onnxruntime (piper): graph-run memory kept between runs, in MB; what a longer segment needs
+    # beyond it (~16 MB per second of audio) is given back when its run ends. docs/architecture.md#memory
+    arena_kept_mb: int = bounded(64, ge=1, le=4096)
 
 
 class TtsServiceConfig(ServerConfig):
