@@ -54,8 +54,6 @@ QUOTED_TABLES: list[tuple[str, str, str]] = [
 # commit. tests/project/test_bench_claims.py checks this against git; a re-run (python -m bench.run NAME) takes a
 # benchmark off it.
 STALE: dict[str, str] = {
-    "conversation": "9fc964a",
-    "memory": "66f304d",
     "tts_streaming": "eaf9264",
     "tts_ttfa": "be08beb",
 }
