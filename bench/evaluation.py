@@ -79,9 +79,50 @@ def edit_distance(ref: list[str], hyp: list[str]) -> int:
     return int(d[len(hyp)])
 
 
+# A contraction and the words it stands for are the same speech: "France is Paris" said at a natural pace is
+# written "France's Paris" by a listener as often as not. What each ending can stand for ("'s" is also a possessive,
+# so a contraction is only ever expanded into a pair of words the other side has).
+CONTRACTIONS = {
+    "n't": ("not",),
+    "'re": ("are",),
+    "'ll": ("will",),
+    "'ve": ("have",),
+    "'m": ("am",),
+    "'s": ("is", "has"),
+    "'d": ("would", "had"),
+}
+_IRREGULAR_STEMS = {"won't": "will", "can't": "can", "shan't": "shall"}
+
+
+def _expanded(side: list[str], other: list[str]) -> list[str]:
+    """``side`` with each contraction written out where ``other`` has the words it stands for ("france's" next to
+    "france is" -> "france", "is"); every other word as it is."""
+    pairs = set(zip(other, other[1:], strict=False))
+    out: list[str] = []
+    for word in side:
+        for ending, meanings in CONTRACTIONS.items():
+            if word.endswith(ending) and len(word) > len(ending):
+                stem = _IRREGULAR_STEMS.get(word, word[: -len(ending)])
+                full = next((m for m in meanings if (stem, m) in pairs), None)
+                if full:
+                    out += [stem, full]
+                    break
+        else:
+            out.append(word)
+    return out
+
+
+def spoken_edits(reference: str, hypothesis: str) -> int:
+    """Word edits from ``reference`` to ``hypothesis`` on normalized words, a contraction counting as the words it
+    stands for on either side."""
+    ref, hyp = words(reference), words(hypothesis)
+    return edit_distance(_expanded(ref, hyp), _expanded(hyp, ref))
+
+
 def wer(references: list[str], hypotheses: list[str]) -> float:
-    """Corpus word error rate: all edits over all reference words."""
-    edits = sum(edit_distance(words(r), words(h)) for r, h in zip(references, hypotheses, strict=True))
+    """Corpus word error rate: all edits over all reference words (a contraction heard for the words it stands for,
+    or the reverse, is no edit: CONTRACTIONS)."""
+    edits = sum(spoken_edits(r, h) for r, h in zip(references, hypotheses, strict=True))
     return edits / max(1, sum(len(words(r)) for r in references))
 
 
