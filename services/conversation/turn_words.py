@@ -39,6 +39,9 @@ JUDGEMENT_WAIT_MS = 400
 #: The recognizer's confidence (mean token probability) its weight is counted from: above it the words count for more.
 CONFIDENCE_PIVOT = 0.8
 
+#: The turn model's probability is read within [1e-3, 1 - 1e-3]: its log-odds are at most this far from 0.
+SOUND_LOGODDS_MAX = math.log(999)
+
 
 @dataclass(frozen=True)
 class TurnSigns:
@@ -62,12 +65,15 @@ class SureRule:
     sure_from: float
     sound_weight: float = 0.0
     confidence_weight: float = 0.0
+    # The turn model's log-odds are counted from this floor up: its far "unfinished" tail is not knowledge (it heard
+    # the end of the fleet's long, whole lines at p 0.014-0.03 in sessions that keep their history).
+    sound_floor: float = -SOUND_LOGODDS_MAX
 
     def score(self, logprob: float, signs: TurnSigns) -> float:
         score = logprob
         if signs.sound is not None and self.sound_weight:
             p = min(max(signs.sound, 1e-3), 1 - 1e-3)
-            score += self.sound_weight * math.log(p / (1 - p))
+            score += self.sound_weight * max(self.sound_floor, math.log(p / (1 - p)))
         if signs.confidence is not None and self.confidence_weight:
             score += self.confidence_weight * (signs.confidence - CONFIDENCE_PIVOT)
         return score

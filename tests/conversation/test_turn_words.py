@@ -6,6 +6,8 @@ The score is a stand-in for the brain's /v1/end_of_turn (the real one: tests/bra
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import math
 
 import pytest
 
@@ -61,7 +63,14 @@ async def judged(logprob: float, signs: TurnSigns, rule: SureRule) -> WordsJudge
     return judge
 
 
-RULE = SureRule(-0.5, sound_weight=0.25, confidence_weight=4.0)
+def shipped_rule() -> SureRule:
+    from services.common.config import MossStsConfig
+    from services.conversation.dialogue.limits import DialogueLimits
+
+    return DialogueLimits.from_config(MossStsConfig()).words_sure
+
+
+RULE = shipped_rule()  # the defaults a deployment gets (docs/conversation.md#the-words-judgement)
 
 
 async def test_words_the_recognizer_was_unsure_of_read_doubtful():
@@ -89,3 +98,18 @@ async def test_signs_learned_after_the_reading_change_the_verdict():
 async def test_unknown_signs_leave_the_log_p_alone():
     assert (await judged(-0.4, TurnSigns(), RULE)).verdict == "finished"
     assert (await judged(-0.6, TurnSigns(), RULE)).verdict == "doubtful"
+
+
+async def test_a_whole_line_the_turn_model_heard_far_from_finished_reads_sure():
+    """The fleet's long, whole lines in a session that keeps its history: the brain reads the words finished (-0.37),
+    the final is confident (0.92), and the turn model heard the end at p 0.028 (load_one_session.txt in
+    bench/results/conversation-2026-11-30-signs/). Its log-odds count from the floor up, so the words read sure;
+    without the floor they waited the doubtful band."""
+    signs = TurnSigns(sound=0.028, confidence=0.92)
+    assert (await judged(-0.37, signs, RULE)).verdict == "finished"
+    unbounded = dataclasses.replace(RULE, sound_floor=-math.log(999))
+    assert (await judged(-0.37, signs, unbounded)).verdict == "doubtful"
+    # The floor bounds only the "unfinished" tail: a turn model sure the pause ends the turn still counts in full.
+    assert (
+        RULE.score(-1.0, TurnSigns(sound=0.99)) > RULE.score(-1.0, TurnSigns(sound=0.8)) > RULE.score(-1.0, TurnSigns())
+    )

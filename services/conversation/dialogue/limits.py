@@ -71,7 +71,10 @@ class DialogueLimits:
             brain_read_ahead_ms=section.brain_read_ahead_ms,
             words_unfinished_below=section.brain_turn_logprob if section.brain_turn_check else None,
             words_sure=SureRule(
-                section.brain_turn_sure_logprob, section.brain_turn_sound_weight, section.brain_turn_confidence_weight
+                section.brain_turn_sure_logprob,
+                section.brain_turn_sound_weight,
+                section.brain_turn_confidence_weight,
+                section.brain_turn_sound_floor,
             )
             if section.brain_turn_check
             else None,

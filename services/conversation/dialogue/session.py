@@ -565,16 +565,15 @@ class DialogueSession(StsSession):
             return
         self._hold_reply(turn, commit_at, self._signs())
 
-    def _signs(self, utterance: int | None = None) -> TurnSigns:
-        """The signs of a candidate end of turn at utterance ``utterance`` (None: the last final's): the turn model's
-        last judgement of that utterance and, when the final is that utterance's, its confidence."""
-        final = self._last_final
-        if utterance is None and final is not None:
-            utterance = final[0]
+    def _signs(self) -> TurnSigns:
+        """The signs of a candidate end of turn at the last final's utterance: the turn model's last judgement of
+        that utterance and the final's confidence."""
+        if self._last_final is None:
+            return TurnSigns()
+        utterance, confidence = self._last_final
         judged = self._last_judged
         sound = judged[1] if judged is not None and judged[0] == utterance else None
-        confidence = final[1] if final is not None and final[0] == utterance and final[1] > 0 else None
-        return TurnSigns(sound, confidence)
+        return TurnSigns(sound, confidence if confidence > 0 else None)
 
     def _hold_reply(self, turn: UserTurn, commit_at_ms: int | None, signs: TurnSigns) -> None:
         """Start the reply to a candidate end of turn, held until the commit (at ``commit_at_ms`` of the stream;

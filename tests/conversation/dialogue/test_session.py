@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from services.common.config import MossStsConfig
 from services.common.engines import (
     INTERRUPT,
     INTERRUPTED,
@@ -21,7 +22,6 @@ from services.common.engines import (
 )
 from services.common.errors import FailedPrecondition
 from services.conversation.dialogue import DialogueLimits
-from services.conversation.turn_words import SureRule
 from tests.conversation.dialogue.kit import (
     Replies,
     ScriptedAsr,
@@ -105,7 +105,7 @@ def test_words_the_recognizer_was_unsure_of_wait_the_doubt(monkeypatch, confiden
         *[start(300), end(1100, 1000), estimate(1100, 0, 100, probability=0.78)],
         final(1120, 0, "From fairest creatures we deserve it.", confidence),
     ]
-    rule = SureRule(-0.5, sound_weight=0.25, confidence_weight=4.0)
+    rule = DialogueLimits.from_config(MossStsConfig()).words_sure  # the shipped rule
     s = session(script, cls=JudgedReplies, words_unfinished_below=-3.0, words_sure=rule, words_doubt_ms=1400)
     with virtual_time(monkeypatch) as run:
         events = run(talk(s, [(300, 1000)], 5000))
