@@ -179,11 +179,11 @@ class MossStsConfig(TtsServiceConfig):
     brain_turn_sure_logprob: float = bounded(-0.5, ge=-100, le=10, says="must be -100..10 (a log P and its signs)")
     brain_turn_sound_weight: float = bounded(0.25, ge=0, le=10)
     brain_turn_confidence_weight: float = bounded(4.0, ge=0, le=50)
-    # The turn model's log-odds are counted from this floor up (-1.5: p 0.18; -6.9: its whole range). Its far
+    # The turn model's log-odds are counted from this floor up (-2.0: p 0.12; -6.9: its whole range). Its far
     # "unfinished" tail is not knowledge: in sessions that keep their history it heard the end of the fleet's long,
     # whole lines at p 0.014-0.03, and 7 of 15 such lines waited brain_turn_doubt_ms; with the floor 3 of 15, as with
     # the log P alone (bench/results/turn-signs-2026-11-30-clip/).
-    brain_turn_sound_floor: float = bounded(-1.5, ge=-6.9, le=0)
+    brain_turn_sound_floor: float = bounded(-2.0, ge=-6.9, le=0)
     brain_turn_doubt_ms: int = bounded(1400, ge=0, le=10_000)
     # Cancel the echo of the reply in the caller's audio (WebRTC AEC3, the pywebrtc-audio wheel), so a speakerphone
     # or a phone line without echo cancellation does not make the agent interrupt itself (docs/conversation.md#echo).
