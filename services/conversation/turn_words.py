@@ -133,7 +133,10 @@ class WordsJudge:
 
     def learn(self, signs: TurnSigns) -> None:
         """More is known of the candidate (a candidate started on a pause's words gets its final's confidence)."""
+        before = self.verdict
         self.signs = signs
+        if self.logprob is not None and self.verdict != before:
+            log.info("words %r: with confidence %s -> %s", self.text, signs.confidence, self.verdict)
 
     async def settled(self, timeout_s: float) -> None:
         """Wait for the verdict under way, at most ``timeout_s`` (the judgement goes on after that)."""
