@@ -53,10 +53,7 @@ QUOTED_TABLES: list[tuple[str, str, str]] = [
 # Quoted runs whose measured code (bench/freshness.py MEASURES) changed after the commit they ran at: benchmark -> that
 # commit. tests/project/test_bench_claims.py checks this against git; a re-run (python -m bench.run NAME) takes a
 # benchmark off it.
-STALE: dict[str, str] = {
-    "tts_streaming": "eaf9264",
-    "tts_ttfa": "be08beb",
-}
+STALE: dict[str, str] = {}
 
 
 def _report(reports: dict, bench: str) -> dict:
