@@ -181,8 +181,8 @@ class MossStsConfig(TtsServiceConfig):
     brain_turn_confidence_weight: float = bounded(4.0, ge=0, le=50)
     # The turn model's log-odds are counted from this floor up (-2.0: p 0.12; -6.9: its whole range). Its far
     # "unfinished" tail is not knowledge: in sessions that keep their history it heard the end of the fleet's long,
-    # whole lines at p 0.014-0.03, and 7 of 15 such lines waited brain_turn_doubt_ms; with the floor 3 of 15, as with
-    # the log P alone (bench/results/turn-signs-2026-11-30-clip/).
+    # whole lines at p 0.014-0.03, and 7 of 15 such lines waited brain_turn_doubt_ms; with the floor 4 of 15, three of
+    # them lines whose words alone read low (bench/results/turn-signs-2026-11-30-clip/).
     brain_turn_sound_floor: float = bounded(-2.0, ge=-6.9, le=0)
     brain_turn_doubt_ms: int = bounded(1400, ge=0, le=10_000)
     # Cancel the echo of the reply in the caller's audio (WebRTC AEC3, the pywebrtc-audio wheel), so a speakerphone
