@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 
 import pytest
 
 from services.common import metrics
-from services.conversation.turn_words import SureRule, TurnSigns, WordsJudge
+from services.common.config import MossStsConfig
+from services.conversation.dialogue.limits import DialogueLimits
+from services.conversation.turn_words import SOUND_LOGODDS_MAX, SureRule, TurnSigns, WordsJudge
 
 LABELS = ("cascade", "test-words")
 
@@ -63,14 +64,9 @@ async def judged(logprob: float, signs: TurnSigns, rule: SureRule) -> WordsJudge
     return judge
 
 
-def shipped_rule() -> SureRule:
-    from services.common.config import MossStsConfig
-    from services.conversation.dialogue.limits import DialogueLimits
-
-    return DialogueLimits.from_config(MossStsConfig()).words_sure
-
-
-RULE = shipped_rule()  # the defaults a deployment gets (docs/conversation.md#the-words-judgement)
+RULE = DialogueLimits.from_config(
+    MossStsConfig()
+).words_sure  # the shipped rule (docs/conversation.md#the-words-judgement)
 
 
 async def test_words_the_recognizer_was_unsure_of_read_doubtful():
@@ -107,7 +103,7 @@ async def test_a_whole_line_the_turn_model_heard_far_from_finished_reads_sure():
     without the floor they waited the doubtful band."""
     signs = TurnSigns(sound=0.028, confidence=0.92)
     assert (await judged(-0.37, signs, RULE)).verdict == "finished"
-    unbounded = dataclasses.replace(RULE, sound_floor=-math.log(999))
+    unbounded = dataclasses.replace(RULE, sound_floor=-SOUND_LOGODDS_MAX)
     assert (await judged(-0.37, signs, unbounded)).verdict == "doubtful"
     # The floor bounds only the "unfinished" tail: a turn model sure the pause ends the turn still counts in full.
     assert (
